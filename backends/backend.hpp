@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+// The internal interface each backend implements (DESIGN §4).
+//
+// Backends are *trusting*: the front end in src/ has validated every argument (sizes > 0,
+// ranges in bounds, handles of this device, monotonic signal values) before calling in.
+// Backends never repeat argument checks. They report device failures by throwing
+// ferry::Error with the failing vendor call named (see check.hpp).
+//
+// Threading: the front end serializes calls per queue (one mutex per QueueState) and per
+// device for allocation; backends may still be called concurrently on *different* queues and
+// must protect any state shared between queues (Vulkan: one submit lock per device).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ferry/device.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::detail {
+
+/// A timeline semaphore of the backend.
+class BackendSemaphore {
+ public:
+  virtual ~BackendSemaphore() = default;
+  /// Current value, non-blocking.
+  virtual std::uint64_t value() = 0;
+  /// Host signal (value strictly greater than all earlier signals: checked by the front end).
+  virtual void signal(std::uint64_t value) = 0;
+  /// Host wait; returns false on timeout. Must not spin-burn a core for long waits.
+  virtual bool wait(std::uint64_t value, std::chrono::nanoseconds timeout) = 0;
+};
+
+/// A segment of device memory obtained from the backend.
+struct Segment {
+  std::uint64_t size = 0;     ///< bytes
+  std::uint64_t address = 0;  ///< device VA (CUDA/HIP), host pointer (host), 0 or BDA (Vulkan)
+  void* native = nullptr;     ///< backend handle (Vulkan: VkBuffer), or the base pointer
+  void* backend_data = nullptr;  ///< backend private (e.g. Vulkan VkDeviceMemory record)
+};
+
+/// Pinned or registered host memory known to the backend.
+struct HostMemory {
+  std::byte* ptr = nullptr;      ///< start
+  std::uint64_t size = 0;        ///< bytes
+  void* backend_data = nullptr;  ///< backend private (Vulkan: VkBuffer + memory record)
+  bool registered = false;       ///< user memory (vs. allocated by the backend)
+};
+
+/// A range in a segment.
+struct DeviceRef {
+  const Segment* segment = nullptr;
+  std::uint64_t offset = 0;
+};
+
+/// A range in host memory known to the backend.
+struct HostRef {
+  const HostMemory* memory = nullptr;
+  std::uint64_t offset = 0;
+};
+
+/// A queue of the backend. Operations execute in enqueue order. Each call enqueues and
+/// returns; nothing blocks the host except where stated.
+class BackendQueue {
+ public:
+  virtual ~BackendQueue() = default;
+  virtual void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) = 0;
+  virtual void copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) = 0;
+  virtual void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) = 0;
+  /// Signal `value` on `sem` after all earlier work of this queue.
+  virtual void signal(BackendSemaphore& sem, std::uint64_t value) = 0;
+  /// Later work of this queue starts after `sem` reaches `value`.
+  virtual void wait(BackendSemaphore& sem, std::uint64_t value) = 0;
+  /// Optional (Vulkan EXCLUSIVE buffers): queue-family ownership release of a range to
+  /// `to`'s family, recorded after this queue's earlier work. Default: nothing to do.
+  virtual void release_ownership(DeviceRef /*range*/, std::uint64_t /*bytes*/,
+                                 BackendQueue& /*to*/) {}
+  /// Optional: the matching acquire on the receiving queue (after a wait on the releasing
+  /// queue's signal). Default: nothing to do.
+  virtual void acquire_ownership(DeviceRef /*range*/, std::uint64_t /*bytes*/,
+                                 BackendQueue& /*from*/) {}
+  /// Optional: the synthetic compute kernel (see transfer.hpp run_synthetic_compute):
+  /// out[i] = in[i] + 1, `units` passes. Return false if not supported.
+  virtual bool synthetic_compute(DeviceRef /*in*/, DeviceRef /*out*/, std::uint64_t /*bytes*/,
+                                 std::uint32_t /*units*/) {
+    return false;
+  }
+  /// Make enqueued work start (Vulkan: submit the recorded batch). Called by the front end
+  /// after each public call. Default: work starts when enqueued.
+  virtual void flush() {}
+  /// Queue family index (Vulkan); 0 elsewhere.
+  [[nodiscard]] virtual std::uint32_t family() const { return 0; }
+};
+
+/// An opened device of the backend.
+class BackendDevice {
+ public:
+  virtual ~BackendDevice() = default;
+  [[nodiscard]] virtual const Capabilities& capabilities() const = 0;
+  /// The device's default queue of a role. May return the same object for both roles on a
+  /// one-queue device. Owned by the BackendDevice.
+  virtual BackendQueue& default_queue(QueueRole role) = 0;
+  /// A new queue (owned by the caller). Throw `unsupported` when none is left.
+  virtual std::unique_ptr<BackendQueue> create_queue(QueueRole role, int priority) = 0;
+  /// Adopt an engine queue (owned by the caller, but never destroys the native object).
+  /// Backends validate *native* handles here (stream of another device, family out of range),
+  /// since only they can; throw `invalid_argument` / `unsupported`.
+  virtual std::unique_ptr<BackendQueue> adopt_queue(QueueRole role, const NativeQueue& native) = 0;
+  virtual std::unique_ptr<BackendSemaphore> create_semaphore(std::uint64_t initial) = 0;
+  /// Raw device memory. Throw Error(out_of_memory) when the device is full.
+  virtual std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) = 0;
+  virtual void free_segment(std::unique_ptr<Segment> segment) = 0;
+  /// Pinned host memory. Throw Error(out_of_memory) when it cannot be pinned.
+  virtual std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) = 0;
+  /// Register user memory (front end checked: non-empty, no overlap with other
+  /// registrations). Throw `unsupported` if impossible, `invalid_argument` for alignment the
+  /// backend needs.
+  virtual std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) = 0;
+  /// Free pinned memory or unregister user memory.
+  virtual void free_host(std::unique_ptr<HostMemory> memory) = 0;
+  /// Block until all queues of the device are idle (used at close).
+  virtual void wait_idle() = 0;
+  /// Vulkan validation message count (0 elsewhere).
+  [[nodiscard]] virtual std::uint64_t validation_messages() const { return 0; }
+};
+
+/// What each backend exports (declared here, defined in backends/<name>/).
+/// `count` never throws; `open` throws Error.
+int host_device_count() noexcept;
+std::unique_ptr<BackendDevice> host_open(const DeviceOptions& options);
+int cuda_device_count() noexcept;
+std::unique_ptr<BackendDevice> cuda_open(const DeviceOptions& options);
+int hip_device_count() noexcept;
+std::unique_ptr<BackendDevice> hip_open(const DeviceOptions& options);
+int vulkan_device_count() noexcept;
+/// Vulkan: whether device `ordinal` is a real GPU (not a CPU driver such as lavapipe).
+bool vulkan_device_is_gpu(int ordinal) noexcept;
+std::unique_ptr<BackendDevice> vulkan_open(const DeviceOptions& options);
+
+}  // namespace ferry::detail

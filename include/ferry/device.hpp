@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: MIT
+/// @file device.hpp
+/// @brief Devices, queues and timeline semaphores: the ordering vocabulary of ferry.
+///
+/// Terminology (used the same way in every header):
+///  - **owner queue**: the queue whose pool a device buffer comes from and returns to (usually
+///    the engine's compute queue).
+///  - **executing queue**: the queue that runs a copy (usually a transfer queue / DMA engine).
+///  - **timeline point**: `(semaphore, value)`; "reached" once the semaphore's value is >= value.
+///
+/// Handle semantics: `Device`, `Queue` and `TimelineSemaphore` are cheap, copyable handles to
+/// shared state. A default-constructed handle is *null*; every method of a null handle throws
+/// `ErrorCode::invalid_argument`. After `Device::close()` every handle of that device throws
+/// `invalid_argument` ("device is closed") instead of touching freed backend objects.
+///
+/// Thread-safety: all methods of these handles may be called concurrently from several threads.
+/// Work enqueued on one queue from several threads is ordered by the order of the calls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "ferry/error.hpp"
+
+namespace ferry {
+
+namespace detail {
+struct DeviceState;
+struct QueueState;
+struct SemaphoreState;
+}  // namespace detail
+
+class DevicePool;
+class HostPool;
+
+/// @brief The backends ferry can be built with.
+enum class Backend : std::uint8_t {
+  host,    ///< CPU reference backend: worker threads, memcpy; always available when built
+  cuda,    ///< NVIDIA CUDA runtime
+  hip,     ///< AMD HIP (built from the CUDA backend's sources)
+  vulkan,  ///< Vulkan 1.2+ with timeline semaphores
+};
+
+/// @brief Lower-case backend name ("host", "cuda", "hip", "vulkan").
+std::string_view to_string(Backend backend) noexcept;
+
+/// @brief Parse a backend name; throws `invalid_argument` for an unknown name.
+Backend parse_backend(std::string_view name,
+                      std::source_location where = std::source_location::current());
+
+/// @brief The role of a queue in a transfer.
+enum class QueueRole : std::uint8_t {
+  compute,   ///< owner queue: runs the consumer's work; device buffers belong to it
+  transfer,  ///< executing queue: runs copies (DMA engine / transfer-only family)
+};
+
+/// @brief Device capabilities and limits, filled by the backend at open.
+struct Capabilities {
+  std::string name;                         ///< human-readable device name
+  Backend backend = Backend::host;          ///< backend that opened the device
+  bool is_gpu = false;                      ///< false for the host backend and CPU Vulkan drivers
+  std::uint64_t device_memory_bytes = 0;    ///< total device memory (0 = unknown)
+  std::uint32_t copy_engines = 0;           ///< independent copy engines (asyncEngineCount)
+  bool dedicated_transfer_queue = false;    ///< transfer work runs on its own queue/family
+  bool separate_queue_families = false;     ///< Vulkan: transfer and compute families differ
+  bool ownership_transfer = false;          ///< Vulkan: buffers need queue-family ownership transfer
+  bool host_memory_registration = false;    ///< user memory can be registered (pinned/imported)
+  bool timeline_export = false;             ///< timeline semaphores exportable (interop)
+  std::uint64_t min_alignment = 256;        ///< pool sub-allocation alignment in bytes
+  std::uint64_t max_allocation_bytes = 0;   ///< largest single segment (0 = unknown)
+  std::string notes;                        ///< backend-specific facts ("transfer family 1 x2")
+};
+
+/// @brief How to open a device.
+struct DeviceOptions {
+  Backend backend = Backend::host;  ///< which backend
+  int ordinal = 0;                  ///< device index within that backend
+  /// Host backend only: delay every queued operation by a random 0..N microseconds so a
+  /// missing wait shows up as wrong data. Negative = read `FERRY_HOST_LATENCY_US` from the
+  /// environment (unset = 0).
+  int host_latency_us = -1;
+  /// Vulkan only: enable VK_LAYER_KHRONOS_validation with synchronization validation and count
+  /// its messages (see `Device::validation_messages()`).
+  bool validation = false;
+  /// Record pool events for snapshots (cheap; on by default).
+  bool record_events = true;
+};
+
+class TimelineSemaphore;
+
+/// @brief A point on a timeline: "all work up to here". Reached once the semaphore's value is
+/// >= `value`. A default-constructed point is *empty* and counts as already reached.
+struct TimelinePoint {
+  std::shared_ptr<detail::SemaphoreState> semaphore;  ///< null = empty point
+  std::uint64_t value = 0;                            ///< the value to reach
+
+  /// @brief True for an empty point.
+  [[nodiscard]] bool empty() const noexcept { return semaphore == nullptr; }
+  /// @brief Non-blocking query: has the point been reached? Empty points are reached.
+  [[nodiscard]] bool reached() const;
+  /// @brief Block the calling thread until reached; throws `timeout` after `timeout`.
+  void wait(std::chrono::nanoseconds timeout = std::chrono::seconds(60),
+            std::source_location where = std::source_location::current()) const;
+};
+
+/// @brief A monotonic 64-bit counter that host and queues signal and wait on.
+///
+/// Contract: values only increase. A host `signal(v)` with v <= the current value is an
+/// `invalid_argument` error. Queue-side signals are ordered after the queue's earlier work.
+class TimelineSemaphore {
+ public:
+  TimelineSemaphore() = default;
+  /// @brief The current value (non-blocking query).
+  [[nodiscard]] std::uint64_t value() const;
+  /// @brief Signal from the host. Throws `invalid_argument` if `value` <= current value.
+  void signal(std::uint64_t value, std::source_location where = std::source_location::current());
+  /// @brief Block the calling thread until the value is >= `value`; throws `timeout`.
+  void wait(std::uint64_t value, std::chrono::nanoseconds timeout = std::chrono::seconds(60),
+            std::source_location where = std::source_location::current()) const;
+  /// @brief Like `wait`, but returns false instead of throwing on timeout.
+  [[nodiscard]] bool try_wait(std::uint64_t value, std::chrono::nanoseconds timeout) const;
+  /// @brief The point `(this, value)`.
+  [[nodiscard]] TimelinePoint at(std::uint64_t value) const;
+  /// @brief True for a non-null handle.
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+
+  explicit TimelineSemaphore(std::shared_ptr<detail::SemaphoreState> s) : state_(std::move(s)) {}
+  [[nodiscard]] const std::shared_ptr<detail::SemaphoreState>& state() const noexcept { return state_; }
+
+ private:
+  std::shared_ptr<detail::SemaphoreState> state_;
+};
+
+/// @brief A queue of ordered work, with a role. Each queue owns a private timeline ("its
+/// progress") on which `mark()` places points.
+///
+/// Ordering: work enqueued on a queue runs in enqueue order. `wait(point)` makes every later
+/// operation of this queue start after `point` is reached, without blocking the host.
+class Queue {
+ public:
+  Queue() = default;
+  /// @brief Compute (owner) or transfer (executing).
+  [[nodiscard]] QueueRole role() const;
+  /// @brief Stable per-device id (used in snapshots and statistics).
+  [[nodiscard]] std::uint32_t id() const;
+  /// @brief Name for reports ("compute", "transfer", or the name given at creation).
+  [[nodiscard]] const std::string& name() const;
+  /// @brief Make later work on this queue wait for `point` (GPU-side; host not blocked).
+  /// Waiting on a point of another device's semaphore is `invalid_argument`.
+  void wait(const TimelinePoint& point,
+            std::source_location where = std::source_location::current());
+  /// @brief Signal `point` after all work enqueued so far. `point.value` must exceed every
+  /// value signalled before on that semaphore (else `invalid_argument`).
+  void signal(const TimelinePoint& point,
+              std::source_location where = std::source_location::current());
+  /// @brief A point reached once all work enqueued so far on this queue has completed.
+  [[nodiscard]] TimelinePoint mark(std::source_location where = std::source_location::current());
+  /// @brief Block the host until all work enqueued so far has completed; throws `timeout`.
+  void synchronize(std::chrono::nanoseconds timeout = std::chrono::seconds(60),
+                   std::source_location where = std::source_location::current());
+  /// @brief True for a non-null handle.
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+  friend bool operator==(const Queue& a, const Queue& b) noexcept { return a.state_ == b.state_; }
+
+  explicit Queue(std::shared_ptr<detail::QueueState> s) : state_(std::move(s)) {}
+  [[nodiscard]] const std::shared_ptr<detail::QueueState>& state() const noexcept { return state_; }
+
+ private:
+  std::shared_ptr<detail::QueueState> state_;
+};
+
+/// @brief A backend's native queue handle, for adopting an engine's queue.
+///
+/// CUDA/HIP: `handle` is the `cudaStream_t`/`hipStream_t` (the legacy default stream, 0, is
+/// refused: it synchronizes with every blocking stream and cannot be ordered by ferry).
+/// Vulkan: `handle` is the `VkQueue`, with its `family` and `index`. The engine keeps
+/// ownership: ferry never destroys an adopted queue. Host: not supported.
+struct NativeQueue {
+  void* handle = nullptr;        ///< cudaStream_t / hipStream_t / VkQueue
+  std::uint32_t family = 0;      ///< Vulkan queue family index
+  std::uint32_t index = 0;       ///< Vulkan queue index within the family
+};
+
+/// @brief One device opened through one backend.
+///
+/// Owns: the queues it created, its device pool and host pool. Closing (explicit `close()`, or
+/// when the last handle that refers to the device -- Device, Queue, semaphore, buffer -- goes
+/// away) waits for all queued work, frees every segment and invalidates all handles; buffers
+/// still alive after close become inert (their release is a no-op, their accessors throw).
+class Device {
+ public:
+  Device() = default;
+  /// @brief Open a device. Fails with `unsupported` (naming the meson option) when the backend
+  /// was not built, `invalid_argument` for an ordinal out of range, `unsupported` when no
+  /// device of that backend is present.
+  static Device open(const DeviceOptions& options,
+                     std::source_location where = std::source_location::current());
+  /// @brief Open the best device present: CUDA, then Vulkan on a GPU, then HIP, then Vulkan
+  /// on a CPU driver, then the host backend.
+  static Device open_default(std::source_location where = std::source_location::current());
+  /// @brief Number of devices a backend sees (0 when not built or none present; never throws
+  /// for a missing driver).
+  static int count(Backend backend) noexcept;
+  /// @brief Whether the backend was compiled into this build of ferry.
+  static bool built_with(Backend backend) noexcept;
+
+  /// @brief Capabilities and limits.
+  [[nodiscard]] const Capabilities& capabilities() const;
+  /// @brief The backend.
+  [[nodiscard]] Backend backend() const;
+  /// @brief The device's default queue of a role (created at open). For `transfer`, a
+  /// dedicated transfer queue when the device has one, else a second queue of the compute
+  /// family (or, on one-queue devices, the compute queue itself; see capabilities).
+  [[nodiscard]] Queue queue(QueueRole role) const;
+  /// @brief Create another queue of a role. `priority` > 0 asks for higher priority where the
+  /// backend supports it.
+  Queue create_queue(QueueRole role, std::string name = {}, int priority = 0,
+                     std::source_location where = std::source_location::current());
+  /// @brief Adopt an engine's native queue (see NativeQueue). ferry never destroys it.
+  Queue adopt_queue(QueueRole role, const NativeQueue& native, std::string name = {},
+                    std::source_location where = std::source_location::current());
+  /// @brief Create a timeline semaphore starting at `initial`.
+  TimelineSemaphore create_semaphore(std::uint64_t initial = 0,
+                                     std::source_location where = std::source_location::current());
+  /// @brief The device memory pool (stream-ordered; see pool.hpp).
+  [[nodiscard]] DevicePool& pool() const;
+  /// @brief The pinned host memory pool (see pool.hpp).
+  [[nodiscard]] HostPool& host_pool() const;
+  /// @brief Vulkan with validation: number of validation messages seen so far (0 elsewhere).
+  [[nodiscard]] std::uint64_t validation_messages() const;
+  /// @brief Wait for all work, free everything, invalidate handles. Idempotent.
+  void close();
+  /// @brief False for a null or closed device.
+  [[nodiscard]] bool is_open() const noexcept;
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+  friend bool operator==(const Device& a, const Device& b) noexcept { return a.state_ == b.state_; }
+
+  explicit Device(std::shared_ptr<detail::DeviceState> s) : state_(std::move(s)) {}
+  [[nodiscard]] const std::shared_ptr<detail::DeviceState>& state() const noexcept { return state_; }
+
+ private:
+  std::shared_ptr<detail::DeviceState> state_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: MIT
+/// @file pool.hpp
+/// @brief The stream-ordered device pool, device buffers, and pinned host memory.
+///
+/// ## The pool contract (DESIGN §5)
+///  - Every device block has an **owner queue**. Allocation is stream-ordered on the owner:
+///    the block may be used by work enqueued on the owner after the allocation call.
+///  - `DeviceBuffer::release()` is a **stream-ordered free**: it records the owner's current
+///    timeline point (the *free point*). Later allocations *for the same owner* may reuse the
+///    block at once (their work is queued after the free point). Other queues may reuse it
+///    only once the free point has been reached, which the pool checks by querying the
+///    semaphore, never by blocking the host.
+///  - A block that another queue writes first (an upload's destination, written by the
+///    transfer queue) carries the point that writer must wait for (`DeviceBuffer::ready_after`):
+///    the pool prefers blocks whose free point is reached, takes a still-pending block of the
+///    owner before growing (footprint first), and counts that choice in the statistics.
+///  - The pool grows by whole segments: requests up to 1 MiB are served from 2 MiB segments,
+///    up to 10 MiB from 20 MiB segments, larger requests get their own segment rounded up to
+///    2 MiB (PyTorch's caching-allocator policy, so footprints compare like for like).
+///    `trim()` returns idle segments to the backend.
+///  - Out of memory: completed frees are reclaimed, idle segments are trimmed, the request is
+///    retried, then `ErrorCode::out_of_memory` is thrown naming the request and pool state.
+///
+/// Thread-safety: DevicePool and HostPool methods may be called from any thread (one mutex
+/// per pool). A DeviceBuffer/HostBuffer object is not itself synchronized: do not release
+/// one object from two threads at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <source_location>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ferry/device.hpp"
+
+namespace ferry {
+
+namespace detail {
+struct BlockState;
+struct HostAllocation;
+}  // namespace detail
+
+struct MemorySnapshot;
+
+/// @brief How a backend addresses a device buffer (for kernels and interop).
+struct DeviceView {
+  std::uint64_t address = 0;  ///< CUDA/HIP device pointer, host-backend pointer; Vulkan: 0
+  void* native = nullptr;     ///< Vulkan: the segment's VkBuffer; CUDA/HIP/host: segment base
+  std::uint64_t offset = 0;   ///< offset of the buffer inside `native` (Vulkan)
+  std::uint64_t size = 0;     ///< bytes
+};
+
+/// @brief RAII handle to a block of pooled device memory with an owner queue.
+///
+/// Move-only. Destruction without `release()` releases (stream-ordered on the owner).
+/// After release, or after the device is closed, accessors throw `invalid_argument`.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&&) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&&) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  /// @brief Size requested at allocation, in bytes.
+  [[nodiscard]] std::uint64_t size() const;
+  /// @brief The owner queue (whose pool the block returns to).
+  [[nodiscard]] Queue owner() const;
+  /// @brief Native addressing (device pointer or VkBuffer + offset).
+  [[nodiscard]] DeviceView view() const;
+  /// @brief The point a queue other than the owner must wait for before writing this block
+  /// (the previous owner's free point; empty when the block was already free for everyone).
+  [[nodiscard]] TimelinePoint ready_after() const;
+  /// @brief Stream-ordered free on the owner queue (see the pool contract). Releasing twice,
+  /// or a moved-from/null buffer, throws `invalid_argument`.
+  void release(std::source_location where = std::source_location::current());
+  /// @brief Free once `point` is reached, for the owner's reuse and everyone else's: the
+  /// cross-queue deferral of PyTorch's `record_stream` (used by `CopyMode::executor_owned`).
+  void release_after(const TimelinePoint& point,
+                     std::source_location where = std::source_location::current());
+  /// @brief Whether this handle holds a live block.
+  [[nodiscard]] bool valid() const noexcept;
+  explicit operator bool() const noexcept { return valid(); }
+
+  explicit DeviceBuffer(std::shared_ptr<detail::BlockState> s) : state_(std::move(s)) {}
+  [[nodiscard]] const std::shared_ptr<detail::BlockState>& state() const noexcept { return state_; }
+
+ private:
+  std::shared_ptr<detail::BlockState> state_;
+};
+
+/// @brief Cheap pool statistics (`get_budget`): read under the pool mutex, O(queues).
+struct QueueBudget {
+  std::uint32_t queue_id = 0;          ///< the owner queue
+  std::string queue_name;              ///< its name
+  std::uint64_t active_bytes = 0;      ///< bytes allocated to this owner and not released
+  std::uint64_t free_bytes = 0;        ///< free bytes last owned by this queue
+  std::uint64_t peak_active_bytes = 0; ///< high-water mark of active_bytes
+};
+
+/// @brief Cheap statistics: suitable for every step of a training loop.
+struct PoolBudget {
+  std::uint64_t reserved_bytes = 0;       ///< bytes held in segments from the backend
+  std::uint64_t active_bytes = 0;         ///< bytes in allocated blocks (rounded sizes)
+  std::uint64_t requested_bytes = 0;      ///< bytes the callers asked for
+  std::uint64_t peak_reserved_bytes = 0;  ///< high-water mark of reserved_bytes
+  std::uint64_t peak_active_bytes = 0;    ///< high-water mark of active_bytes
+  /// Bytes that were reserved and free but not reusable by the queue asking, at the last time
+  /// the pool had to grow (the memory the usual side-queue copy strands).
+  std::uint64_t stranded_bytes = 0;
+  std::uint64_t peak_stranded_bytes = 0;  ///< high-water mark of stranded_bytes
+  std::uint64_t segment_count = 0;        ///< live segments
+  std::uint64_t allocations = 0;          ///< allocate calls served
+  std::uint64_t segment_allocations = 0;  ///< segments requested from the backend
+  std::uint64_t pending_reuses = 0;       ///< writer had to wait for the owner's free point
+  std::uint64_t immediate_reuses = 0;     ///< block reused with no wait
+  std::vector<QueueBudget> queues;        ///< per-owner breakdown
+};
+
+/// @brief Slow statistics (`calculate_statistics`): walks every block. For debugging.
+struct PoolDetailedStatistics {
+  PoolBudget budget;                       ///< the cheap numbers
+  std::uint64_t free_blocks = 0;           ///< free blocks
+  std::uint64_t allocated_blocks = 0;      ///< allocated blocks
+  std::uint64_t pending_free_blocks = 0;   ///< free blocks whose free point is not reached
+  std::uint64_t largest_free_block = 0;    ///< bytes
+  std::uint64_t idle_segments = 0;         ///< segments with no allocated block
+};
+
+/// @brief Options of one allocation.
+struct AllocationOptions {
+  std::string tag;  ///< free-form label recorded in pool events and snapshots
+  /// The queue that will first write the block, when it is not the owner (an upload's
+  /// executing queue). The pool then may hand out a block whose free point is still pending
+  /// and reports that point in `DeviceBuffer::ready_after()`.
+  Queue first_writer;
+};
+
+/// @brief The device's stream-ordered memory pool. Obtained from `Device::pool()`.
+class DevicePool {
+ public:
+  /// @brief Allocate `bytes` (> 0) owned by `owner` (a queue of this device).
+  /// Errors: `invalid_argument` for 0 bytes, sizes beyond the device limit, a null queue or a
+  /// queue of another device; `out_of_memory` after reclaim + trim.
+  DeviceBuffer allocate(std::uint64_t bytes, const Queue& owner, AllocationOptions options = {},
+                        std::source_location where = std::source_location::current());
+  /// @brief Cheap statistics.
+  [[nodiscard]] PoolBudget get_budget() const;
+  /// @brief Slow statistics (walks all blocks).
+  [[nodiscard]] PoolDetailedStatistics calculate_statistics() const;
+  /// @brief Reset the peak counters to the current values.
+  void reset_peaks();
+  /// @brief Return idle segments (no allocated block, all free points reached) to the
+  /// backend. Returns the bytes returned.
+  std::uint64_t trim();
+  /// @brief Check every invariant of the pool; throws `backend_error` naming the broken one.
+  void validate() const;
+  /// @brief Segments, blocks and the recorded event trace (slow; copies everything).
+  [[nodiscard]] MemorySnapshot snapshot() const;
+  /// @brief Drop recorded events (keeps segments and blocks).
+  void clear_events();
+
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+  explicit DevicePool(detail::DeviceState* device) : device_(device) {}
+
+ private:
+  detail::DeviceState* device_;
+};
+
+/// @brief Pinned (DMA-able) host memory, or user memory registered with the device.
+///
+/// Move-only; the memory stays alive while any enqueued copy still uses it, even if this
+/// handle is destroyed first (the copy holds a reference until its point is reached).
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(HostBuffer&&) noexcept = default;
+  HostBuffer& operator=(HostBuffer&&) noexcept = default;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer() = default;
+
+  /// @brief The bytes (throws `invalid_argument` for a null buffer).
+  [[nodiscard]] std::span<std::byte> span() const;
+  /// @brief Start of the memory.
+  [[nodiscard]] std::byte* data() const;
+  /// @brief Size in bytes.
+  [[nodiscard]] std::uint64_t size() const;
+  /// @brief True for memory registered from the user (not allocated by ferry).
+  [[nodiscard]] bool registered() const;
+  /// @brief Whether this handle holds memory.
+  [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+  explicit operator bool() const noexcept { return valid(); }
+
+  explicit HostBuffer(std::shared_ptr<detail::HostAllocation> s) : state_(std::move(s)) {}
+  [[nodiscard]] const std::shared_ptr<detail::HostAllocation>& state() const noexcept { return state_; }
+
+ private:
+  std::shared_ptr<detail::HostAllocation> state_;
+};
+
+/// @brief Pinned host memory of a device. Obtained from `Device::host_pool()`.
+class HostPool {
+ public:
+  /// @brief Allocate `bytes` (> 0) of pinned host memory. Errors: `invalid_argument` for 0 or
+  /// absurd sizes, `out_of_memory` when the backend cannot pin more.
+  HostBuffer allocate(std::uint64_t bytes,
+                      std::source_location where = std::source_location::current());
+  /// @brief Register user memory for DMA. The caller keeps `memory` alive and unmodified by
+  /// other code while copies use it. Overlapping an existing registration, an empty span, or
+  /// (where the backend needs page alignment) an unaligned range is `invalid_argument`;
+  /// `unsupported` when the backend cannot register memory.
+  HostBuffer register_memory(std::span<std::byte> memory,
+                             std::source_location where = std::source_location::current());
+  /// @brief Bytes of pinned memory currently allocated by this pool.
+  [[nodiscard]] std::uint64_t pinned_bytes() const;
+
+  HostPool(const HostPool&) = delete;
+  HostPool& operator=(const HostPool&) = delete;
+  explicit HostPool(detail::DeviceState* device) : device_(device) {}
+
+ private:
+  detail::DeviceState* device_;
+};
+
+}  // namespace ferry

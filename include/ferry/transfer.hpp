@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: MIT
+/// @file transfer.hpp
+/// @brief The transfer engine: copies executed on one queue into memory owned by another.
+///
+/// ## Ordering (DESIGN §1)
+/// ```
+/// owner queue:     [alloc d]------------------[wait T1][use d][release d]--[alloc d' reuses d]
+/// executing queue:          [wait A0][copy host->d][signal T1]
+/// ```
+///  - `d` comes from the owner's pool, in the owner's stream order.
+///  - The executing queue writes `d` only after `A0` (`d.ready_after()`: the previous owner
+///    work that freed the block has completed).
+///  - The owner uses `d` only after `T1` (`Upload::ready`). By default the upload call itself
+///    enqueues that wait on the owner (`UploadOptions::owner_waits`), so owner work enqueued
+///    after the call is ordered; turn it off to place the wait yourself.
+///  - Releasing `d` is stream-ordered on the owner: the next owner allocation may reuse it.
+///
+/// ## Copy modes
+///  - `owner_owned` (default): the above. Footprint of a blocking copy, DMA engine bandwidth.
+///  - `blocking`: copy enqueued on the owner queue, host waits for it. The reference footprint.
+///  - `executor_owned`: the destination belongs to the executing queue's pool and its release
+///    is deferred until the owner's use completes (PyTorch `non_blocking` + `record_stream`).
+///    Kept to reproduce the problem; its released blocks are stranded for the owner.
+///  - `preallocated`: the caller supplies the destination (`upload_into`).
+///
+/// Lifetime: source host memory is kept alive by the transfer until the copy completes.
+/// Destroying a Transfer waits for its in-flight copies.
+///
+/// Thread-safety: a Transfer may be used from several threads; calls are serialized
+/// internally and enqueue in call order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <source_location>
+#include <span>
+#include <string>
+
+#include "ferry/device.hpp"
+#include "ferry/pool.hpp"
+
+namespace ferry {
+
+namespace detail {
+struct TransferState;
+}
+
+/// @brief The four copy strategies (see the file comment).
+enum class CopyMode : std::uint8_t { blocking, executor_owned, preallocated, owner_owned };
+
+/// @brief Lower-case name of a copy mode.
+std::string_view to_string(CopyMode mode) noexcept;
+
+/// @brief Options of a Transfer.
+struct TransferOptions {
+  /// The executing queue; null = the device's transfer queue.
+  Queue executor;
+  /// Pinned staging used for pageable sources/destinations: chunk size and number of chunks
+  /// in the ring. The ring is allocated on first use and bounded by chunk * chunks bytes.
+  std::uint64_t staging_chunk_bytes = 8ull << 20;
+  std::uint32_t staging_chunks = 4;
+};
+
+/// @brief Options of one upload.
+struct UploadOptions {
+  CopyMode mode = CopyMode::owner_owned;  ///< strategy; `preallocated` only via upload_into
+  std::string tag;                        ///< label for pool events
+  bool owner_waits = true;                ///< enqueue `owner.wait(ready)` in the call
+};
+
+/// @brief Result of an upload: the owner-owned destination and the point it is ready at.
+struct Upload {
+  DeviceBuffer buffer;  ///< the destination (owner = the owner queue; executor in executor_owned)
+  TimelinePoint ready;  ///< the copy is complete once reached
+};
+
+/// @brief Executes copies on a queue for buffers owned by other queues.
+class Transfer {
+ public:
+  /// @brief A transfer engine on `device` (executor = its transfer queue unless given).
+  explicit Transfer(const Device& device, TransferOptions options = {},
+                    std::source_location where = std::source_location::current());
+  ~Transfer();
+  Transfer(Transfer&&) noexcept;
+  Transfer& operator=(Transfer&&) noexcept;
+  Transfer(const Transfer&) = delete;
+  Transfer& operator=(const Transfer&) = delete;
+
+  /// @brief The executing queue.
+  [[nodiscard]] Queue executor() const;
+
+  /// @brief Copy pinned/registered host memory to a new device buffer owned by `owner`.
+  /// Returns at once (except in `blocking` mode). Errors: empty source, queue of another
+  /// device, `mode == preallocated` (use `upload_into`): `invalid_argument`.
+  Upload upload(const HostBuffer& source, const Queue& owner, UploadOptions options = {},
+                std::source_location where = std::source_location::current());
+  /// @brief Copy a byte range of pinned host memory (`offset`, `bytes` within `source`).
+  Upload upload(const HostBuffer& source, std::uint64_t offset, std::uint64_t bytes,
+                const Queue& owner, UploadOptions options = {},
+                std::source_location where = std::source_location::current());
+  /// @brief Copy pageable (ordinary) host memory through the pinned staging ring. Returns once
+  /// the last chunk is enqueued; `source` may be reused when the call returns.
+  Upload upload(std::span<const std::byte> source, const Queue& owner, UploadOptions options = {},
+                std::source_location where = std::source_location::current());
+  /// @brief Copy into a caller-supplied destination (`preallocated`). The executor waits for
+  /// the destination owner's work enqueued so far; the owner waits for the copy when
+  /// `owner_waits`. `source.size()` must be <= `destination.size()`.
+  TimelinePoint upload_into(const HostBuffer& source, const DeviceBuffer& destination,
+                            UploadOptions options = {},
+                            std::source_location where = std::source_location::current());
+  /// @brief Copy a device buffer into pinned/registered host memory at `offset`. The executor
+  /// waits for the source owner's work enqueued so far; the owner's later work (including a
+  /// release) is ordered after the read. Host: wait on the returned point before reading.
+  TimelinePoint download(const DeviceBuffer& source, const HostBuffer& destination,
+                         std::uint64_t offset = 0,
+                         std::source_location where = std::source_location::current());
+  /// @brief Copy a device buffer into pageable memory; blocks until the data is there.
+  void download(const DeviceBuffer& source, std::span<std::byte> destination,
+                std::source_location where = std::source_location::current());
+  /// @brief Device-to-device copy of `bytes` (0 = all of `source`) on the executor; both
+  /// owners are ordered around it like `download`.
+  TimelinePoint copy(const DeviceBuffer& source, const DeviceBuffer& destination,
+                     std::uint64_t bytes = 0,
+                     std::source_location where = std::source_location::current());
+  /// @brief Host wait for every copy this Transfer has enqueued.
+  void synchronize(std::chrono::nanoseconds timeout = std::chrono::seconds(60),
+                   std::source_location where = std::source_location::current());
+
+ private:
+  std::unique_ptr<detail::TransferState> state_;
+};
+
+/// @brief A synthetic compute step standing in for a model's work (benchmarks, tests):
+/// enqueued on `queue`, it reads `input` and writes `output[i] = input[i] + 1` (bytes,
+/// wrapping), making `units` passes over the data. Both buffers must be owned by `queue` and
+/// have the same size. `unsupported` where the backend has no kernel for it.
+void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input,
+                           const DeviceBuffer& output, std::uint32_t units = 1,
+                           std::source_location where = std::source_location::current());
+
+}  // namespace ferry
