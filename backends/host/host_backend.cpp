@@ -1,0 +1,473 @@
+// SPDX-License-Identifier: MIT
+// The host (CPU reference) backend (DESIGN §2, §4, §8).
+//
+// "Device memory" is ordinary process memory: segments are 4096-aligned allocations and
+// Segment::address / Segment::native are the base pointer. Each queue is a worker thread that
+// drains a FIFO of operations (copy = memmove, signal, wait, synthetic compute) strictly in
+// enqueue order. Timeline semaphores are an atomic counter plus a condition variable.
+//
+// Latency injection (DeviceOptions::host_latency_us, or FERRY_HOST_LATENCY_US when that is
+// negative): before each operation the worker sleeps a random 0..N microseconds, so that a
+// missing queue wait shows up as wrong data rather than passing by luck.
+//
+// Memory limit (FERRY_HOST_MEMORY_LIMIT, bytes): when set, allocate_segment throws
+// out_of_memory once the sum of live segment sizes would exceed it, so tests can exercise
+// the pool's out-of-memory path. It is reported as device_memory_bytes.
+//
+// Lifetime contracts for the front end:
+//  - Operations capture raw pointers: segments, host memory and semaphores named by enqueued
+//    work must stay alive until that work has completed (synchronize / wait_idle).
+//  - Destroying a queue stops its worker promptly: the operation in progress finishes (a
+//    blocked wait is abandoned within ~10 ms) and every operation still queued is DROPPED.
+//    Drain first (wait_idle, or a signal + host wait) when the work must complete.
+//  - wait_idle() waits for every live queue of the device to run dry; it blocks forever if a
+//    queue waits on a value nobody will signal (as a GPU backend would).
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <unordered_set>
+
+#include "backend.hpp"
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
+namespace ferry::detail {
+namespace {
+
+constexpr std::size_t kPageAlignment = 4096;
+constexpr auto kWaitSlice = std::chrono::milliseconds(10);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+void* aligned_allocate(std::uint64_t bytes) noexcept {
+  const std::uint64_t rounded = (bytes + kPageAlignment - 1) / kPageAlignment * kPageAlignment;
+  if (rounded < bytes || rounded > SIZE_MAX) return nullptr;
+#if defined(_WIN32)
+  return _aligned_malloc(static_cast<std::size_t>(rounded), kPageAlignment);
+#else
+  return std::aligned_alloc(kPageAlignment, static_cast<std::size_t>(rounded));
+#endif
+}
+
+void aligned_free(void* p) noexcept {
+#if defined(_WIN32)
+  _aligned_free(p);
+#else
+  std::free(p);
+#endif
+}
+
+// Parse an environment variable as a non-negative integer. Unset/empty -> `fallback`;
+// anything else that is not a plain non-negative number is an invalid_argument error.
+std::uint64_t env_number(const char* name, std::uint64_t fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-') {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("host: environment variable ") + name + "='" + text +
+                    "' is not a non-negative integer");
+  }
+  return v;
+}
+
+std::uint64_t physical_memory_bytes() noexcept {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+#endif
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Semaphore: the value is atomic (lock-free queries); the mutex only orders stores against
+// waiters so that no wake-up is lost.
+
+class HostSemaphore final : public BackendSemaphore {
+ public:
+  explicit HostSemaphore(std::uint64_t initial) : value_(initial) {}
+
+  // A host thread may destroy the semaphore as soon as it observes the value (value() or
+  // wait()), while the signalling worker is still inside signal(): taking the mutex here
+  // waits for that signal() to finish touching this object.
+  ~HostSemaphore() override { std::lock_guard lock(mutex_); }
+
+  HostSemaphore(const HostSemaphore&) = delete;
+  HostSemaphore& operator=(const HostSemaphore&) = delete;
+
+  std::uint64_t value() override { return value_.load(std::memory_order_acquire); }
+
+  void signal(std::uint64_t v) override {
+    // Store and notify under the mutex: see the destructor.
+    std::lock_guard lock(mutex_);
+    value_.store(v, std::memory_order_release);
+    cv_.notify_all();
+  }
+
+  bool wait(std::uint64_t v, std::chrono::nanoseconds timeout) override {
+    if (value() >= v) return true;
+    std::unique_lock lock(mutex_);
+    const auto reached = [&] { return value_.load(std::memory_order_acquire) >= v; };
+    // Very long timeouts (e.g. nanoseconds::max()) would overflow the clock arithmetic.
+    if (timeout >= std::chrono::hours(24 * 365)) {
+      cv_.wait(lock, reached);
+      return true;
+    }
+    return cv_.wait_for(lock, timeout, reached);
+  }
+
+ private:
+  std::atomic<std::uint64_t> value_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Queue: one worker thread, one FIFO. Every public method only enqueues (never blocks on the
+// worker), and is safe to call from several threads.
+
+class HostQueue;
+
+// The set of live queues of a device, for wait_idle. Shared so that a caller-owned queue may
+// outlive its device without touching freed memory.
+struct QueueRegistry {
+  std::mutex mutex;
+  std::unordered_set<HostQueue*> queues;
+};
+
+class HostQueue final : public BackendQueue {
+ public:
+  HostQueue(std::shared_ptr<QueueRegistry> registry, std::uint32_t latency_us)
+      : registry_(std::move(registry)), latency_us_(latency_us) {
+    if (latency_us_ > 0) rng_.seed(std::random_device{}());
+    {
+      std::lock_guard lock(registry_->mutex);
+      registry_->queues.insert(this);
+    }
+    try {
+      worker_ = std::thread([this] { run(); });
+    } catch (const std::system_error& e) {
+      std::lock_guard lock(registry_->mutex);
+      registry_->queues.erase(this);
+      throw Error(ErrorCode::backend_error,
+                  std::string("host: cannot start queue worker thread: ") + e.what(), "std::thread");
+    }
+  }
+
+  ~HostQueue() override {
+    {
+      std::lock_guard lock(registry_->mutex);
+      registry_->queues.erase(this);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      stop_.store(true);
+    }
+    work_cv_.notify_all();
+    done_cv_.notify_all();
+    worker_.join();
+  }
+
+  HostQueue(const HostQueue&) = delete;
+  HostQueue& operator=(const HostQueue&) = delete;
+
+  void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) override {
+    push(Op::copy(device_ptr(dst), host_ptr(src), bytes));
+  }
+  void copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) override {
+    push(Op::copy(host_ptr(dst), device_ptr(src), bytes));
+  }
+  void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) override {
+    push(Op::copy(device_ptr(dst), device_ptr(src), bytes));
+  }
+  void signal(BackendSemaphore& sem, std::uint64_t value) override {
+    Op op{Op::Kind::signal};
+    op.sem = static_cast<HostSemaphore*>(&sem);  // trusted: a semaphore of this backend
+    op.value = value;
+    push(op);
+  }
+  void wait(BackendSemaphore& sem, std::uint64_t value) override {
+    Op op{Op::Kind::wait};
+    op.sem = static_cast<HostSemaphore*>(&sem);
+    op.value = value;
+    push(op);
+  }
+  bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes,
+                         std::uint32_t units) override {
+    Op op = Op::copy(device_ptr(out), device_ptr(in), bytes);
+    op.kind = Op::Kind::compute;
+    op.units = units;
+    push(op);
+    return true;
+  }
+
+  // Block until everything enqueued before this call has run (or the queue is stopping).
+  void drain() {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t target = submitted_;
+    done_cv_.wait(lock, [&] { return completed_ >= target || stop_.load(); });
+  }
+
+ private:
+  struct Op {
+    enum class Kind : std::uint8_t { copy, compute, signal, wait } kind = Kind::copy;
+    std::byte* dst = nullptr;
+    const std::byte* src = nullptr;
+    std::uint64_t bytes = 0;
+    HostSemaphore* sem = nullptr;
+    std::uint64_t value = 0;
+    std::uint32_t units = 0;
+
+    static Op copy(std::byte* d, const std::byte* s, std::uint64_t n) {
+      Op op{Kind::copy};
+      op.dst = d;
+      op.src = s;
+      op.bytes = n;
+      return op;
+    }
+  };
+
+  static std::byte* device_ptr(DeviceRef r) {
+    return static_cast<std::byte*>(r.segment->native) + r.offset;
+  }
+  static std::byte* host_ptr(HostRef r) { return r.memory->ptr + r.offset; }
+
+  void push(const Op& op) {
+    {
+      std::lock_guard lock(mutex_);
+      ops_.push_back(op);
+      ++submitted_;
+    }
+    work_cv_.notify_one();
+  }
+
+  void run() noexcept {
+    for (;;) {
+      Op op;
+      {
+        std::unique_lock lock(mutex_);
+        work_cv_.wait(lock, [&] { return stop_.load() || !ops_.empty(); });
+        if (stop_.load()) return;  // remaining operations are dropped
+        op = ops_.front();
+        ops_.pop_front();
+      }
+      inject_latency();
+      if (!execute(op)) return;  // a wait abandoned because the queue is being destroyed
+      {
+        std::lock_guard lock(mutex_);
+        ++completed_;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  void inject_latency() {
+    if (latency_us_ == 0) return;
+    std::uniform_int_distribution<std::uint32_t> dist(0, latency_us_);
+    const std::uint32_t us = dist(rng_);
+    if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+  }
+
+  // Returns false only when a wait was interrupted by destruction.
+  bool execute(const Op& op) {
+    switch (op.kind) {
+      case Op::Kind::copy:
+        std::memmove(op.dst, op.src, static_cast<std::size_t>(op.bytes));  // d2d may overlap
+        return true;
+      case Op::Kind::compute:
+        for (std::uint32_t pass = 0; pass < op.units; ++pass) {
+          for (std::uint64_t i = 0; i < op.bytes; ++i) {
+            op.dst[i] = static_cast<std::byte>(static_cast<std::uint8_t>(op.src[i]) + 1U);
+          }
+        }
+        return true;
+      case Op::Kind::signal:
+        op.sem->signal(op.value);
+        return true;
+      case Op::Kind::wait:
+        // Sleep on the semaphore's condition variable in slices so destruction can interrupt.
+        while (!op.sem->wait(op.value, kWaitSlice)) {
+          if (stop_.load()) return false;
+        }
+        return true;
+    }
+    return true;
+  }
+
+  std::shared_ptr<QueueRegistry> registry_;
+  const std::uint32_t latency_us_;
+  std::mt19937 rng_;  // used by the worker only
+
+  std::mutex mutex_;                  // guards ops_, submitted_, completed_
+  std::condition_variable work_cv_;   // worker: work arrived or stop
+  std::condition_variable done_cv_;   // drain(): an operation completed or stop
+  std::deque<Op> ops_;
+  std::uint64_t submitted_ = 0;
+  std::uint64_t completed_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread worker_;  // last: started after every other member is constructed
+};
+
+// ---------------------------------------------------------------------------------------------
+// Device
+
+class HostDevice final : public BackendDevice {
+ public:
+  explicit HostDevice(const DeviceOptions& options) {
+    std::uint64_t latency = options.host_latency_us >= 0
+                                ? static_cast<std::uint64_t>(options.host_latency_us)
+                                : env_number("FERRY_HOST_LATENCY_US", 0);
+    latency = std::min<std::uint64_t>(latency, 10'000'000);  // cap at 10 s per operation
+    latency_us_ = static_cast<std::uint32_t>(latency);
+    memory_limit_ = env_number("FERRY_HOST_MEMORY_LIMIT", 0);
+
+    caps_.name = "ferry host reference (CPU)";
+    caps_.backend = Backend::host;
+    caps_.is_gpu = false;
+    caps_.device_memory_bytes = memory_limit_ != 0 ? memory_limit_ : physical_memory_bytes();
+    caps_.copy_engines = 1;
+    caps_.dedicated_transfer_queue = true;
+    caps_.separate_queue_families = false;
+    caps_.ownership_transfer = false;
+    caps_.host_memory_registration = true;
+    caps_.timeline_export = false;
+    caps_.min_alignment = 256;
+    caps_.max_allocation_bytes = memory_limit_;
+    caps_.notes = latency_us_ > 0
+                      ? "latency injection: 0.." + std::to_string(latency_us_) + " us per queued operation"
+                      : std::string("latency injection off");
+    if (memory_limit_ != 0) {
+      caps_.notes += "; memory limit " + std::to_string(memory_limit_) + " bytes (FERRY_HOST_MEMORY_LIMIT)";
+    }
+
+    compute_ = std::make_unique<HostQueue>(registry_, latency_us_);
+    transfer_ = std::make_unique<HostQueue>(registry_, latency_us_);
+  }
+
+  [[nodiscard]] const Capabilities& capabilities() const override { return caps_; }
+
+  BackendQueue& default_queue(QueueRole role) override {
+    return role == QueueRole::transfer ? *transfer_ : *compute_;
+  }
+
+  std::unique_ptr<BackendQueue> create_queue(QueueRole /*role*/, int /*priority*/) override {
+    return std::make_unique<HostQueue>(registry_, latency_us_);
+  }
+
+  std::unique_ptr<BackendQueue> adopt_queue(QueueRole /*role*/, const NativeQueue& /*native*/) override {
+    throw Error(ErrorCode::unsupported, "host backend has no native queues to adopt");
+  }
+
+  std::unique_ptr<BackendSemaphore> create_semaphore(std::uint64_t initial) override {
+    return std::make_unique<HostSemaphore>(initial);
+  }
+
+  std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) override {
+    if (memory_limit_ != 0) {
+      std::uint64_t used = used_.load();
+      do {
+        if (bytes > memory_limit_ || used > memory_limit_ - bytes) {
+          throw Error(ErrorCode::out_of_memory,
+                      "host: cannot allocate " + std::to_string(bytes) + " bytes (" +
+                          std::to_string(used) + " of " + std::to_string(memory_limit_) +
+                          " bytes in use, FERRY_HOST_MEMORY_LIMIT)",
+                      "aligned_alloc");
+        }
+      } while (!used_.compare_exchange_weak(used, used + bytes));
+    } else {
+      used_.fetch_add(bytes);
+    }
+    void* p = aligned_allocate(bytes);
+    if (p == nullptr) {
+      used_.fetch_sub(bytes);
+      throw Error(ErrorCode::out_of_memory, "host: cannot allocate " + std::to_string(bytes) + " bytes",
+                  "aligned_alloc");
+    }
+    auto segment = std::make_unique<Segment>();
+    segment->size = bytes;
+    segment->address = reinterpret_cast<std::uintptr_t>(p);
+    segment->native = p;
+    return segment;
+  }
+
+  void free_segment(std::unique_ptr<Segment> segment) override {
+    if (!segment) return;
+    aligned_free(segment->native);
+    used_.fetch_sub(segment->size);
+  }
+
+  std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override {
+    void* p = aligned_allocate(bytes);
+    if (p == nullptr) {
+      throw Error(ErrorCode::out_of_memory,
+                  "host: cannot allocate " + std::to_string(bytes) + " bytes of host memory",
+                  "aligned_alloc");
+    }
+    auto memory = std::make_unique<HostMemory>();
+    memory->ptr = static_cast<std::byte*>(p);
+    memory->size = bytes;
+    memory->registered = false;
+    return memory;
+  }
+
+  // Any range is accepted: there is nothing to pin. The memory stays the user's.
+  std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) override {
+    auto memory = std::make_unique<HostMemory>();
+    memory->ptr = ptr;
+    memory->size = bytes;
+    memory->registered = true;
+    return memory;
+  }
+
+  void free_host(std::unique_ptr<HostMemory> memory) override {
+    if (memory && !memory->registered) aligned_free(memory->ptr);
+  }
+
+  void wait_idle() override {
+    // Holding the registry lock keeps every listed queue alive while it drains; queue
+    // workers never take this lock, so draining cannot deadlock on it.
+    std::lock_guard lock(registry_->mutex);
+    for (HostQueue* q : registry_->queues) q->drain();
+  }
+
+ private:
+  Capabilities caps_;
+  std::uint32_t latency_us_ = 0;
+  std::uint64_t memory_limit_ = 0;  // 0 = no limit
+  std::atomic<std::uint64_t> used_{0};
+  std::shared_ptr<QueueRegistry> registry_ = std::make_shared<QueueRegistry>();
+  std::unique_ptr<HostQueue> compute_;   // declared after registry_: destroyed before it
+  std::unique_ptr<HostQueue> transfer_;
+};
+
+}  // namespace
+
+int host_device_count() noexcept { return 1; }
+
+std::unique_ptr<BackendDevice> host_open(const DeviceOptions& options) {
+  if (options.ordinal != 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "host: ordinal " + std::to_string(options.ordinal) + " out of range (1 device)");
+  }
+  return std::make_unique<HostDevice>(options);
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: MIT
+#include "block_allocator.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+namespace ferry::detail {
+
+std::uint64_t BlockAllocator::round_size(std::uint64_t bytes) const noexcept {
+  const std::uint64_t a = config_.alignment;
+  return bytes == 0 ? a : (bytes + a - 1) / a * a;
+}
+
+std::uint64_t BlockAllocator::segment_size_for(std::uint64_t bytes) const noexcept {
+  const std::uint64_t rounded = round_size(bytes);
+  if (rounded <= config_.small_request) return config_.small_segment;
+  if (rounded < config_.medium_request) return config_.medium_segment;
+  const std::uint64_t r = config_.large_round;
+  return (rounded + r - 1) / r * r;
+}
+
+bool BlockAllocator::mergeable(const Block& a, const Block& b) noexcept {
+  return !a.allocated && !b.allocated && a.free_point.timeline == b.free_point.timeline;
+}
+
+void BlockAllocator::index_free(std::uint64_t segment, const Block& block) {
+  auto& index = segments_.at(segment).small ? free_small_ : free_large_;
+  index.emplace(block.size, segment, block.offset);
+  free_bytes_ += block.size;
+  free_by_timeline_[block.free_point.timeline] += block.size;
+  if (block.free_point.pending()) pending_.emplace(segment, block.offset);
+}
+
+void BlockAllocator::unindex_free(std::uint64_t segment, const Block& block) {
+  auto& index = segments_.at(segment).small ? free_small_ : free_large_;
+  index.erase(Key{block.size, segment, block.offset});
+  free_bytes_ -= block.size;
+  auto it = free_by_timeline_.find(block.free_point.timeline);
+  it->second -= block.size;
+  if (it->second == 0) free_by_timeline_.erase(it);
+  if (block.free_point.pending()) pending_.erase({segment, block.offset});
+}
+
+void BlockAllocator::coalesce(std::uint64_t segment, SegmentInfo& info,
+                              std::map<std::uint64_t, Block>::iterator it) {
+  // Caller has *not* indexed `it` yet; neighbours are indexed and get unindexed when merged.
+  if (it != info.blocks.begin()) {
+    auto prev = std::prev(it);
+    if (mergeable(prev->second, it->second)) {
+      unindex_free(segment, prev->second);
+      prev->second.size += it->second.size;
+      prev->second.free_point.value =
+          std::max(prev->second.free_point.value, it->second.free_point.value);
+      info.blocks.erase(it);
+      it = prev;
+    }
+  }
+  auto next = std::next(it);
+  if (next != info.blocks.end() && mergeable(it->second, next->second)) {
+    unindex_free(segment, next->second);
+    it->second.size += next->second.size;
+    it->second.free_point.value = std::max(it->second.free_point.value, next->second.free_point.value);
+    info.blocks.erase(next);
+  }
+  index_free(segment, it->second);
+}
+
+BlockAllocator::Placement BlockAllocator::take(std::uint64_t segment, std::uint64_t offset,
+                                               std::uint64_t rounded, const Request& request,
+                                               bool pending_reuse) {
+  SegmentInfo& info = segments_.at(segment);
+  auto it = info.blocks.find(offset);
+  Block& block = it->second;
+  unindex_free(segment, block);
+  const FreePoint point = block.free_point;
+  if (block.size > rounded) {  // split: the remainder keeps the free point
+    Block rest;
+    rest.offset = block.offset + rounded;
+    rest.size = block.size - rounded;
+    rest.owner = block.owner;
+    rest.free_point = point;
+    block.size = rounded;
+    auto rest_it = info.blocks.emplace(rest.offset, rest).first;
+    index_free(segment, rest_it->second);
+  }
+  block.allocated = true;
+  block.owner = request.owner;
+  block.requested = request.bytes;
+  block.free_point = {};
+  Placement p;
+  p.segment = segment;
+  p.offset = offset;
+  p.size = rounded;
+  p.pending_reuse = pending_reuse;
+  if (pending_reuse) p.wait = point;
+  return p;
+}
+
+std::optional<BlockAllocator::Placement> BlockAllocator::allocate(const Request& request,
+                                                                  const Reached& reached) {
+  const std::uint64_t rounded = round_size(request.bytes);
+  const bool small = rounded <= config_.small_request;
+  const auto& index = small ? free_small_ : free_large_;
+  // Large requests do not carve up segments much bigger than they are (PyTorch: a request
+  // >= 1 MiB never takes a block more than 20 MiB bigger), so big segments stay whole.
+  const std::uint64_t max_waste = small ? UINT64_MAX : config_.medium_segment;
+  std::optional<Key> pending_choice;
+  for (auto it = index.lower_bound(Key{rounded, 0, 0}); it != index.end(); ++it) {
+    const auto [size, segment, offset] = *it;
+    if (size - rounded > max_waste) break;  // sizes only grow from here
+    const Block& block = segments_.at(segment).blocks.at(offset);
+    const FreePoint& fp = block.free_point;
+    if (!fp.pending() || fp.timeline == request.first_user || reached(fp)) {
+      return take(segment, offset, rounded, request, false);
+    }
+    if (request.allow_pending && !pending_choice) pending_choice = *it;
+  }
+  if (pending_choice) {
+    const auto [size, segment, offset] = *pending_choice;
+    (void)size;
+    return take(segment, offset, rounded, request, true);
+  }
+  return std::nullopt;
+}
+
+void BlockAllocator::add_segment(std::uint64_t id, std::uint64_t size, std::uint32_t queue,
+                                 bool small) {
+  SegmentInfo info;
+  info.size = size;
+  info.queue = queue;
+  info.small = small;
+  Block block;
+  block.offset = 0;
+  block.size = size;
+  block.owner = queue;
+  info.blocks.emplace(0, block);
+  auto [it, inserted] = segments_.emplace(id, std::move(info));
+  (void)inserted;
+  index_free(id, it->second.blocks.at(0));
+}
+
+std::uint64_t BlockAllocator::release(std::uint64_t segment, std::uint64_t offset, FreePoint point) {
+  SegmentInfo& info = segments_.at(segment);
+  auto it = info.blocks.find(offset);
+  Block& block = it->second;
+  const std::uint64_t size = block.size;
+  block.allocated = false;
+  block.requested = 0;
+  block.free_point = point;
+  coalesce(segment, info, it);
+  return size;
+}
+
+std::uint64_t BlockAllocator::refresh(const Reached& reached) {
+  std::uint64_t cleaned = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> done;
+  for (const auto& [segment, offset] : pending_) {
+    if (reached(segments_.at(segment).blocks.at(offset).free_point)) done.emplace_back(segment, offset);
+  }
+  for (const auto& [segment, offset] : done) {
+    SegmentInfo& info = segments_.at(segment);
+    auto it = info.blocks.find(offset);
+    if (it == info.blocks.end() || it->second.allocated || !it->second.free_point.pending()) {
+      continue;  // merged into a neighbour already
+    }
+    unindex_free(segment, it->second);
+    it->second.free_point = {};
+    cleaned += it->second.size;
+    coalesce(segment, info, it);
+  }
+  return cleaned;
+}
+
+std::vector<std::uint64_t> BlockAllocator::idle_segments() const {
+  std::vector<std::uint64_t> idle;
+  for (const auto& [id, info] : segments_) {
+    if (info.blocks.size() == 1) {
+      const Block& b = info.blocks.begin()->second;
+      if (!b.allocated && !b.free_point.pending()) idle.push_back(id);
+    }
+  }
+  return idle;
+}
+
+std::uint64_t BlockAllocator::remove_segment(std::uint64_t id) {
+  auto it = segments_.find(id);
+  const std::uint64_t size = it->second.size;
+  unindex_free(id, it->second.blocks.begin()->second);
+  segments_.erase(it);
+  return size;
+}
+
+std::uint64_t BlockAllocator::unusable_free_bytes(std::uint64_t bytes, std::uint32_t first_user,
+                                                  const Reached& reached) const {
+  const bool small = is_small(bytes);
+  std::uint64_t total = 0;
+  for (const auto& [segment, offset] : pending_) {
+    const SegmentInfo& info = segments_.at(segment);
+    if (info.small != small) continue;
+    const Block& b = info.blocks.at(offset);
+    if (b.free_point.timeline != first_user && !reached(b.free_point)) total += b.size;
+  }
+  return total;
+}
+
+std::string BlockAllocator::validate() const {
+  std::ostringstream err;
+  std::uint64_t free_total = 0;
+  std::size_t free_count = 0;
+  std::size_t pending_count = 0;
+  std::unordered_map<std::uint32_t, std::uint64_t> by_timeline;
+  for (const auto& [id, info] : segments_) {
+    std::uint64_t expect = 0;
+    const Block* prev = nullptr;
+    for (const auto& [offset, b] : info.blocks) {
+      if (offset != b.offset) err << "segment " << id << ": block key " << offset << " != offset " << b.offset << "; ";
+      if (b.offset != expect) err << "segment " << id << ": gap or overlap at " << b.offset << " (expected " << expect << "); ";
+      if (b.size == 0 || b.size % config_.alignment != 0) err << "segment " << id << ": block at " << b.offset << " has bad size " << b.size << "; ";
+      if (b.allocated && b.free_point.pending()) err << "segment " << id << ": allocated block at " << b.offset << " has a free point; ";
+      if (b.allocated && (b.requested == 0 || b.requested > b.size)) err << "segment " << id << ": block at " << b.offset << " requested " << b.requested << " of " << b.size << "; ";
+      if (!b.allocated) {
+        ++free_count;
+        free_total += b.size;
+        by_timeline[b.free_point.timeline] += b.size;
+        const auto& index = info.small ? free_small_ : free_large_;
+        if (!index.contains(Key{b.size, id, b.offset})) err << "segment " << id << ": free block at " << b.offset << " not indexed; ";
+        if (b.free_point.pending()) {
+          ++pending_count;
+          if (!pending_.contains({id, b.offset})) err << "segment " << id << ": pending block at " << b.offset << " not in pending set; ";
+        }
+        if (prev != nullptr && mergeable(*prev, b)) err << "segment " << id << ": uncoalesced free blocks at " << prev->offset << " and " << b.offset << "; ";
+      }
+      expect = b.offset + b.size;
+      prev = &b;
+    }
+    if (expect != info.size) err << "segment " << id << ": blocks cover " << expect << " of " << info.size << "; ";
+  }
+  if (free_count != free_small_.size() + free_large_.size()) err << "free index holds " << free_small_.size() + free_large_.size() << " blocks, segments hold " << free_count << "; ";
+  if (pending_count != pending_.size()) err << "pending set holds " << pending_.size() << ", segments hold " << pending_count << "; ";
+  if (free_total != free_bytes_) err << "free bytes counter " << free_bytes_ << " != " << free_total << "; ";
+  if (by_timeline != free_by_timeline_) err << "per-timeline free bytes out of date; ";
+  return err.str();
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,464 @@
+// SPDX-License-Identifier: MIT
+// Front end of devices, queues and timeline semaphores: argument checks, lifetime, registry.
+#include <algorithm>
+#include <thread>
+
+#include "ferry/config.hpp"
+#include "internal.hpp"
+
+namespace ferry {
+namespace detail {
+
+void fail(ErrorCode code, const std::string& message, const std::source_location& where) {
+  throw Error(code, message, {}, where);
+}
+
+std::shared_ptr<DeviceState> lock_device(const std::weak_ptr<DeviceState>& device,
+                                         const char* function, const std::source_location& where) {
+  auto d = device.lock();
+  if (!d || d->closed.load(std::memory_order_acquire)) {
+    fail(ErrorCode::invalid_argument, std::string(function) + ": the device is closed", where);
+  }
+  return d;
+}
+
+QueueState& checked_queue(const Queue& queue, const char* function, const std::source_location& where) {
+  require(static_cast<bool>(queue), function, "null queue handle", where);
+  QueueState& q = *queue.state();
+  (void)lock_device(q.device, function, where);
+  return q;
+}
+
+std::shared_ptr<SemaphoreState> make_semaphore(DeviceState& device, const std::shared_ptr<DeviceState>& self,
+                                               std::uint64_t initial) {
+  auto s = std::make_shared<SemaphoreState>();
+  s->device = self;
+  s->device_id = &device;
+  s->backend = device.backend->create_semaphore(initial);
+  s->max_signal = initial;
+  std::lock_guard lock(device.mutex);
+  s->timeline_id = device.next_timeline_id++;
+  device.semaphores.push_back(s);
+  device.timelines[s->timeline_id] = s;
+  // Forget semaphores that died so the registry does not grow without bound.
+  if (device.semaphores.size() > 64 && device.semaphores.size() % 64 == 0) {
+    std::erase_if(device.semaphores, [](const auto& w) { return w.expired(); });
+    std::erase_if(device.timelines, [](const auto& kv) { return kv.second.expired(); });
+  }
+  return s;
+}
+
+std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_ptr<DeviceState>& self,
+                                       QueueRole role, std::string name, BackendQueue* backend,
+                                       std::unique_ptr<BackendQueue> owned) {
+  auto q = std::make_shared<QueueState>();
+  q->device = self;
+  q->device_id = &device;
+  q->role = role;
+  q->owned = std::move(owned);
+  q->backend = q->owned ? q->owned.get() : backend;
+  q->timeline = make_semaphore(device, self, 0);
+  std::lock_guard lock(device.mutex);
+  q->id = device.next_queue_id++;
+  q->name = name.empty() ? (role == QueueRole::compute ? "compute" : "transfer") +
+                               (q->id <= 2 ? std::string() : "-" + std::to_string(q->id))
+                         : std::move(name);
+  device.queues.push_back(q);
+  return q;
+}
+
+void enqueue_wait(QueueState& q, const TimelinePoint& point) {
+  if (point.empty()) return;
+  SemaphoreState& s = *point.semaphore;
+  if (s.backend == nullptr) return;  // closed: nothing left to wait for
+  // A queue is already ordered after points of its own timeline, and reached points need no
+  // wait (their work is complete).
+  if (&s != q.timeline.get() && s.backend->value() < point.value) {
+    q.backend->wait(*s.backend, point.value);
+    q.dirty = true;
+  }
+  // Ownership acquires whose release is ordered before this point are recorded now.
+  std::erase_if(q.pending_acquires, [&](const QueueState::PendingAcquire& a) {
+    if (a.point.semaphore != point.semaphore || a.point.value > point.value) return false;
+    q.backend->acquire_ownership(a.range, a.bytes, *a.from);
+    q.dirty = true;
+    return true;
+  });
+}
+
+TimelinePoint enqueue_mark(QueueState& q) {
+  if (q.dirty) {
+    std::lock_guard lock(q.timeline->mutex);
+    const std::uint64_t v = ++q.last_mark;
+    q.timeline->max_signal = v;
+    q.backend->signal(*q.timeline->backend, v);
+    q.dirty = false;
+  }
+  return TimelinePoint{q.timeline, q.last_mark};
+}
+
+bool point_reached(const TimelinePoint& point) {
+  if (point.empty()) return true;
+  SemaphoreState& s = *point.semaphore;
+  std::lock_guard lock(s.mutex);
+  return s.backend == nullptr || s.backend->value() >= point.value;
+}
+
+void record_activity(DeviceState& device, const QueueState& q, std::string name, std::uint64_t bytes) {
+  if (!device.options.record_events) return;
+  std::lock_guard lock(device.activity_mutex);
+  if (device.activity.size() >= (1u << 20)) return;  // bounded: a million spans
+  device.activity.push_back(QueueActivity{q.id, std::move(name), device.now_ns(), 0, bytes});
+}
+
+DeviceState::~DeviceState() { close(); }
+
+void DeviceState::close() noexcept {
+  if (closed.exchange(true)) return;
+  try {
+    for (auto& q : queues) {
+      std::lock_guard lock(q->mutex);
+      if (q->backend != nullptr) q->backend->flush();
+    }
+    backend->wait_idle();
+  } catch (...) {
+    // A lost device cannot be waited for; freeing below is still the right thing to do.
+  }
+  pool_close(*this);
+  host_pool_close(*this);
+  {
+    std::lock_guard lock(mutex);
+    for (auto& w : semaphores) {
+      if (auto s = w.lock()) {
+        std::lock_guard slock(s->mutex);
+        s->backend.reset();
+      }
+    }
+    for (auto& q : queues) {
+      std::lock_guard qlock(q->mutex);
+      q->backend = nullptr;
+      q->owned.reset();
+    }
+    queues.clear();
+    compute.reset();
+    transfer.reset();
+  }
+  backend.reset();
+}
+
+namespace {
+
+struct BackendEntry {
+  Backend backend;
+  bool built;
+  const char* option;
+  int (*count)() noexcept;
+  std::unique_ptr<BackendDevice> (*open)(const DeviceOptions&);
+};
+
+#define FERRY_ENTRY(name, have) \
+  BackendEntry{Backend::name, have, "-D" #name "=enabled", &name##_device_count, &name##_open}
+
+[[maybe_unused]] int none_count() noexcept { return 0; }
+
+const BackendEntry& entry(Backend b) {
+  static const BackendEntry entries[] = {
+#if FERRY_HAVE_HOST
+      FERRY_ENTRY(host, true),
+#else
+      BackendEntry{Backend::host, false, "-Dhost=enabled", &none_count, nullptr},
+#endif
+#if FERRY_HAVE_CUDA
+      FERRY_ENTRY(cuda, true),
+#else
+      BackendEntry{Backend::cuda, false, "-Dcuda=enabled", &none_count, nullptr},
+#endif
+#if FERRY_HAVE_HIP
+      FERRY_ENTRY(hip, true),
+#else
+      BackendEntry{Backend::hip, false, "-Dhip=enabled", &none_count, nullptr},
+#endif
+#if FERRY_HAVE_VULKAN
+      FERRY_ENTRY(vulkan, true),
+#else
+      BackendEntry{Backend::vulkan, false, "-Dvulkan=enabled", &none_count, nullptr},
+#endif
+  };
+  return entries[static_cast<int>(b)];
+}
+
+}  // namespace
+}  // namespace detail
+
+using detail::fail;
+using detail::require;
+
+std::string_view to_string(Backend backend) noexcept {
+  switch (backend) {
+    case Backend::host: return "host";
+    case Backend::cuda: return "cuda";
+    case Backend::hip: return "hip";
+    case Backend::vulkan: return "vulkan";
+  }
+  return "unknown";
+}
+
+Backend parse_backend(std::string_view name, std::source_location where) {
+  for (Backend b : {Backend::host, Backend::cuda, Backend::hip, Backend::vulkan}) {
+    if (to_string(b) == name) return b;
+  }
+  fail(ErrorCode::invalid_argument,
+       "parse_backend: unknown backend '" + std::string(name) + "' (expected host, cuda, hip or vulkan)",
+       where);
+}
+
+// ---- TimelinePoint / TimelineSemaphore --------------------------------------------------
+
+bool TimelinePoint::reached() const { return detail::point_reached(*this); }
+
+void TimelinePoint::wait(std::chrono::nanoseconds timeout, std::source_location where) const {
+  if (empty()) return;
+  TimelineSemaphore(semaphore).wait(value, timeout, where);
+}
+
+std::uint64_t TimelineSemaphore::value() const {
+  const auto where = std::source_location::current();
+  require(state_ != nullptr, "TimelineSemaphore::value", "null semaphore handle", where);
+  std::lock_guard lock(state_->mutex);
+  require(state_->backend != nullptr, "TimelineSemaphore::value", "the device is closed", where);
+  return state_->backend->value();
+}
+
+void TimelineSemaphore::signal(std::uint64_t value, std::source_location where) {
+  require(state_ != nullptr, "TimelineSemaphore::signal", "null semaphore handle", where);
+  auto device = detail::lock_device(state_->device, "TimelineSemaphore::signal", where);
+  std::lock_guard lock(state_->mutex);
+  require(state_->backend != nullptr, "TimelineSemaphore::signal", "the device is closed", where);
+  const std::uint64_t current = std::max(state_->max_signal, state_->backend->value());
+  require(value > current, "TimelineSemaphore::signal",
+          "value " + std::to_string(value) + " does not exceed the current value " +
+              std::to_string(current) + " (timelines only move forward)",
+          where);
+  state_->backend->signal(value);
+  state_->max_signal = value;
+}
+
+bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds timeout) const {
+  const auto where = std::source_location::current();
+  require(state_ != nullptr, "TimelineSemaphore::try_wait", "null semaphore handle", where);
+  detail::BackendSemaphore* backend = nullptr;
+  {
+    std::lock_guard lock(state_->mutex);
+    require(state_->backend != nullptr, "TimelineSemaphore::try_wait", "the device is closed", where);
+    backend = state_->backend.get();
+  }
+  // Not holding the mutex while blocked: a host signal from another thread must get through.
+  return backend->wait(value, timeout);
+}
+
+void TimelineSemaphore::wait(std::uint64_t value, std::chrono::nanoseconds timeout,
+                             std::source_location where) const {
+  require(state_ != nullptr, "TimelineSemaphore::wait", "null semaphore handle", where);
+  if (!try_wait(value, timeout)) {
+    fail(ErrorCode::timeout,
+         "TimelineSemaphore::wait: value " + std::to_string(value) + " not reached within " +
+             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
+             " ms (current value " + std::to_string(this->value()) + ")",
+         where);
+  }
+}
+
+TimelinePoint TimelineSemaphore::at(std::uint64_t value) const {
+  require(state_ != nullptr, "TimelineSemaphore::at", "null semaphore handle",
+          std::source_location::current());
+  return TimelinePoint{state_, value};
+}
+
+// ---- Queue -------------------------------------------------------------------------------
+
+QueueRole Queue::role() const {
+  require(state_ != nullptr, "Queue::role", "null queue handle", std::source_location::current());
+  return state_->role;
+}
+std::uint32_t Queue::id() const {
+  require(state_ != nullptr, "Queue::id", "null queue handle", std::source_location::current());
+  return state_->id;
+}
+const std::string& Queue::name() const {
+  require(state_ != nullptr, "Queue::name", "null queue handle", std::source_location::current());
+  return state_->name;
+}
+
+void Queue::wait(const TimelinePoint& point, std::source_location where) {
+  detail::QueueState& q = detail::checked_queue(*this, "Queue::wait", where);
+  require(!point.empty(), "Queue::wait", "empty timeline point", where);
+  require(point.semaphore->device_id == q.device_id, "Queue::wait",
+          "the point's semaphore belongs to another device", where);
+  std::lock_guard lock(q.mutex);
+  detail::enqueue_wait(q, point);
+  q.backend->flush();
+}
+
+void Queue::signal(const TimelinePoint& point, std::source_location where) {
+  detail::QueueState& q = detail::checked_queue(*this, "Queue::signal", where);
+  require(!point.empty(), "Queue::signal", "empty timeline point", where);
+  require(point.semaphore->device_id == q.device_id, "Queue::signal",
+          "the point's semaphore belongs to another device", where);
+  require(point.semaphore != q.timeline, "Queue::signal",
+          "a queue's private timeline is signalled by ferry only", where);
+  std::lock_guard lock(q.mutex);
+  {
+    std::lock_guard slock(point.semaphore->mutex);
+    auto& s = *point.semaphore;
+    require(s.backend != nullptr, "Queue::signal", "the device is closed", where);
+    const std::uint64_t current = std::max(s.max_signal, s.backend->value());
+    require(point.value > current, "Queue::signal",
+            "value " + std::to_string(point.value) + " does not exceed the highest value signalled so far (" +
+                std::to_string(current) + ")",
+            where);
+    s.max_signal = point.value;
+    q.backend->signal(*s.backend, point.value);
+  }
+  q.dirty = true;
+  q.backend->flush();
+}
+
+TimelinePoint Queue::mark(std::source_location where) {
+  detail::QueueState& q = detail::checked_queue(*this, "Queue::mark", where);
+  std::lock_guard lock(q.mutex);
+  TimelinePoint p = detail::enqueue_mark(q);
+  q.backend->flush();
+  return p;
+}
+
+void Queue::synchronize(std::chrono::nanoseconds timeout, std::source_location where) {
+  mark(where).wait(timeout, where);
+}
+
+// ---- Device ------------------------------------------------------------------------------
+
+namespace {
+detail::DeviceState& checked(const std::shared_ptr<detail::DeviceState>& s, const char* function,
+                             const std::source_location& where = std::source_location::current()) {
+  require(s != nullptr, function, "null device handle", where);
+  require(!s->closed.load(), function, "the device is closed", where);
+  return *s;
+}
+}  // namespace
+
+Device Device::open(const DeviceOptions& options, std::source_location where) {
+  const detail::BackendEntry& e = detail::entry(options.backend);
+  if (!e.built) {
+    fail(ErrorCode::unsupported,
+         "Device::open: ferry was built without the " + std::string(to_string(options.backend)) +
+             " backend (reconfigure with meson " + e.option + ")",
+         where);
+  }
+  require(options.ordinal >= 0, "Device::open", "negative ordinal " + std::to_string(options.ordinal), where);
+  auto state = std::make_shared<detail::DeviceState>();
+  state->options = options;
+  try {
+    state->backend = e.open(options);
+  } catch (Error& err) {
+    throw Error(err.code(), "Device::open(" + std::string(to_string(options.backend)) + ", " +
+                                std::to_string(options.ordinal) + "): " + err.message(),
+                err.call(), where);
+  }
+  state->caps = state->backend->capabilities();
+  state->pool.allocator = detail::BlockAllocator(detail::BlockAllocator::Config{
+      .alignment = std::max<std::uint64_t>(512, state->caps.min_alignment)});
+  auto& compute_backend = state->backend->default_queue(QueueRole::compute);
+  auto& transfer_backend = state->backend->default_queue(QueueRole::transfer);
+  state->compute = detail::make_queue(*state, state, QueueRole::compute, "compute", &compute_backend, nullptr);
+  if (&transfer_backend == &compute_backend) {
+    state->transfer = state->compute;  // one-queue device: documented in capabilities
+  } else {
+    state->transfer = detail::make_queue(*state, state, QueueRole::transfer, "transfer", &transfer_backend, nullptr);
+  }
+  return Device(std::move(state));
+}
+
+Device Device::open_default(std::source_location where) {
+  auto try_open = [&](Backend b, int ordinal) -> Device {
+    try {
+      return open(DeviceOptions{.backend = b, .ordinal = ordinal}, where);
+    } catch (const Error&) {
+      return Device();
+    }
+  };
+  if (count(Backend::cuda) > 0) {
+    if (Device d = try_open(Backend::cuda, 0)) return d;
+  }
+#if FERRY_HAVE_VULKAN
+  const int vk = count(Backend::vulkan);
+  for (int i = 0; i < vk; ++i) {
+    if (detail::vulkan_device_is_gpu(i)) {
+      if (Device d = try_open(Backend::vulkan, i)) return d;
+    }
+  }
+#endif
+  if (count(Backend::hip) > 0) {
+    if (Device d = try_open(Backend::hip, 0)) return d;
+  }
+#if FERRY_HAVE_VULKAN
+  for (int i = 0; i < vk; ++i) {
+    if (Device d = try_open(Backend::vulkan, i)) return d;
+  }
+#endif
+  return open(DeviceOptions{.backend = Backend::host}, where);
+}
+
+int Device::count(Backend backend) noexcept {
+  const detail::BackendEntry& e = detail::entry(backend);
+  return e.built ? e.count() : 0;
+}
+
+bool Device::built_with(Backend backend) noexcept { return detail::entry(backend).built; }
+
+const Capabilities& Device::capabilities() const { return checked(state_, "Device::capabilities").caps; }
+Backend Device::backend() const { return checked(state_, "Device::backend").options.backend; }
+
+Queue Device::queue(QueueRole role) const {
+  auto& s = checked(state_, "Device::queue");
+  return Queue(role == QueueRole::compute ? s.compute : s.transfer);
+}
+
+Queue Device::create_queue(QueueRole role, std::string name, int priority, std::source_location where) {
+  auto& s = checked(state_, "Device::create_queue", where);
+  auto backend = s.backend->create_queue(role, priority);
+  return Queue(detail::make_queue(s, state_, role, std::move(name), nullptr, std::move(backend)));
+}
+
+Queue Device::adopt_queue(QueueRole role, const NativeQueue& native, std::string name,
+                          std::source_location where) {
+  auto& s = checked(state_, "Device::adopt_queue", where);
+  std::unique_ptr<detail::BackendQueue> backend;
+  try {
+    backend = s.backend->adopt_queue(role, native);
+  } catch (Error& err) {
+    throw Error(err.code(), "Device::adopt_queue: " + err.message(), err.call(), where);
+  }
+  return Queue(detail::make_queue(s, state_, role, name.empty() ? "adopted" : std::move(name), nullptr,
+                                  std::move(backend)));
+}
+
+TimelineSemaphore Device::create_semaphore(std::uint64_t initial, std::source_location where) {
+  auto& s = checked(state_, "Device::create_semaphore", where);
+  return TimelineSemaphore(detail::make_semaphore(s, state_, initial));
+}
+
+DevicePool& Device::pool() const { return checked(state_, "Device::pool").pool_api; }
+HostPool& Device::host_pool() const { return checked(state_, "Device::host_pool").host_pool_api; }
+
+std::uint64_t Device::validation_messages() const {
+  auto& s = checked(state_, "Device::validation_messages");
+  return s.backend->validation_messages();
+}
+
+void Device::close() {
+  if (state_) state_->close();
+}
+
+bool Device::is_open() const noexcept { return state_ != nullptr && !state_->closed.load(); }
+
+}  // namespace ferry

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: MIT
+// Front-end state shared by src/*.cpp. Not installed.
+//
+// Lifetime model: Device handles own the DeviceState (shared_ptr). Every other handle
+// (Queue, TimelineSemaphore, DeviceBuffer, HostBuffer) holds its own state plus a weak_ptr to
+// the device: once the last Device handle goes away (or close() is called) the device waits
+// for its queues, destroys every backend object it made -- including those still referenced by
+// live handles -- and those handles become inert ("device is closed" errors).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <source_location>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend.hpp"
+#include "block_allocator.hpp"
+#include "ferry/device.hpp"
+#include "ferry/pool.hpp"
+#include "ferry/snapshot.hpp"
+
+namespace ferry::detail {
+
+struct DeviceState;
+
+/// Throw `invalid_argument` with `message` at the caller's location.
+[[noreturn]] void fail(ErrorCode code, const std::string& message, const std::source_location& where);
+inline void require(bool condition, const char* function, const std::string& what,
+                    const std::source_location& where) {
+  if (!condition) fail(ErrorCode::invalid_argument, std::string(function) + ": " + what, where);
+}
+
+struct SemaphoreState {
+  std::weak_ptr<DeviceState> device;
+  DeviceState* device_id = nullptr;  // identity only; never dereferenced without `device`
+  std::uint32_t timeline_id = 0;     // id used by the pool's free points
+  std::mutex mutex;
+  std::unique_ptr<BackendSemaphore> backend;  // null once the device closed
+  std::uint64_t max_signal = 0;               // highest value signalled or enqueued for signal
+};
+
+struct QueueState {
+  std::weak_ptr<DeviceState> device;
+  DeviceState* device_id = nullptr;
+  std::uint32_t id = 0;
+  std::string name;
+  QueueRole role = QueueRole::compute;
+  std::unique_ptr<BackendQueue> owned;  // null for the backend's default queues
+  BackendQueue* backend = nullptr;      // null once the device closed
+  std::shared_ptr<SemaphoreState> timeline;  // private progress timeline
+  std::recursive_mutex mutex;                // serializes enqueues on this queue
+  std::uint64_t last_mark = 0;               // last value signalled on `timeline`
+  bool dirty = false;                        // work enqueued since last mark
+  /// Queue-family ownership acquires this queue owes: performed by the first wait of this
+  /// queue on `point` (or later), since a release on `from` is ordered before that point.
+  struct PendingAcquire {
+    TimelinePoint point;
+    DeviceRef range;
+    std::uint64_t bytes = 0;
+    BackendQueue* from = nullptr;
+  };
+  std::vector<PendingAcquire> pending_acquires;
+};
+
+struct HostAllocation {
+  std::weak_ptr<DeviceState> device;
+  DeviceState* device_id = nullptr;
+  std::unique_ptr<HostMemory> memory;  // null once freed (device closed)
+  ~HostAllocation();
+};
+
+struct BlockState {
+  std::weak_ptr<DeviceState> device;
+  DeviceState* device_id = nullptr;
+  std::uint64_t segment_id = 0;
+  const Segment* segment = nullptr;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;       // rounded
+  std::uint64_t requested = 0;  // asked for
+  std::shared_ptr<QueueState> owner;
+  std::shared_ptr<QueueState> recorded_user;  // executor_owned: release waits for this queue
+  std::shared_ptr<QueueState> holder;  // queue holding queue-family ownership (null: none yet)
+  TimelinePoint ready_after;
+  TimelinePoint last_access;  // last access by a queue other than the owner (a copy)
+  std::string tag;
+  bool released = false;
+};
+
+struct PoolState {
+  std::mutex mutex;
+  BlockAllocator allocator;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Segment>> segments;
+  std::uint64_t next_segment_id = 1;
+  PoolBudget budget;
+  std::unordered_map<std::uint32_t, QueueBudget> per_queue;
+  std::vector<PoolEvent> events;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, BlockState*> live;  // (segment, offset)
+};
+
+struct HostPoolState {
+  std::mutex mutex;
+  std::uint64_t pinned_bytes = 0;
+  std::map<std::uintptr_t, std::uintptr_t> registered;  // start -> end
+  std::vector<std::weak_ptr<HostAllocation>> live;
+};
+
+struct DeviceState : std::enable_shared_from_this<DeviceState> {
+  std::unique_ptr<BackendDevice> backend;
+  DeviceOptions options;
+  Capabilities caps;
+  std::atomic<bool> closed{false};
+  std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
+
+  std::mutex mutex;  // queues, semaphores registries
+  std::vector<std::shared_ptr<QueueState>> queues;
+  std::vector<std::weak_ptr<SemaphoreState>> semaphores;
+  std::unordered_map<std::uint32_t, std::weak_ptr<SemaphoreState>> timelines;
+  std::uint32_t next_queue_id = 1;
+  std::uint32_t next_timeline_id = 1;
+  std::shared_ptr<QueueState> compute;
+  std::shared_ptr<QueueState> transfer;
+
+  PoolState pool;
+  HostPoolState host;
+  DevicePool pool_api{this};
+  HostPool host_pool_api{this};
+  std::mutex activity_mutex;
+  std::vector<QueueActivity> activity;
+
+  ~DeviceState();
+  void close() noexcept;
+  [[nodiscard]] std::uint64_t now_ns() const {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now() - opened)
+                                          .count());
+  }
+};
+
+// ---- helpers used across src/*.cpp ------------------------------------------------------
+
+/// Lock the device of a handle; throws invalid_argument when closed.
+std::shared_ptr<DeviceState> lock_device(const std::weak_ptr<DeviceState>& device,
+                                         const char* function, const std::source_location& where);
+/// Validate a queue handle (non-null, device open) and return its state + device.
+QueueState& checked_queue(const Queue& queue, const char* function, const std::source_location& where);
+/// Create a semaphore state registered with the device (assigns a timeline id).
+std::shared_ptr<SemaphoreState> make_semaphore(DeviceState& device, const std::shared_ptr<DeviceState>& self,
+                                               std::uint64_t initial);
+/// Wrap a backend queue as a QueueState registered with the device.
+std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_ptr<DeviceState>& self,
+                                       QueueRole role, std::string name, BackendQueue* backend,
+                                       std::unique_ptr<BackendQueue> owned);
+
+// Enqueue helpers; caller holds q.mutex. They mark the queue dirty.
+void enqueue_wait(QueueState& q, const TimelinePoint& point);
+/// Signal the queue's own timeline if work was enqueued since the last mark; returns the point.
+TimelinePoint enqueue_mark(QueueState& q);
+/// Whether `point` is reached (empty = reached; closed device = reached).
+bool point_reached(const TimelinePoint& point);
+/// Record queue activity for traces.
+void record_activity(DeviceState& device, const QueueState& q, std::string name, std::uint64_t bytes);
+
+// Pool internals (pool.cpp).
+DeviceBuffer pool_allocate(DeviceState& device, const std::shared_ptr<DeviceState>& self,
+                           std::uint64_t bytes, const std::shared_ptr<QueueState>& owner,
+                           const std::shared_ptr<QueueState>& first_writer, const std::string& tag,
+                           const std::source_location& where);
+void pool_close(DeviceState& device) noexcept;
+void host_pool_close(DeviceState& device) noexcept;
+
+}  // namespace ferry::detail

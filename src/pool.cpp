@@ -1,0 +1,583 @@
+// SPDX-License-Identifier: MIT
+// Front end of the device pool (DESIGN §5) and the pinned host pool: argument checks,
+// statistics, events, segment growth and the out-of-memory path, around BlockAllocator.
+#include <algorithm>
+#include <sstream>
+
+#include "internal.hpp"
+
+namespace ferry {
+namespace detail {
+namespace {
+
+std::string mib(std::uint64_t bytes) {
+  std::ostringstream s;
+  s.precision(1);
+  s << std::fixed << static_cast<double>(bytes) / (1024.0 * 1024.0) << " MiB";
+  return s.str();
+}
+
+std::string pool_state_text(const PoolState& p) {
+  return "reserved " + mib(p.budget.reserved_bytes) + ", active " + mib(p.budget.active_bytes) +
+         ", free " + mib(p.allocator.free_bytes()) + " (" + std::to_string(p.allocator.pending_blocks()) +
+         " blocks pending on a queue), " + std::to_string(p.budget.segment_count) + " segments";
+}
+
+void record(DeviceState& d, PoolEventKind kind, std::uint64_t address, std::uint64_t size,
+            std::uint32_t queue, const std::string& tag) {
+  if (!d.options.record_events) return;
+  if (d.pool.events.size() >= (4u << 20)) return;  // bounded: ~4M events
+  d.pool.events.push_back(PoolEvent{kind, address, size, queue, d.now_ns(), tag});
+}
+
+std::uint64_t segment_address(const PoolState& p, std::uint64_t id) {
+  const Segment& s = *p.segments.at(id);
+  return s.address != 0 ? s.address : (id << 40);
+}
+
+// The Reached callback: query the timeline's semaphore (cached per call; never blocks).
+struct ReachedQuery {
+  DeviceState& device;
+  std::unordered_map<std::uint32_t, std::uint64_t> cache;
+  bool operator()(const FreePoint& fp) {
+    if (!fp.pending()) return true;
+    auto it = cache.find(fp.timeline);
+    if (it == cache.end()) {
+      std::uint64_t value = UINT64_MAX;  // a timeline that died with its queue is complete
+      std::shared_ptr<SemaphoreState> s;
+      {
+        std::lock_guard lock(device.mutex);
+        auto t = device.timelines.find(fp.timeline);
+        if (t != device.timelines.end()) s = t->second.lock();
+      }
+      if (s) {
+        std::lock_guard lock(s->mutex);
+        if (s->backend) value = s->backend->value();
+      }
+      it = cache.emplace(fp.timeline, value).first;
+    }
+    return it->second >= fp.value;
+  }
+};
+
+std::shared_ptr<SemaphoreState> timeline_state(DeviceState& d, std::uint32_t id) {
+  std::lock_guard lock(d.mutex);
+  auto t = d.timelines.find(id);
+  return t == d.timelines.end() ? nullptr : t->second.lock();
+}
+
+void note_peaks(PoolBudget& b) {
+  b.peak_reserved_bytes = std::max(b.peak_reserved_bytes, b.reserved_bytes);
+  b.peak_active_bytes = std::max(b.peak_active_bytes, b.active_bytes);
+  b.peak_stranded_bytes = std::max(b.peak_stranded_bytes, b.stranded_bytes);
+}
+
+std::uint64_t trim_locked(DeviceState& d) {
+  PoolState& p = d.pool;
+  ReachedQuery reached{d, {}};
+  p.allocator.refresh(std::ref(reached));
+  std::uint64_t returned = 0;
+  for (std::uint64_t id : p.allocator.idle_segments()) {
+    const std::uint64_t address = segment_address(p, id);
+    const std::uint32_t queue = p.allocator.segments().at(id).queue;
+    const std::uint64_t size = p.allocator.remove_segment(id);
+    auto node = p.segments.extract(id);
+    d.backend->free_segment(std::move(node.mapped()));
+    returned += size;
+    p.budget.reserved_bytes -= size;
+    p.budget.segment_count -= 1;
+    record(d, PoolEventKind::segment_free, address, size, queue, {});
+  }
+  return returned;
+}
+
+}  // namespace
+
+HostAllocation::~HostAllocation() {
+  if (!memory) return;
+  auto d = device.lock();
+  if (!d || d->closed.load()) return;  // freed by host_pool_close
+  std::lock_guard lock(d->host.mutex);
+  if (!memory) return;
+  if (memory->registered) {
+    d->host.registered.erase(reinterpret_cast<std::uintptr_t>(memory->ptr));
+  } else {
+    d->host.pinned_bytes -= memory->size;
+  }
+  try {
+    d->backend->free_host(std::move(memory));
+  } catch (...) {
+    // Destructors do not throw; a failing free leaves the memory to the driver's teardown.
+  }
+}
+
+DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& self, std::uint64_t bytes,
+                           const std::shared_ptr<QueueState>& owner,
+                           const std::shared_ptr<QueueState>& first_writer, const std::string& tag,
+                           const std::source_location& where) {
+  PoolState& p = d.pool;
+  std::lock_guard lock(p.mutex);
+  const QueueState& first = first_writer ? *first_writer : *owner;
+  BlockAllocator::Request request{bytes, owner->id, first.timeline->timeline_id,
+                                  first_writer != nullptr && first_writer != owner};
+  ReachedQuery reached{d, {}};
+  auto placement = p.allocator.allocate(request, std::ref(reached));
+  if (!placement && p.allocator.refresh(std::ref(reached)) > 0) {
+    placement = p.allocator.allocate(request, std::ref(reached));
+  }
+  if (!placement) {
+    // Grow by one segment. Record what the asking queue could not reuse (stranded memory).
+    p.budget.stranded_bytes = p.allocator.unusable_free_bytes(bytes, request.first_user, std::ref(reached));
+    const std::uint64_t segment_bytes = p.allocator.segment_size_for(bytes);
+    std::unique_ptr<Segment> segment;
+    try {
+      segment = d.backend->allocate_segment(segment_bytes);
+    } catch (const Error& err) {
+      if (err.code() != ErrorCode::out_of_memory) throw;
+      // Out of memory: reclaim completed frees, return idle segments, retry once.
+      trim_locked(d);
+      placement = p.allocator.allocate(request, std::ref(reached));
+      if (!placement) {
+        try {
+          segment = d.backend->allocate_segment(segment_bytes);
+        } catch (const Error& again) {
+          if (again.code() != ErrorCode::out_of_memory) throw;
+          throw Error(ErrorCode::out_of_memory,
+                      "DevicePool::allocate: cannot allocate " + std::to_string(bytes) + " bytes for queue '" +
+                          owner->name + "' (needs a new " + mib(segment_bytes) + " segment; " +
+                          pool_state_text(p) + "): " + again.message(),
+                      again.call(), where);
+        }
+      }
+    }
+    if (segment) {
+      const std::uint64_t id = p.next_segment_id++;
+      const bool small = p.allocator.is_small(bytes);
+      p.allocator.add_segment(id, segment_bytes, owner->id, small);
+      p.segments.emplace(id, std::move(segment));
+      p.budget.reserved_bytes += segment_bytes;
+      p.budget.segment_count += 1;
+      p.budget.segment_allocations += 1;
+      record(d, PoolEventKind::segment_alloc, segment_address(p, id), segment_bytes, owner->id, tag);
+      placement = p.allocator.allocate(request, std::ref(reached));
+    }
+  }
+  if (!placement) {
+    throw Error(ErrorCode::backend_error, "DevicePool::allocate: internal error: a fresh segment did not fit " +
+                                              std::to_string(bytes) + " bytes", {}, where);
+  }
+  auto block = std::make_shared<BlockState>();
+  block->device = self;
+  block->device_id = &d;
+  block->segment_id = placement->segment;
+  block->segment = p.segments.at(placement->segment).get();
+  block->offset = placement->offset;
+  block->size = placement->size;
+  block->requested = bytes;
+  block->owner = owner;
+  block->tag = tag;
+  if (placement->pending_reuse) {
+    block->ready_after = TimelinePoint{timeline_state(d, placement->wait.timeline), placement->wait.value};
+    p.budget.pending_reuses += 1;
+  } else if (p.budget.segment_allocations > 0) {
+    p.budget.immediate_reuses += 1;
+  }
+  p.live[{block->segment_id, block->offset}] = block.get();
+  p.budget.active_bytes += placement->size;
+  p.budget.requested_bytes += bytes;
+  p.budget.allocations += 1;
+  QueueBudget& qb = p.per_queue[owner->id];
+  qb.queue_id = owner->id;
+  qb.queue_name = owner->name;
+  qb.active_bytes += placement->size;
+  qb.peak_active_bytes = std::max(qb.peak_active_bytes, qb.active_bytes);
+  note_peaks(p.budget);
+  record(d, PoolEventKind::alloc, segment_address(p, block->segment_id) + block->offset, placement->size,
+         owner->id, tag);
+  return DeviceBuffer(std::move(block));
+}
+
+// Return a block to the allocator with a free point (caller validated the block).
+void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
+  PoolState& p = d.pool;
+  std::lock_guard lock(p.mutex);
+  FreePoint fp;
+  if (!point_reached(point)) fp = FreePoint{point.semaphore->timeline_id, point.value};
+  const std::uint64_t address = segment_address(p, b.segment_id) + b.offset;
+  p.allocator.release(b.segment_id, b.offset, fp);
+  p.live.erase({b.segment_id, b.offset});
+  p.budget.active_bytes -= b.size;
+  p.budget.requested_bytes -= b.requested;
+  p.per_queue[b.owner->id].active_bytes -= b.size;
+  record(d, fp.pending() ? PoolEventKind::free_requested : PoolEventKind::free_completed, address, b.size,
+         b.owner->id, b.tag);
+  b.released = true;
+}
+
+void pool_close(DeviceState& d) noexcept {
+  PoolState& p = d.pool;
+  std::lock_guard lock(p.mutex);
+  for (auto& [key, block] : p.live) block->released = true;  // handles become inert
+  p.live.clear();
+  for (auto& [id, segment] : p.segments) {
+    try {
+      d.backend->free_segment(std::move(segment));
+    } catch (...) {
+      // Teardown continues; the driver reclaims the rest with the device.
+    }
+  }
+  p.segments.clear();
+  p.allocator = BlockAllocator(p.allocator.config());
+}
+
+void host_pool_close(DeviceState& d) noexcept {
+  std::lock_guard lock(d.host.mutex);
+  for (auto& w : d.host.live) {
+    if (auto a = w.lock()) {
+      if (a->memory) {
+        try {
+          d.backend->free_host(std::move(a->memory));
+        } catch (...) {
+        }
+      }
+    }
+  }
+  d.host.live.clear();
+  d.host.registered.clear();
+  d.host.pinned_bytes = 0;
+}
+
+}  // namespace detail
+
+using detail::require;
+
+// ---- DeviceBuffer ------------------------------------------------------------------------
+
+namespace {
+detail::BlockState& live_block(const std::shared_ptr<detail::BlockState>& s, const char* function,
+                               const std::source_location& where) {
+  require(s != nullptr, function, "null or moved-from buffer", where);
+  (void)detail::lock_device(s->device, function, where);
+  require(!s->released, function, "the buffer was released", where);
+  return *s;
+}
+}  // namespace
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&&) noexcept = default;
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (valid()) {
+      try {
+        release();
+      } catch (...) {
+      }
+    }
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (!valid()) return;
+  try {
+    release();
+  } catch (...) {
+    // A destructor cannot report; release() only fails on a lost device.
+  }
+}
+
+bool DeviceBuffer::valid() const noexcept {
+  if (state_ == nullptr || state_->released) return false;
+  auto d = state_->device.lock();
+  return d != nullptr && !d->closed.load();
+}
+
+std::uint64_t DeviceBuffer::size() const {
+  return live_block(state_, "DeviceBuffer::size", std::source_location::current()).requested;
+}
+
+Queue DeviceBuffer::owner() const {
+  return Queue(live_block(state_, "DeviceBuffer::owner", std::source_location::current()).owner);
+}
+
+DeviceView DeviceBuffer::view() const {
+  const auto& b = live_block(state_, "DeviceBuffer::view", std::source_location::current());
+  DeviceView v;
+  v.native = b.segment->native;
+  v.offset = b.offset;
+  v.size = b.requested;
+  v.address = b.segment->address != 0 ? b.segment->address + b.offset : 0;
+  return v;
+}
+
+TimelinePoint DeviceBuffer::ready_after() const {
+  return live_block(state_, "DeviceBuffer::ready_after", std::source_location::current()).ready_after;
+}
+
+namespace {
+// The free point of a block: the mark of the queue that used it last in stream order, after
+// that queue has waited for any other queue's access (a copy still writing or reading it).
+TimelinePoint free_point(detail::BlockState& b, const TimelinePoint& extra) {
+  detail::QueueState& q = b.recorded_user ? *b.recorded_user : *b.owner;
+  std::lock_guard lock(q.mutex);
+  detail::enqueue_wait(q, b.last_access);
+  detail::enqueue_wait(q, extra);
+  TimelinePoint p = detail::enqueue_mark(q);
+  q.backend->flush();
+  return p;
+}
+}  // namespace
+
+void DeviceBuffer::release(std::source_location where) {
+  require(state_ != nullptr, "DeviceBuffer::release", "null or moved-from buffer", where);
+  auto d = state_->device.lock();
+  if (!d || d->closed.load()) {
+    state_->released = true;  // inert after close: the segment is gone already
+    return;
+  }
+  require(!state_->released, "DeviceBuffer::release", "the buffer was already released (double release)", where);
+  detail::pool_release(*d, *state_, free_point(*state_, {}));
+}
+
+void DeviceBuffer::release_after(const TimelinePoint& point, std::source_location where) {
+  auto& b = live_block(state_, "DeviceBuffer::release_after", where);
+  require(!point.empty(), "DeviceBuffer::release_after", "empty timeline point", where);
+  require(point.semaphore->device_id == b.device_id, "DeviceBuffer::release_after",
+          "the point's semaphore belongs to another device", where);
+  auto d = b.device.lock();
+  detail::pool_release(*d, b, free_point(b, point));
+}
+
+// ---- DevicePool --------------------------------------------------------------------------
+
+DeviceBuffer DevicePool::allocate(std::uint64_t bytes, const Queue& owner, AllocationOptions options,
+                                  std::source_location where) {
+  auto d = device_->shared_from_this();
+  require(!d->closed.load(), "DevicePool::allocate", "the device is closed", where);
+  require(bytes > 0, "DevicePool::allocate", "size 0 is not allowed", where);
+  require(bytes <= detail::BlockAllocator::max_request(), "DevicePool::allocate",
+          "size " + std::to_string(bytes) + " exceeds the largest supported allocation (2^52 bytes)", where);
+  if (d->caps.max_allocation_bytes != 0 && bytes > d->caps.max_allocation_bytes) {
+    detail::fail(ErrorCode::out_of_memory,
+                 "DevicePool::allocate: " + std::to_string(bytes) + " bytes exceed the device's largest allocation (" +
+                     std::to_string(d->caps.max_allocation_bytes) + " bytes)",
+                 where);
+  }
+  detail::QueueState& q = detail::checked_queue(owner, "DevicePool::allocate", where);
+  require(q.device_id == device_, "DevicePool::allocate", "the owner queue belongs to another device", where);
+  std::shared_ptr<detail::QueueState> writer;
+  if (options.first_writer) {
+    detail::QueueState& w = detail::checked_queue(options.first_writer, "DevicePool::allocate", where);
+    require(w.device_id == device_, "DevicePool::allocate", "the first writer belongs to another device", where);
+    writer = options.first_writer.state();
+  }
+  return detail::pool_allocate(*d, d, bytes, owner.state(), writer, options.tag, where);
+}
+
+PoolBudget DevicePool::get_budget() const {
+  std::lock_guard lock(device_->pool.mutex);
+  PoolBudget b = device_->pool.budget;
+  const auto& free_by = device_->pool.allocator.free_by_timeline();
+  for (const auto& [id, qb] : device_->pool.per_queue) {
+    QueueBudget copy = qb;
+    std::lock_guard dl(device_->mutex);
+    for (const auto& q : device_->queues) {
+      if (q->id == id) {
+        auto it = free_by.find(q->timeline->timeline_id);
+        copy.free_bytes = it == free_by.end() ? 0 : it->second;
+      }
+    }
+    b.queues.push_back(std::move(copy));
+  }
+  return b;
+}
+
+PoolDetailedStatistics DevicePool::calculate_statistics() const {
+  PoolDetailedStatistics s;
+  s.budget = get_budget();
+  std::lock_guard lock(device_->pool.mutex);
+  detail::ReachedQuery reached{*device_, {}};
+  for (const auto& [id, info] : device_->pool.allocator.segments()) {
+    bool idle = true;
+    for (const auto& [offset, block] : info.blocks) {
+      if (block.allocated) {
+        ++s.allocated_blocks;
+        idle = false;
+      } else {
+        ++s.free_blocks;
+        s.largest_free_block = std::max(s.largest_free_block, block.size);
+        if (block.free_point.pending() && !reached(block.free_point)) ++s.pending_free_blocks;
+      }
+    }
+    if (idle) ++s.idle_segments;
+  }
+  return s;
+}
+
+void DevicePool::reset_peaks() {
+  std::lock_guard lock(device_->pool.mutex);
+  auto& b = device_->pool.budget;
+  b.peak_reserved_bytes = b.reserved_bytes;
+  b.peak_active_bytes = b.active_bytes;
+  b.peak_stranded_bytes = b.stranded_bytes = 0;
+  for (auto& [id, qb] : device_->pool.per_queue) qb.peak_active_bytes = qb.active_bytes;
+}
+
+std::uint64_t DevicePool::trim() {
+  require(!device_->closed.load(), "DevicePool::trim", "the device is closed", std::source_location::current());
+  std::lock_guard lock(device_->pool.mutex);
+  return detail::trim_locked(*device_);
+}
+
+void DevicePool::validate() const {
+  std::lock_guard lock(device_->pool.mutex);
+  const auto& p = device_->pool;
+  std::string problems = p.allocator.validate();
+  std::uint64_t reserved = 0;
+  std::uint64_t active = 0;
+  for (const auto& [id, info] : p.allocator.segments()) {
+    reserved += info.size;
+    if (!p.segments.contains(id)) problems += "segment " + std::to_string(id) + " has no backend memory; ";
+    for (const auto& [offset, block] : info.blocks) {
+      if (block.allocated) {
+        active += block.size;
+        if (!p.live.contains({id, offset})) problems += "allocated block without a live buffer; ";
+      }
+    }
+  }
+  if (reserved != p.budget.reserved_bytes) problems += "reserved_bytes counter out of date; ";
+  if (active != p.budget.active_bytes) problems += "active_bytes counter out of date; ";
+  if (!problems.empty()) {
+    throw Error(ErrorCode::backend_error, "DevicePool::validate: " + problems, {}, std::source_location::current());
+  }
+}
+
+MemorySnapshot DevicePool::snapshot() const {
+  MemorySnapshot snap;
+  snap.device_name = device_->caps.name;
+  snap.backend = std::string(to_string(device_->options.backend));
+  {
+    std::lock_guard lock(device_->mutex);
+    for (const auto& q : device_->queues) {
+      snap.queues.push_back({q->id, q->name, q->role == QueueRole::compute ? "compute" : "transfer"});
+    }
+  }
+  {
+    std::lock_guard lock(device_->activity_mutex);
+    snap.activity = device_->activity;
+  }
+  std::lock_guard lock(device_->pool.mutex);
+  const auto& p = device_->pool;
+  detail::ReachedQuery reached{*device_, {}};
+  for (const auto& [id, info] : p.allocator.segments()) {
+    SnapshotSegment seg;
+    seg.address = detail::segment_address(p, id);
+    seg.total_size = info.size;
+    seg.queue_id = info.queue;
+    seg.large = !info.small;
+    for (const auto& [offset, block] : info.blocks) {
+      SnapshotBlock sb;
+      sb.address = seg.address + offset;
+      sb.size = block.size;
+      sb.queue_id = block.owner;
+      if (block.allocated) {
+        sb.state = BlockStateKind::active_allocated;
+        sb.requested_size = block.requested;
+        if (auto it = p.live.find({id, offset}); it != p.live.end()) sb.tag = it->second->tag;
+        seg.allocated_size += block.size;
+        seg.active_size += block.size;
+        seg.requested_size += block.requested;
+      } else if (block.free_point.pending() && !reached(block.free_point)) {
+        sb.state = BlockStateKind::active_pending_free;
+        seg.active_size += block.size;
+      } else {
+        sb.state = BlockStateKind::inactive;
+      }
+      seg.blocks.push_back(std::move(sb));
+    }
+    snap.segments.push_back(std::move(seg));
+  }
+  snap.events = p.events;
+  return snap;
+}
+
+void DevicePool::clear_events() {
+  std::lock_guard lock(device_->pool.mutex);
+  device_->pool.events.clear();
+  std::lock_guard alock(device_->activity_mutex);
+  device_->activity.clear();
+}
+
+// ---- HostBuffer / HostPool ---------------------------------------------------------------
+
+namespace {
+const detail::HostMemory& live_host(const std::shared_ptr<detail::HostAllocation>& s, const char* function) {
+  const auto where = std::source_location::current();
+  require(s != nullptr, function, "null or moved-from host buffer", where);
+  require(s->memory != nullptr, function, "the device of this host buffer is closed", where);
+  return *s->memory;
+}
+}  // namespace
+
+std::span<std::byte> HostBuffer::span() const {
+  const auto& m = live_host(state_, "HostBuffer::span");
+  return {m.ptr, static_cast<std::size_t>(m.size)};
+}
+std::byte* HostBuffer::data() const { return live_host(state_, "HostBuffer::data").ptr; }
+std::uint64_t HostBuffer::size() const { return live_host(state_, "HostBuffer::size").size; }
+bool HostBuffer::registered() const { return live_host(state_, "HostBuffer::registered").registered; }
+
+HostBuffer HostPool::allocate(std::uint64_t bytes, std::source_location where) {
+  auto d = device_->shared_from_this();
+  require(!d->closed.load(), "HostPool::allocate", "the device is closed", where);
+  require(bytes > 0, "HostPool::allocate", "size 0 is not allowed", where);
+  require(bytes <= (1ull << 46), "HostPool::allocate",
+          "size " + std::to_string(bytes) + " exceeds the largest supported pinned allocation (64 TiB)", where);
+  auto a = std::make_shared<detail::HostAllocation>();
+  a->device = d;
+  a->device_id = device_;
+  try {
+    a->memory = d->backend->allocate_host(bytes);
+  } catch (const Error& err) {
+    throw Error(err.code(), "HostPool::allocate(" + std::to_string(bytes) + "): " + err.message(), err.call(), where);
+  }
+  std::lock_guard lock(d->host.mutex);
+  d->host.pinned_bytes += a->memory->size;
+  std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
+  d->host.live.push_back(a);
+  return HostBuffer(std::move(a));
+}
+
+HostBuffer HostPool::register_memory(std::span<std::byte> memory, std::source_location where) {
+  auto d = device_->shared_from_this();
+  require(!d->closed.load(), "HostPool::register_memory", "the device is closed", where);
+  require(!memory.empty() && memory.data() != nullptr, "HostPool::register_memory", "empty span", where);
+  const auto start = reinterpret_cast<std::uintptr_t>(memory.data());
+  const auto end = start + memory.size();
+  require(end > start, "HostPool::register_memory", "the range wraps around the address space", where);
+  std::lock_guard lock(d->host.mutex);
+  auto next = d->host.registered.lower_bound(start);
+  const bool overlaps_next = next != d->host.registered.end() && next->first < end;
+  const bool overlaps_prev = next != d->host.registered.begin() && std::prev(next)->second > start;
+  require(!overlaps_next && !overlaps_prev, "HostPool::register_memory",
+          "the range overlaps memory registered before", where);
+  auto a = std::make_shared<detail::HostAllocation>();
+  a->device = d;
+  a->device_id = device_;
+  try {
+    a->memory = d->backend->register_host(memory.data(), memory.size());
+  } catch (const Error& err) {
+    throw Error(err.code(), "HostPool::register_memory: " + err.message(), err.call(), where);
+  }
+  d->host.registered.emplace(start, end);
+  std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
+  d->host.live.push_back(a);
+  return HostBuffer(std::move(a));
+}
+
+std::uint64_t HostPool::pinned_bytes() const {
+  std::lock_guard lock(device_->host.mutex);
+  return device_->host.pinned_bytes;
+}
+
+}  // namespace ferry

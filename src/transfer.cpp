@@ -1,0 +1,515 @@
+// SPDX-License-Identifier: MIT
+// Transfer planning: which queue runs a copy, what it waits for, what it signals, queue-family
+// ownership hand-offs, pinned staging for pageable memory, and keeping sources alive.
+//
+// Ownership protocol (no-ops on backends without queue families):
+//  - a block's contents are discarded when it is allocated, so the first writer needs no acquire;
+//  - after a queue X writes or reads a block that its owner O uses next, X releases the range
+//    to O and O owes an acquire, performed by O's first wait on X's signal (enqueue_wait);
+//  - before X reads a block that O holds, O releases it to X, signals, and X acquires after
+//    waiting for that signal.
+#include "ferry/transfer.hpp"
+
+#include <cstring>
+#include <deque>
+
+#include "internal.hpp"
+
+namespace ferry {
+namespace detail {
+
+struct TransferState {
+  Device device;  // keeps the device open while the Transfer lives
+  std::shared_ptr<QueueState> exec;
+  TransferOptions options;
+  std::mutex mutex;  // serializes calls on this Transfer
+  struct InFlight {
+    TimelinePoint done;
+    std::shared_ptr<HostAllocation> host;
+  };
+  std::deque<InFlight> in_flight;  // host memory kept alive until its copy completed
+  struct Slot {
+    HostBuffer buffer;
+    TimelinePoint free;  // the copy that last used this slot
+  };
+  std::vector<Slot> ring;
+  std::size_t next_slot = 0;
+
+  void keep(const TimelinePoint& done, const std::shared_ptr<HostAllocation>& host) {
+    while (!in_flight.empty() && point_reached(in_flight.front().done)) in_flight.pop_front();
+    in_flight.push_back({done, host});
+  }
+};
+
+namespace {
+
+using QueuePtr = std::shared_ptr<QueueState>;
+
+DeviceRef ref(const BlockState& b) { return DeviceRef{b.segment, b.offset}; }
+
+/// Order `user` after every other queue's access to `b` and make it the holder.
+/// Caller holds user.mutex.
+void use_on(const QueuePtr& user, BlockState& b) {
+  enqueue_wait(*user, b.last_access);  // also records an acquire owed for this block
+  b.holder = user;
+}
+
+/// The executor is about to read `b`: the holder releases it and the executor waits for that.
+/// Returns true when an acquire must follow on the executor. Caller holds no queue mutex.
+void prepare_read(const QueuePtr& exec, BlockState& b) {
+  QueuePtr holder = b.holder;
+  if (!holder || holder == exec) {
+    std::lock_guard lock(exec->mutex);
+    enqueue_wait(*exec, b.last_access);
+    return;
+  }
+  TimelinePoint released;
+  {
+    std::lock_guard lock(holder->mutex);
+    enqueue_wait(*holder, b.last_access);
+    holder->backend->release_ownership(ref(b), b.size, *exec->backend);
+    holder->dirty = true;
+    released = enqueue_mark(*holder);
+    holder->backend->flush();
+  }
+  std::lock_guard lock(exec->mutex);
+  enqueue_wait(*exec, released);
+  exec->backend->acquire_ownership(ref(b), b.size, *holder->backend);
+  exec->dirty = true;
+}
+
+/// After the executor accessed `b` (caller holds exec->mutex): hand the range to `next` (the
+/// queue that uses it next), signal, and record the access. Returns the completion point.
+TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr& next) {
+  if (next != exec) exec->backend->release_ownership(ref(b), b.size, *next->backend);
+  TimelinePoint done = enqueue_mark(*exec);
+  exec->backend->flush();
+  b.last_access = done;
+  b.holder = next;
+  if (next != exec) {
+    std::lock_guard lock(next->mutex);
+    next->pending_acquires.push_back({done, ref(b), b.size, exec->backend});
+  }
+  return done;
+}
+
+void make_owner_wait(const QueuePtr& owner, const TimelinePoint& done) {
+  std::lock_guard lock(owner->mutex);
+  enqueue_wait(*owner, done);
+  owner->backend->flush();
+}
+
+BlockState& checked_block(const DeviceBuffer& buffer, DeviceState* device, const char* function,
+                          const std::source_location& where) {
+  require(static_cast<bool>(buffer.state()), function, "null or moved-from device buffer", where);
+  BlockState& b = *buffer.state();
+  (void)lock_device(b.device, function, where);
+  require(!b.released, function, "the device buffer was released", where);
+  require(b.device_id == device, function, "the device buffer belongs to another device", where);
+  return b;
+}
+
+HostAllocation& checked_host(const HostBuffer& buffer, DeviceState* device, const char* function,
+                             const std::source_location& where) {
+  require(static_cast<bool>(buffer.state()), function, "null or moved-from host buffer", where);
+  HostAllocation& h = *buffer.state();
+  require(h.memory != nullptr, function, "the host buffer's device is closed", where);
+  require(h.device_id == device, function, "the host buffer belongs to another device", where);
+  return h;
+}
+
+void check_range(std::uint64_t offset, std::uint64_t bytes, std::uint64_t size, const char* function,
+                 const char* what, const std::source_location& where) {
+  require(bytes > 0, function, std::string(what) + ": size 0 is not allowed", where);
+  require(offset <= size && bytes <= size - offset, function,
+          std::string(what) + ": range [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+              ") exceeds the buffer's " + std::to_string(size) + " bytes",
+          where);
+}
+
+}  // namespace
+}  // namespace detail
+
+using detail::require;
+
+std::string_view to_string(CopyMode mode) noexcept {
+  switch (mode) {
+    case CopyMode::blocking: return "blocking";
+    case CopyMode::executor_owned: return "executor_owned";
+    case CopyMode::preallocated: return "preallocated";
+    case CopyMode::owner_owned: return "owner_owned";
+  }
+  return "unknown";
+}
+
+Transfer::Transfer(const Device& device, TransferOptions options, std::source_location where) {
+  require(static_cast<bool>(device) && device.is_open(), "Transfer::Transfer", "null or closed device", where);
+  require(options.staging_chunk_bytes >= 4096 && options.staging_chunk_bytes <= (1ull << 32),
+          "Transfer::Transfer", "staging_chunk_bytes must be in [4 KiB, 4 GiB]", where);
+  require(options.staging_chunks >= 1 && options.staging_chunks <= 64, "Transfer::Transfer",
+          "staging_chunks must be in [1, 64]", where);
+  state_ = std::make_unique<detail::TransferState>();
+  state_->device = device;
+  if (options.executor) {
+    detail::QueueState& q = detail::checked_queue(options.executor, "Transfer::Transfer", where);
+    require(q.device_id == device.state().get(), "Transfer::Transfer", "the executor queue belongs to another device",
+            where);
+    state_->exec = options.executor.state();
+  } else {
+    state_->exec = device.queue(QueueRole::transfer).state();
+  }
+  state_->options = std::move(options);
+}
+
+Transfer::~Transfer() {
+  if (!state_) return;
+  try {
+    synchronize();
+  } catch (...) {
+    // Closed or lost device: nothing is in flight any more.
+  }
+}
+
+Transfer::Transfer(Transfer&&) noexcept = default;
+Transfer& Transfer::operator=(Transfer&&) noexcept = default;
+
+Queue Transfer::executor() const {
+  require(state_ != nullptr, "Transfer::executor", "moved-from transfer", std::source_location::current());
+  return Queue(state_->exec);
+}
+
+namespace {
+detail::DeviceState& transfer_device(const std::unique_ptr<detail::TransferState>& s, const char* function,
+                                     const std::source_location& where) {
+  require(s != nullptr, function, "moved-from transfer", where);
+  require(s->device.is_open(), function, "the device is closed", where);
+  return *s->device.state();
+}
+
+std::shared_ptr<detail::QueueState> checked_owner(const Queue& owner, detail::DeviceState& d, const char* function,
+                                                  const std::source_location& where) {
+  detail::QueueState& q = detail::checked_queue(owner, function, where);
+  require(q.device_id == &d, function, "the owner queue belongs to another device", where);
+  return owner.state();
+}
+}  // namespace
+
+Upload Transfer::upload(const HostBuffer& source, const Queue& owner, UploadOptions options,
+                        std::source_location where) {
+  require(static_cast<bool>(source.state()), "Transfer::upload", "null or moved-from host buffer", where);
+  return upload(source, 0, source.size(), owner, std::move(options), where);
+}
+
+Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uint64_t bytes, const Queue& owner,
+                        UploadOptions options, std::source_location where) {
+  auto& d = transfer_device(state_, "Transfer::upload", where);
+  auto& host = detail::checked_host(source, &d, "Transfer::upload", where);
+  detail::check_range(offset, bytes, host.memory->size, "Transfer::upload", "source", where);
+  auto q = checked_owner(owner, d, "Transfer::upload", where);
+  require(options.mode != CopyMode::preallocated, "Transfer::upload",
+          "CopyMode::preallocated needs a destination: use Transfer::upload_into", where);
+  std::lock_guard lock(state_->mutex);
+  auto self = state_->device.state();
+  const detail::HostRef src{host.memory.get(), offset};
+  const auto& exec = state_->exec;
+  Upload up;
+  switch (options.mode) {
+    case CopyMode::blocking: {
+      up.buffer = detail::pool_allocate(d, self, bytes, q, nullptr, options.tag, where);
+      auto& b = *up.buffer.state();
+      {
+        std::lock_guard qlock(q->mutex);
+        detail::use_on(q, b);
+        q->backend->copy_h2d(detail::ref(b), src, bytes);
+        q->dirty = true;
+        up.ready = detail::enqueue_mark(*q);
+        q->backend->flush();
+      }
+      detail::record_activity(d, *q, "copy h2d (blocking)", bytes);
+      up.ready.wait(std::chrono::hours(1), where);
+      return up;
+    }
+    case CopyMode::executor_owned:
+    case CopyMode::owner_owned: {
+      const bool executor_owned = options.mode == CopyMode::executor_owned;
+      up.buffer = executor_owned ? detail::pool_allocate(d, self, bytes, exec, nullptr, options.tag, where)
+                                 : detail::pool_allocate(d, self, bytes, q, exec, options.tag, where);
+      auto& b = *up.buffer.state();
+      if (executor_owned && exec != q) b.recorded_user = q;  // record_stream: release waits for q
+      {
+        std::lock_guard elock(exec->mutex);
+        detail::enqueue_wait(*exec, b.ready_after);
+        exec->backend->copy_h2d(detail::ref(b), src, bytes);
+        exec->dirty = true;
+        up.ready = detail::finish_access(exec, b, q);
+      }
+      detail::record_activity(d, *exec, "copy h2d", bytes);
+      state_->keep(up.ready, source.state());
+      if (options.owner_waits) detail::make_owner_wait(q, up.ready);
+      return up;
+    }
+    case CopyMode::preallocated: break;
+  }
+  return up;
+}
+
+Upload Transfer::upload(std::span<const std::byte> source, const Queue& owner, UploadOptions options,
+                        std::source_location where) {
+  auto& d = transfer_device(state_, "Transfer::upload", where);
+  require(!source.empty() && source.data() != nullptr, "Transfer::upload", "empty source span", where);
+  auto q = checked_owner(owner, d, "Transfer::upload", where);
+  require(options.mode == CopyMode::owner_owned || options.mode == CopyMode::blocking, "Transfer::upload",
+          "pageable sources support owner_owned and blocking modes", where);
+  std::lock_guard lock(state_->mutex);
+  auto self = state_->device.state();
+  const auto& exec = state_->exec;
+  auto& s = *state_;
+  if (s.ring.empty()) {
+    for (std::uint32_t i = 0; i < s.options.staging_chunks; ++i) {
+      s.ring.push_back({d.host_pool_api.allocate(s.options.staging_chunk_bytes, where), {}});
+    }
+  }
+  Upload up;
+  up.buffer = detail::pool_allocate(d, self, source.size(), q, exec, options.tag, where);
+  auto& b = *up.buffer.state();
+  {
+    std::lock_guard elock(exec->mutex);
+    detail::enqueue_wait(*exec, b.ready_after);
+  }
+  const std::uint64_t chunk = s.options.staging_chunk_bytes;
+  for (std::uint64_t done = 0; done < source.size(); done += chunk) {
+    const std::uint64_t n = std::min<std::uint64_t>(chunk, source.size() - done);
+    auto& slot = s.ring[s.next_slot];
+    s.next_slot = (s.next_slot + 1) % s.ring.size();
+    slot.free.wait(std::chrono::hours(1), where);  // the slot's previous copy has read it
+    std::memcpy(slot.buffer.data(), source.data() + done, n);
+    std::lock_guard elock(exec->mutex);
+    exec->backend->copy_h2d(detail::DeviceRef{b.segment, b.offset + done},
+                            detail::HostRef{slot.buffer.state()->memory.get(), 0}, n);
+    exec->dirty = true;
+    slot.free = detail::enqueue_mark(*exec);
+    exec->backend->flush();
+  }
+  {
+    std::lock_guard elock(exec->mutex);
+    up.ready = detail::finish_access(exec, b, q);
+  }
+  detail::record_activity(d, *exec, "copy h2d (staged)", source.size());
+  if (options.mode == CopyMode::blocking) {
+    up.ready.wait(std::chrono::hours(1), where);
+  }
+  if (options.owner_waits || options.mode == CopyMode::blocking) detail::make_owner_wait(q, up.ready);
+  return up;
+}
+
+TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer& destination,
+                                    UploadOptions options, std::source_location where) {
+  auto& d = transfer_device(state_, "Transfer::upload_into", where);
+  auto& host = detail::checked_host(source, &d, "Transfer::upload_into", where);
+  auto& b = detail::checked_block(destination, &d, "Transfer::upload_into", where);
+  require(host.memory->size <= b.requested, "Transfer::upload_into",
+          "source (" + std::to_string(host.memory->size) + " bytes) is larger than the destination (" +
+              std::to_string(b.requested) + " bytes)",
+          where);
+  std::lock_guard lock(state_->mutex);
+  const auto& exec = state_->exec;
+  const auto owner = b.recorded_user ? b.recorded_user : b.owner;
+  // The destination's owner may still read the old contents: the executor waits for its
+  // work enqueued so far. Contents are overwritten, so no ownership acquire is needed.
+  TimelinePoint owner_done;
+  {
+    std::lock_guard olock(owner->mutex);
+    detail::enqueue_wait(*owner, b.last_access);
+    owner_done = detail::enqueue_mark(*owner);
+    owner->backend->flush();
+  }
+  TimelinePoint done;
+  {
+    std::lock_guard elock(exec->mutex);
+    detail::enqueue_wait(*exec, owner_done);
+    exec->backend->copy_h2d(detail::ref(b), detail::HostRef{host.memory.get(), 0}, host.memory->size);
+    exec->dirty = true;
+    done = detail::finish_access(exec, b, owner);
+  }
+  detail::record_activity(d, *exec, "copy h2d (preallocated)", host.memory->size);
+  state_->keep(done, source.state());
+  if (options.owner_waits) detail::make_owner_wait(owner, done);
+  return done;
+}
+
+TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& destination, std::uint64_t offset,
+                                 std::source_location where) {
+  auto& d = transfer_device(state_, "Transfer::download", where);
+  auto& b = detail::checked_block(source, &d, "Transfer::download", where);
+  auto& host = detail::checked_host(destination, &d, "Transfer::download", where);
+  detail::check_range(offset, b.requested, host.memory->size, "Transfer::download", "destination", where);
+  std::lock_guard lock(state_->mutex);
+  const auto& exec = state_->exec;
+  const auto owner = b.recorded_user ? b.recorded_user : b.owner;
+  detail::prepare_read(exec, b);
+  {
+    // The owner's work enqueued so far (e.g. the compute that produced the data) comes first.
+    TimelinePoint owner_done;
+    if (owner != exec) {
+      std::lock_guard olock(owner->mutex);
+      owner_done = detail::enqueue_mark(*owner);
+      owner->backend->flush();
+    }
+    std::lock_guard elock(exec->mutex);
+    detail::enqueue_wait(*exec, owner_done);
+  }
+  TimelinePoint done;
+  {
+    std::lock_guard elock(exec->mutex);
+    exec->backend->copy_d2h(detail::HostRef{host.memory.get(), offset}, detail::ref(b), b.requested);
+    exec->dirty = true;
+    done = detail::finish_access(exec, b, owner);
+  }
+  detail::record_activity(d, *exec, "copy d2h", b.requested);
+  state_->keep(done, destination.state());
+  return done;
+}
+
+void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destination, std::source_location where) {
+  auto& d = transfer_device(state_, "Transfer::download", where);
+  auto& b = detail::checked_block(source, &d, "Transfer::download", where);
+  require(!destination.empty() && destination.data() != nullptr, "Transfer::download", "empty destination span",
+          where);
+  require(destination.size() >= b.requested, "Transfer::download",
+          "destination (" + std::to_string(destination.size()) + " bytes) is smaller than the buffer (" +
+              std::to_string(b.requested) + " bytes)",
+          where);
+  std::lock_guard lock(state_->mutex);
+  auto& s = *state_;
+  if (s.ring.empty()) {
+    for (std::uint32_t i = 0; i < s.options.staging_chunks; ++i) {
+      s.ring.push_back({d.host_pool_api.allocate(s.options.staging_chunk_bytes, where), {}});
+    }
+  }
+  const auto& exec = s.exec;
+  const auto owner = b.recorded_user ? b.recorded_user : b.owner;
+  detail::prepare_read(exec, b);
+  {
+    TimelinePoint owner_done;
+    if (owner != exec) {
+      std::lock_guard olock(owner->mutex);
+      owner_done = detail::enqueue_mark(*owner);
+      owner->backend->flush();
+    }
+    std::lock_guard elock(exec->mutex);
+    detail::enqueue_wait(*exec, owner_done);
+  }
+  // Pipeline: keep up to ring-size chunks in flight, copy each out as it completes.
+  const std::uint64_t chunk = s.options.staging_chunk_bytes;
+  const std::uint64_t total = b.requested;
+  struct Pending {
+    std::size_t slot;
+    std::uint64_t at;
+    std::uint64_t n;
+  };
+  std::deque<Pending> pending;
+  auto drain_one = [&] {
+    const Pending p = pending.front();
+    pending.pop_front();
+    s.ring[p.slot].free.wait(std::chrono::hours(1), where);
+    std::memcpy(destination.data() + p.at, s.ring[p.slot].buffer.data(), p.n);
+  };
+  for (std::uint64_t at = 0; at < total; at += chunk) {
+    if (pending.size() == s.ring.size()) drain_one();
+    const std::uint64_t n = std::min(chunk, total - at);
+    const std::size_t slot = s.next_slot;
+    s.next_slot = (s.next_slot + 1) % s.ring.size();
+    std::lock_guard elock(exec->mutex);
+    exec->backend->copy_d2h(detail::HostRef{s.ring[slot].buffer.state()->memory.get(), 0},
+                            detail::DeviceRef{b.segment, b.offset + at}, n);
+    exec->dirty = true;
+    s.ring[slot].free = detail::enqueue_mark(*exec);
+    exec->backend->flush();
+    pending.push_back({slot, at, n});
+  }
+  {
+    std::lock_guard elock(exec->mutex);
+    (void)detail::finish_access(exec, b, owner);
+  }
+  while (!pending.empty()) drain_one();
+  detail::record_activity(d, *exec, "copy d2h (staged)", total);
+}
+
+TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& destination, std::uint64_t bytes,
+                             std::source_location where) {
+  auto& d = transfer_device(state_, "Transfer::copy", where);
+  auto& src = detail::checked_block(source, &d, "Transfer::copy", where);
+  auto& dst = detail::checked_block(destination, &d, "Transfer::copy", where);
+  require(&src != &dst, "Transfer::copy", "source and destination are the same buffer", where);
+  if (bytes == 0) bytes = src.requested;
+  require(bytes <= src.requested && bytes <= dst.requested, "Transfer::copy",
+          std::to_string(bytes) + " bytes exceed the source (" + std::to_string(src.requested) +
+              ") or destination (" + std::to_string(dst.requested) + ")",
+          where);
+  std::lock_guard lock(state_->mutex);
+  const auto& exec = state_->exec;
+  const auto src_owner = src.recorded_user ? src.recorded_user : src.owner;
+  const auto dst_owner = dst.recorded_user ? dst.recorded_user : dst.owner;
+  detail::prepare_read(exec, src);
+  for (const auto& o : {src_owner, dst_owner}) {
+    if (o == exec) continue;
+    TimelinePoint owner_done;
+    {
+      std::lock_guard olock(o->mutex);
+      if (o == dst_owner) detail::enqueue_wait(*o, dst.last_access);
+      owner_done = detail::enqueue_mark(*o);
+      o->backend->flush();
+    }
+    std::lock_guard elock(exec->mutex);
+    detail::enqueue_wait(*exec, owner_done);
+  }
+  TimelinePoint done;
+  {
+    std::lock_guard elock(exec->mutex);
+    exec->backend->copy_d2d(detail::ref(dst), detail::ref(src), bytes);
+    exec->dirty = true;
+    (void)detail::finish_access(exec, src, src_owner);
+    done = detail::finish_access(exec, dst, dst_owner);
+  }
+  detail::record_activity(d, *exec, "copy d2d", bytes);
+  return done;
+}
+
+void Transfer::synchronize(std::chrono::nanoseconds timeout, std::source_location where) {
+  require(state_ != nullptr, "Transfer::synchronize", "moved-from transfer", where);
+  if (!state_->device.is_open()) return;
+  Queue(state_->exec).synchronize(timeout, where);
+  std::lock_guard lock(state_->mutex);
+  state_->in_flight.clear();
+}
+
+void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input, const DeviceBuffer& output,
+                           std::uint32_t units, std::source_location where) {
+  constexpr const char* fn = "run_synthetic_compute";
+  detail::QueueState& q = detail::checked_queue(queue, fn, where);
+  auto& in = detail::checked_block(input, q.device_id, fn, where);
+  auto& out = detail::checked_block(output, q.device_id, fn, where);
+  require(&in != &out, fn, "input and output must be different buffers", where);
+  require(in.requested == out.requested, fn,
+          "input (" + std::to_string(in.requested) + " bytes) and output (" + std::to_string(out.requested) +
+              " bytes) differ in size",
+          where);
+  require(units >= 1 && units <= 1'000'000, fn, "units must be in [1, 1000000]", where);
+  auto qs = queue.state();
+  std::lock_guard lock(q.mutex);
+  detail::use_on(qs, in);
+  detail::use_on(qs, out);
+  // A buffer owned by another queue (executor_owned uploads) is now in use by this queue too:
+  // its release must wait for this queue (PyTorch's record_stream).
+  for (auto* b : {&in, &out}) {
+    if (b->owner != qs) b->recorded_user = qs;
+  }
+  if (!q.backend->synthetic_compute(detail::ref(in), detail::ref(out), in.requested, units)) {
+    detail::fail(ErrorCode::unsupported, std::string(fn) + ": this backend has no synthetic compute kernel", where);
+  }
+  q.dirty = true;
+  q.backend->flush();
+  if (auto d = q.device.lock()) detail::record_activity(*d, q, "compute", in.requested);
+}
+
+}  // namespace ferry
