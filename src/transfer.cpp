@@ -10,10 +10,13 @@
 //    waiting for that signal.
 #include "ferry/transfer.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
+#include <thread>
 
 #include "internal.hpp"
+#include "parallel_copy.hpp"
 
 namespace ferry {
 namespace detail {
@@ -34,6 +37,40 @@ struct TransferState {
   };
   std::vector<Slot> ring;
   std::size_t next_slot = 0;
+  std::unique_ptr<ParallelCopier> copier;  // started on first staged copy
+
+  void ensure_staging(DeviceState& d, const std::source_location& where) {
+    if (ring.empty()) {
+      for (std::uint32_t i = 0; i < options.staging_chunks; ++i) {
+        ring.push_back({d.host_pool_api.allocate(options.staging_chunk_bytes, where), {}});
+      }
+    }
+    if (!copier) {
+      int n = options.staging_threads;
+      if (n < 0) n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) - 1, 0, 15);
+      copier = std::make_unique<ParallelCopier>(static_cast<unsigned>(n));
+    }
+  }
+
+  /// Pack `pieces` (total `total` bytes) through the staging ring into block `b`, one DMA
+  /// per chunk on the executor; host packing of chunk k+1 overlaps the DMA of chunk k.
+  /// Caller holds `mutex` and has made the executor wait for b.ready_after.
+  void staged_h2d(const std::vector<GatherPiece>& pieces, std::uint64_t total, const BlockState& b,
+                  const std::source_location& where) {
+    const std::uint64_t chunk = options.staging_chunk_bytes;
+    for (std::uint64_t at = 0; at < total; at += chunk) {
+      const std::uint64_t n = std::min(chunk, total - at);
+      Slot& slot = ring[next_slot];
+      next_slot = (next_slot + 1) % ring.size();
+      slot.free.wait(std::chrono::hours(1), where);  // the slot's previous DMA has read it
+      copier->gather(pieces, at, at + n, slot.buffer.data());
+      std::lock_guard elock(exec->mutex);
+      exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + at}, HostRef{slot.buffer.state()->memory.get(), 0}, n);
+      exec->dirty = true;
+      slot.free = enqueue_mark(*exec);
+      exec->backend->flush();
+    }
+  }
 
   void keep(const TimelinePoint& done, const std::shared_ptr<HostAllocation>& host) {
     while (!in_flight.empty() && point_reached(in_flight.front().done)) in_flight.pop_front();
@@ -255,51 +292,69 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
 
 Upload Transfer::upload(std::span<const std::byte> source, const Queue& owner, UploadOptions options,
                         std::source_location where) {
-  auto& d = transfer_device(state_, "Transfer::upload", where);
   require(!source.empty() && source.data() != nullptr, "Transfer::upload", "empty source span", where);
-  auto q = checked_owner(owner, d, "Transfer::upload", where);
-  require(options.mode == CopyMode::owner_owned || options.mode == CopyMode::blocking, "Transfer::upload",
-          "pageable sources support owner_owned and blocking modes", where);
-  std::lock_guard lock(state_->mutex);
-  auto self = state_->device.state();
-  const auto& exec = state_->exec;
-  auto& s = *state_;
-  if (s.ring.empty()) {
-    for (std::uint32_t i = 0; i < s.options.staging_chunks; ++i) {
-      s.ring.push_back({d.host_pool_api.allocate(s.options.staging_chunk_bytes, where), {}});
-    }
+  const HostView view{source.data(), source.size()};
+  UploadBatch batch = upload(std::span<const HostView>(&view, 1), owner, std::move(options), where);
+  return Upload{std::move(batch.buffer), std::move(batch.ready)};
+}
+
+UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner, UploadOptions options,
+                             std::source_location where) {
+  constexpr const char* fn = "Transfer::upload(batch)";
+  auto& d = transfer_device(state_, fn, where);
+  require(!views.empty(), fn, "empty span of views", where);
+  require(views.size() <= max_batch_views, fn,
+          std::to_string(views.size()) + " views exceed the limit of " + std::to_string(max_batch_views), where);
+  auto q = checked_owner(owner, d, fn, where);
+  require(options.mode == CopyMode::owner_owned || options.mode == CopyMode::blocking, fn,
+          "host views support the owner_owned and blocking modes", where);
+  // Layout: inputs packed at 256-byte aligned offsets.
+  constexpr std::uint64_t align = 256;
+  UploadBatch batch;
+  batch.offsets.reserve(views.size());
+  std::vector<detail::GatherPiece> pieces;
+  pieces.reserve(views.size());
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const HostView& v = views[i];
+    require(v.data != nullptr && v.size > 0, fn, "view " + std::to_string(i) + " is null or empty", where);
+    require(v.size <= detail::BlockAllocator::max_request() && total <= detail::BlockAllocator::max_request(), fn,
+            "the batch exceeds the largest supported allocation (2^52 bytes)", where);
+    total = (total + align - 1) / align * align;
+    batch.offsets.push_back(total);
+    pieces.push_back({total, static_cast<const std::byte*>(v.data), v.size});
+    total += v.size;
   }
-  Upload up;
-  up.buffer = detail::pool_allocate(d, self, source.size(), q, exec, options.tag, where);
-  auto& b = *up.buffer.state();
+  require(total <= detail::BlockAllocator::max_request(), fn,
+          "the batch exceeds the largest supported allocation (2^52 bytes)", where);
+  std::lock_guard lock(state_->mutex);
+  auto& s = *state_;
+  s.ensure_staging(d, where);
+  const auto& exec = s.exec;
+  batch.buffer = detail::pool_allocate(d, s.device.state(), total, q, exec, options.tag, where);
+  auto& b = *batch.buffer.state();
   {
     std::lock_guard elock(exec->mutex);
     detail::enqueue_wait(*exec, b.ready_after);
   }
-  const std::uint64_t chunk = s.options.staging_chunk_bytes;
-  for (std::uint64_t done = 0; done < source.size(); done += chunk) {
-    const std::uint64_t n = std::min<std::uint64_t>(chunk, source.size() - done);
-    auto& slot = s.ring[s.next_slot];
-    s.next_slot = (s.next_slot + 1) % s.ring.size();
-    slot.free.wait(std::chrono::hours(1), where);  // the slot's previous copy has read it
-    std::memcpy(slot.buffer.data(), source.data() + done, n);
-    std::lock_guard elock(exec->mutex);
-    exec->backend->copy_h2d(detail::DeviceRef{b.segment, b.offset + done},
-                            detail::HostRef{slot.buffer.state()->memory.get(), 0}, n);
-    exec->dirty = true;
-    slot.free = detail::enqueue_mark(*exec);
-    exec->backend->flush();
-  }
+  s.staged_h2d(pieces, total, b, where);
   {
     std::lock_guard elock(exec->mutex);
-    up.ready = detail::finish_access(exec, b, q);
+    batch.ready = detail::finish_access(exec, b, q);
   }
-  detail::record_activity(d, *exec, "copy h2d (staged)", source.size());
-  if (options.mode == CopyMode::blocking) {
-    up.ready.wait(std::chrono::hours(1), where);
+  detail::record_activity(d, *exec, "copy h2d (staged)", total);
+  if (options.owner_waits || options.mode == CopyMode::blocking) detail::make_owner_wait(q, batch.ready);
+  if (options.mode == CopyMode::blocking) batch.ready.wait(std::chrono::hours(1), where);
+  const DeviceView base = batch.buffer.view();
+  batch.views.reserve(views.size());
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    DeviceView v = base;
+    v.offset += batch.offsets[i];
+    if (v.address != 0) v.address += batch.offsets[i];
+    v.size = views[i].size;
+    batch.views.push_back(v);
   }
-  if (options.owner_waits || options.mode == CopyMode::blocking) detail::make_owner_wait(q, up.ready);
-  return up;
+  return batch;
 }
 
 TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer& destination,
@@ -381,11 +436,7 @@ void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destina
           where);
   std::lock_guard lock(state_->mutex);
   auto& s = *state_;
-  if (s.ring.empty()) {
-    for (std::uint32_t i = 0; i < s.options.staging_chunks; ++i) {
-      s.ring.push_back({d.host_pool_api.allocate(s.options.staging_chunk_bytes, where), {}});
-    }
-  }
+  s.ensure_staging(d, where);
   const auto& exec = s.exec;
   const auto owner = b.recorded_user ? b.recorded_user : b.owner;
   detail::prepare_read(exec, b);
@@ -412,7 +463,7 @@ void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destina
     const Pending p = pending.front();
     pending.pop_front();
     s.ring[p.slot].free.wait(std::chrono::hours(1), where);
-    std::memcpy(destination.data() + p.at, s.ring[p.slot].buffer.data(), p.n);
+    s.copier->copy(destination.data() + p.at, s.ring[p.slot].buffer.data(), p.n);
   };
   for (std::uint64_t at = 0; at < total; at += chunk) {
     if (pending.size() == s.ring.size()) drain_one();

@@ -30,8 +30,12 @@
 /// internally and enqueue in call order.
 #pragma once
 
+#include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 #include <source_location>
 #include <span>
 #include <string>
@@ -57,9 +61,29 @@ struct TransferOptions {
   Queue executor;
   /// Pinned staging used for pageable sources/destinations: chunk size and number of chunks
   /// in the ring. The ring is allocated on first use and bounded by chunk * chunks bytes.
-  std::uint64_t staging_chunk_bytes = 8ull << 20;
+  std::uint64_t staging_chunk_bytes = 16ull << 20;
   std::uint32_t staging_chunks = 4;
+  /// Helper threads packing host memory into staging (persistent, started on first use).
+  /// -1 = one less than the hardware threads, at most 15; 0 = pack on the calling thread.
+  int staging_threads = -1;
 };
+
+/// @brief A range of host memory (pageable or pinned) to upload as part of a batch.
+struct HostView {
+  const void* data = nullptr;  ///< start; must not be null
+  std::uint64_t size = 0;      ///< bytes; must be > 0
+};
+
+/// @brief Result of a batch upload: one owner-owned allocation holding every input.
+struct UploadBatch {
+  DeviceBuffer buffer;                 ///< the destination region (owner = the owner queue)
+  std::vector<std::uint64_t> offsets;  ///< where input i starts inside `buffer` (256-aligned)
+  std::vector<DeviceView> views;       ///< device view of input i
+  TimelinePoint ready;                 ///< every copy complete once reached
+};
+
+/// @brief Most views one batch upload accepts.
+inline constexpr std::size_t max_batch_views = std::size_t{1} << 20;
 
 /// @brief Options of one upload.
 struct UploadOptions {
@@ -102,6 +126,14 @@ class Transfer {
   /// the last chunk is enqueued; `source` may be reused when the call returns.
   Upload upload(std::span<const std::byte> source, const Queue& owner, UploadOptions options = {},
                 std::source_location where = std::source_location::current());
+  /// @brief Upload many host ranges in one call (a KeyedJaggedTensor-like batch): one
+  /// owner-owned allocation, inputs packed at 256-byte aligned offsets, gathered into pinned
+  /// staging by helper threads and moved with one DMA per staging chunk. Sources may be
+  /// reused when the call returns. Errors: empty span, more than `max_batch_views` views, a
+  /// null or empty view, a total size overflow: `invalid_argument`. Modes: owner_owned or
+  /// blocking.
+  UploadBatch upload(std::span<const HostView> views, const Queue& owner, UploadOptions options = {},
+                     std::source_location where = std::source_location::current());
   /// @brief Copy into a caller-supplied destination (`preallocated`). The executor waits for
   /// the destination owner's work enqueued so far; the owner waits for the copy when
   /// `owner_waits`. `source.size()` must be <= `destination.size()`.
@@ -129,6 +161,28 @@ class Transfer {
  private:
   std::unique_ptr<detail::TransferState> state_;
 };
+
+/// @brief Structured inputs: a type T uploads with one call when two functions are found
+/// by argument-dependent lookup:
+///  - `std::vector<HostView> ferry_host_views(const T&)` lists its buffers, and
+///  - `ferry_device_shape(const T&, const UploadBatch&)` returns the same shape holding
+///    `DeviceView`s (view i of the batch is input i of the list).
+template <class T>
+concept Uploadable = requires(const T& value, const UploadBatch& batch) {
+  { ferry_host_views(value) } -> std::convertible_to<std::vector<HostView>>;
+  ferry_device_shape(value, batch);
+};
+
+/// @brief Upload a structured value (see Uploadable). Returns the batch (which owns the device
+/// memory: keep it alive while the shape is used) and the device-side shape.
+template <Uploadable T>
+auto upload_structured(Transfer& transfer, const T& value, const Queue& owner, UploadOptions options = {},
+                       std::source_location where = std::source_location::current()) {
+  const std::vector<HostView> views = ferry_host_views(value);
+  UploadBatch batch = transfer.upload(std::span<const HostView>(views), owner, std::move(options), where);
+  auto shape = ferry_device_shape(value, batch);
+  return std::pair<UploadBatch, decltype(shape)>{std::move(batch), std::move(shape)};
+}
 
 /// @brief A synthetic compute step standing in for a model's work (benchmarks, tests):
 /// enqueued on `queue`, it reads `input` and writes `output[i] = input[i] + 1` (bytes,
