@@ -20,7 +20,10 @@ std::uint64_t BlockAllocator::segment_size_for(std::uint64_t bytes) const noexce
 }
 
 bool BlockAllocator::mergeable(const Block& a, const Block& b) noexcept {
-  return !a.allocated && !b.allocated && a.free_point.timeline == b.free_point.timeline;
+  // Only identical free points merge: merging A@3 with A@7 would make the older half wait for
+  // 7, re-stranding memory that is already reusable (refresh() merges them once clean).
+  return !a.allocated && !b.allocated && a.free_point.timeline == b.free_point.timeline &&
+         a.free_point.value == b.free_point.value;
 }
 
 void BlockAllocator::index_free(std::uint64_t segment, const Block& block) {

@@ -132,7 +132,7 @@ class BlockAllocator {
 
   void index_free(std::uint64_t segment, const Block& block);
   void unindex_free(std::uint64_t segment, const Block& block);
-  /// Merge the free block at `it` with free neighbours of the same free-point timeline.
+  /// Merge the free block at `it` with free neighbours that have the identical free point.
   void coalesce(std::uint64_t segment, SegmentInfo& info, std::map<std::uint64_t, Block>::iterator it);
   static bool mergeable(const Block& a, const Block& b) noexcept;
   Placement take(std::uint64_t segment, std::uint64_t offset, std::uint64_t rounded,

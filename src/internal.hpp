@@ -100,6 +100,16 @@ struct PoolState {
   PoolBudget budget;
   std::unordered_map<std::uint32_t, QueueBudget> per_queue;
   std::vector<PoolEvent> events;
+  /// Released blocks whose free point is pending: each gets a free_completed event once its
+  /// point is observed reached (checked on later pool calls; never blocks).
+  struct PendingFree {
+    FreePoint point;
+    std::uint64_t address = 0;
+    std::uint64_t size = 0;
+    std::uint32_t queue = 0;
+    std::string tag;
+  };
+  std::vector<PendingFree> pending_frees;
   std::map<std::pair<std::uint64_t, std::uint64_t>, BlockState*> live;  // (segment, offset)
 };
 
@@ -132,6 +142,7 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
   HostPool host_pool_api{this};
   std::mutex activity_mutex;
   std::vector<QueueActivity> activity;
+  std::vector<std::pair<std::size_t, TimelinePoint>> unresolved_activity;
 
   ~DeviceState();
   void close() noexcept;
@@ -163,8 +174,12 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point);
 TimelinePoint enqueue_mark(QueueState& q);
 /// Whether `point` is reached (empty = reached; closed device = reached).
 bool point_reached(const TimelinePoint& point);
-/// Record queue activity for traces.
-void record_activity(DeviceState& device, const QueueState& q, std::string name, std::uint64_t bytes);
+/// Record queue activity for traces: begins now (enqueue), ends when `done` is observed
+/// reached by a later record_activity/resolve_activity call (an upper bound on completion).
+void record_activity(DeviceState& device, const QueueState& q, std::string name, std::uint64_t bytes,
+                     const TimelinePoint& done);
+/// Stamp the end time of recorded activity whose point is reached. Caller holds activity_mutex.
+void resolve_activity(DeviceState& device);
 
 // Pool internals (pool.cpp).
 DeviceBuffer pool_allocate(DeviceState& device, const std::shared_ptr<DeviceState>& self,

@@ -66,6 +66,16 @@ std::shared_ptr<SemaphoreState> timeline_state(DeviceState& d, std::uint32_t id)
   return t == d.timelines.end() ? nullptr : t->second.lock();
 }
 
+// Record free_completed for released blocks whose free point has been reached.
+template <class Reached>
+void complete_frees(DeviceState& d, Reached& reached) {
+  std::erase_if(d.pool.pending_frees, [&](const PoolState::PendingFree& f) {
+    if (!reached(f.point)) return false;
+    record(d, PoolEventKind::free_completed, f.address, f.size, f.queue, f.tag);
+    return true;
+  });
+}
+
 void note_peaks(PoolBudget& b) {
   b.peak_reserved_bytes = std::max(b.peak_reserved_bytes, b.reserved_bytes);
   b.peak_active_bytes = std::max(b.peak_active_bytes, b.active_bytes);
@@ -76,6 +86,7 @@ std::uint64_t trim_locked(DeviceState& d) {
   PoolState& p = d.pool;
   ReachedQuery reached{d, {}};
   p.allocator.refresh(std::ref(reached));
+  complete_frees(d, reached);
   std::uint64_t returned = 0;
   for (std::uint64_t id : p.allocator.idle_segments()) {
     const std::uint64_t address = segment_address(p, id);
@@ -121,6 +132,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   BlockAllocator::Request request{bytes, owner->id, first.timeline->timeline_id,
                                   first_writer != nullptr && first_writer != owner};
   ReachedQuery reached{d, {}};
+  complete_frees(d, reached);
   auto placement = p.allocator.allocate(request, std::ref(reached));
   if (!placement && p.allocator.refresh(std::ref(reached)) > 0) {
     placement = p.allocator.allocate(request, std::ref(reached));
@@ -209,14 +221,19 @@ void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
   p.budget.active_bytes -= b.size;
   p.budget.requested_bytes -= b.requested;
   p.per_queue[b.owner->id].active_bytes -= b.size;
-  record(d, fp.pending() ? PoolEventKind::free_requested : PoolEventKind::free_completed, address, b.size,
-         b.owner->id, b.tag);
+  record(d, PoolEventKind::free_requested, address, b.size, b.owner->id, b.tag);
+  if (!fp.pending()) {
+    record(d, PoolEventKind::free_completed, address, b.size, b.owner->id, b.tag);
+  } else if (d.options.record_events) {
+    p.pending_frees.push_back({fp, address, b.size, b.owner->id, b.tag});
+  }
   b.released = true;
 }
 
 void pool_close(DeviceState& d) noexcept {
   PoolState& p = d.pool;
   std::lock_guard lock(p.mutex);
+  p.pending_frees.clear();
   for (auto& [key, block] : p.live) block->released = true;  // handles become inert
   p.live.clear();
   for (auto& [id, segment] : p.segments) {
@@ -464,11 +481,13 @@ MemorySnapshot DevicePool::snapshot() const {
   }
   {
     std::lock_guard lock(device_->activity_mutex);
+    detail::resolve_activity(*device_);
     snap.activity = device_->activity;
   }
   std::lock_guard lock(device_->pool.mutex);
   const auto& p = device_->pool;
   detail::ReachedQuery reached{*device_, {}};
+  detail::complete_frees(*device_, reached);
   for (const auto& [id, info] : p.allocator.segments()) {
     SnapshotSegment seg;
     seg.address = detail::segment_address(p, id);
@@ -506,6 +525,7 @@ void DevicePool::clear_events() {
   device_->pool.events.clear();
   std::lock_guard alock(device_->activity_mutex);
   device_->activity.clear();
+  device_->unresolved_activity.clear();
 }
 
 // ---- HostBuffer / HostPool ---------------------------------------------------------------

@@ -262,7 +262,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
         up.ready = detail::enqueue_mark(*q);
         q->backend->flush();
       }
-      detail::record_activity(d, *q, "copy h2d (blocking)", bytes);
+      detail::record_activity(d, *q, "copy h2d (blocking)", bytes, up.ready);
       up.ready.wait(std::chrono::hours(1), where);
       return up;
     }
@@ -280,7 +280,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
         exec->dirty = true;
         up.ready = detail::finish_access(exec, b, q);
       }
-      detail::record_activity(d, *exec, "copy h2d", bytes);
+      detail::record_activity(d, *exec, "copy h2d", bytes, up.ready);
       state_->keep(up.ready, source.state());
       if (options.owner_waits) detail::make_owner_wait(q, up.ready);
       return up;
@@ -342,7 +342,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
     std::lock_guard elock(exec->mutex);
     batch.ready = detail::finish_access(exec, b, q);
   }
-  detail::record_activity(d, *exec, "copy h2d (staged)", total);
+  detail::record_activity(d, *exec, "copy h2d (staged)", total, batch.ready);
   if (options.owner_waits || options.mode == CopyMode::blocking) detail::make_owner_wait(q, batch.ready);
   if (options.mode == CopyMode::blocking) batch.ready.wait(std::chrono::hours(1), where);
   const DeviceView base = batch.buffer.view();
@@ -386,7 +386,7 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
     exec->dirty = true;
     done = detail::finish_access(exec, b, owner);
   }
-  detail::record_activity(d, *exec, "copy h2d (preallocated)", host.memory->size);
+  detail::record_activity(d, *exec, "copy h2d (preallocated)", host.memory->size, done);
   state_->keep(done, source.state());
   if (options.owner_waits) detail::make_owner_wait(owner, done);
   return done;
@@ -420,7 +420,7 @@ TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& d
     exec->dirty = true;
     done = detail::finish_access(exec, b, owner);
   }
-  detail::record_activity(d, *exec, "copy d2h", b.requested);
+  detail::record_activity(d, *exec, "copy d2h", b.requested, done);
   state_->keep(done, destination.state());
   return done;
 }
@@ -478,12 +478,13 @@ void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destina
     exec->backend->flush();
     pending.push_back({slot, at, n});
   }
+  TimelinePoint done;
   {
     std::lock_guard elock(exec->mutex);
-    (void)detail::finish_access(exec, b, owner);
+    done = detail::finish_access(exec, b, owner);
   }
   while (!pending.empty()) drain_one();
-  detail::record_activity(d, *exec, "copy d2h (staged)", total);
+  detail::record_activity(d, *exec, "copy d2h (staged)", total, done);
 }
 
 TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& destination, std::uint64_t bytes,
@@ -522,7 +523,7 @@ TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& des
     (void)detail::finish_access(exec, src, src_owner);
     done = detail::finish_access(exec, dst, dst_owner);
   }
-  detail::record_activity(d, *exec, "copy d2d", bytes);
+  detail::record_activity(d, *exec, "copy d2d", bytes, done);
   return done;
 }
 
@@ -559,8 +560,14 @@ void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input, const 
     detail::fail(ErrorCode::unsupported, std::string(fn) + ": this backend has no synthetic compute kernel", where);
   }
   q.dirty = true;
-  q.backend->flush();
-  if (auto d = q.device.lock()) detail::record_activity(*d, q, "compute", in.requested);
+  auto d = q.device.lock();
+  if (d && d->options.record_events) {
+    const TimelinePoint done = detail::enqueue_mark(q);  // lets traces see when compute ends
+    q.backend->flush();
+    detail::record_activity(*d, q, "compute", in.requested, done);
+  } else {
+    q.backend->flush();
+  }
 }
 
 }  // namespace ferry

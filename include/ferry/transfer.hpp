@@ -186,8 +186,10 @@ auto upload_structured(Transfer& transfer, const T& value, const Queue& owner, U
 
 /// @brief A synthetic compute step standing in for a model's work (benchmarks, tests):
 /// enqueued on `queue`, it reads `input` and writes `output[i] = input[i] + 1` (bytes,
-/// wrapping), making `units` passes over the data. Both buffers must be owned by `queue` and
-/// have the same size. `unsupported` where the backend has no kernel for it.
+/// wrapping), making `units` passes over the data. Both buffers must be live buffers of the
+/// queue's device with the same size. A buffer owned by another queue (an executor_owned
+/// upload) is recorded as used by `queue`: its release then waits for `queue` (PyTorch's
+/// `record_stream`). `unsupported` where the backend has no kernel for it.
 void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input,
                            const DeviceBuffer& output, std::uint32_t units = 1,
                            std::source_location where = std::source_location::current());

@@ -1,0 +1,498 @@
+// SPDX-License-Identifier: MIT
+// The CUDA backend, and the HIP backend when compiled with FERRY_VENDOR_HIP (see
+// vendor/vendor.hpp). Written against CUDA runtime names; vendor differences live in the shim.
+//
+// Contracts this file relies on (backend.hpp): arguments were validated by the front end;
+// calls on one queue are serialized by the front end; different queues, the device and
+// semaphores may be used from several threads at once, so state shared between them (the
+// stream registry, each semaphore) has its own mutex.
+//
+// Current device: every entry point binds this device to the calling thread for its duration
+// and restores the thread's previous binding (ContextGuard), so the engine's notion of the
+// current device is never changed by ferry.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend.hpp"
+#include "check.hpp"
+#include "cuda/vendor/vendor.hpp"
+
+#if FERRY_GPU_HAS_KERNELS
+#include "cuda/kernels.hpp"
+#endif
+
+// Two levels so that, under HIP, the call text in errors shows the mapped (hip*) names.
+#define FERRY_GPU_CHECK_WITH(expr, classify) \
+  FERRY_CHECK_GEN(expr, cudaSuccess, ::ferry::detail::FERRY_GPU_NS::vendor::describe, classify)
+#define FERRY_GPU_CHECK(expr) FERRY_GPU_CHECK_WITH(expr, ::ferry::detail::FERRY_GPU_NS::vendor::classify)
+#define FERRY_GPU_NAME(symbol) FERRY_GPU_NAME_(symbol)
+#define FERRY_GPU_NAME_(symbol) #symbol
+
+namespace ferry::detail::FERRY_GPU_NS {
+namespace {
+
+/// Destructors cannot throw. A failure to release a stream/event/allocation there means the
+/// context is already gone (device lost, process exit): nothing is left to free.
+void ignore_in_destructor(cudaError_t e) noexcept {
+  if (e != cudaSuccess) (void)cudaGetLastError();
+}
+
+/// State shared by a device, its queues and semaphores (kept alive by whichever goes last).
+struct Core {
+  int ordinal = 0;
+  vendor::DeviceContext context{};
+  int max_blocks = 0;             ///< grid cap for kernels (4 blocks per SM)
+  int priority_least = 0;         ///< stream priority range (lower number = higher priority)
+  int priority_greatest = 0;
+  bool stream_mem_ops64 = false;  ///< queue waits on not-yet-signalled values possible
+
+  std::mutex mutex;                     ///< guards `streams`
+  std::vector<cudaStream_t> streams;   ///< live queues (own and adopted), for wait_idle
+};
+
+/// Binds the device's context to the calling thread for one scope; restores the previous one.
+class ContextGuard {
+ public:
+  explicit ContextGuard(const Core& core) : previous_(vendor::current_context()) {
+    if (previous_ != core.context) {
+      vendor::make_current(core.context);
+      switched_ = true;
+    }
+  }
+  ~ContextGuard() {
+    if (switched_) vendor::restore_current(previous_);
+  }
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
+
+ private:
+  vendor::DeviceContext previous_;
+  bool switched_ = false;
+};
+
+ErrorCode classify_register(cudaError_t e) {
+  return e == cudaErrorHostMemoryAlreadyRegistered ? ErrorCode::invalid_argument : vendor::classify(e);
+}
+
+void* device_ptr(DeviceRef r) { return reinterpret_cast<void*>(r.segment->address + r.offset); }
+void* host_ptr(HostRef r) { return r.memory->ptr + r.offset; }
+
+// ---------------------------------------------------------------------------------------------
+// Timeline semaphore.
+//
+// Choice: events for the common case, stream memory operations on a host-mapped counter for
+// what events cannot express. Measured on the H200 (ANCHORS): event record + wait 0.4 us per
+// pair, cuStreamWriteValue64 + cuStreamWaitValue64 2.4 us; the bar for signal + wait is 1 us.
+//
+//  - queue signal(v): record an event after the queue's work and remember (v, event). Only
+//    while a counter wait (below) may still be blocked, i.e. one was enqueued for a value not
+//    yet reached, also write v to the counter (stream write with its default memory barrier,
+//    *before* the event, so a completed event implies a completed write). Writing every signal
+//    in that window, not just the first one >= the waited value, matters: queue A waits 10,
+//    then signals 11 behind its own wait; queue B's later signal 12 must reach the counter.
+//  - queue wait(v):   nothing if v is reached; else wait on the event of the smallest
+//    recorded value >= v (cudaStreamWaitEvent; the wait binds the record made before it, so
+//    events can be recycled once completed); else v has not been signalled by anyone yet
+//    (the host or a queue will do it later): wait on the counter (cuStreamWaitValue64 GEQ),
+//    and make later queue signals write the counter. Events cannot express this case:
+//    waiting on an event not yet recorded is a no-op.
+//  - host signal(v):  release-store v into the counter; queue waits on it proceed.
+//  - value():         max(counter, values of completed events), retiring completed events.
+//  - host wait:       polls value() with backoff (spin briefly, then sleep up to 1 ms).
+//
+// Ordering contract (as Vulkan's): signals execute in increasing value order. In particular a
+// host signal must not overtake a pending queue signal of a smaller value, and two queues
+// signalling one semaphore must be ordered by waits. A queue write of a smaller value landing
+// after a larger one would move the counter back (value() never goes back: it keeps the max).
+// A semaphore must not be destroyed while queue waits on it are pending.
+class Semaphore final : public BackendSemaphore {
+ public:
+  Semaphore(std::shared_ptr<Core> core, std::uint64_t initial) : core_(std::move(core)) {
+    ContextGuard guard(*core_);
+    void* host = nullptr;
+    // Mapped: the GPU reads and writes it directly. Portable: valid in every context.
+    FERRY_GPU_CHECK(cudaHostAlloc(&host, sizeof(std::uint64_t), cudaHostAllocMapped | cudaHostAllocPortable));
+    counter_ = static_cast<std::uint64_t*>(host);
+    *counter_ = initial;
+    try {
+      FERRY_GPU_CHECK(cudaHostGetDevicePointer(&counter_device_, host, 0));
+    } catch (...) {
+      ignore_in_destructor(cudaFreeHost(host));
+      throw;
+    }
+    known_ = initial;
+  }
+
+  ~Semaphore() override {
+    // Pending signals still write the counter: let them finish before it is freed.
+    for (const Pending& p : pending_) {
+      ignore_in_destructor(cudaEventSynchronize(p.event));
+      ignore_in_destructor(cudaEventDestroy(p.event));
+    }
+    for (cudaEvent_t e : spare_) ignore_in_destructor(cudaEventDestroy(e));
+    ignore_in_destructor(cudaFreeHost(counter_));
+  }
+
+  std::uint64_t value() override {
+    std::lock_guard lock(mutex_);
+    return value_locked();
+  }
+
+  void signal(std::uint64_t value) override {
+    std::lock_guard lock(mutex_);
+    std::atomic_ref<std::uint64_t>(*counter_).store(value, std::memory_order_release);
+    known_ = std::max(known_, value);
+  }
+
+  bool wait(std::uint64_t value, std::chrono::nanoseconds timeout) override {
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + timeout;
+    auto nap = std::chrono::microseconds(10);
+    for (int round = 0;; ++round) {
+      if (this->value() >= value) return true;
+      const auto now = clock::now();
+      if (now >= deadline) return false;
+      if (round < 32) {
+        std::this_thread::yield();  // short waits: a few microseconds of polling
+      } else {
+        std::this_thread::sleep_for(std::min<clock::duration>(nap, deadline - now));
+        nap = std::min(nap * 2, std::chrono::microseconds(1000));
+      }
+    }
+  }
+
+  /// Queue side of signal (see the class comment). Called with the queue's context bound.
+  void enqueue_signal(cudaStream_t stream, std::uint64_t value) {
+    std::lock_guard lock(mutex_);
+    if (counter_waited_ > known_ && counter_waited_ > value_locked()) {
+      vendor::write_value64(stream, counter_device_, value);
+    }
+    if (pending_.size() >= kRetireBatch) retire_completed();  // amortizes the event queries
+    cudaEvent_t event = nullptr;
+    if (spare_.empty()) {
+      FERRY_GPU_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    } else {
+      event = spare_.back();
+      spare_.pop_back();
+    }
+    try {
+      FERRY_GPU_CHECK(cudaEventRecord(event, stream));
+    } catch (...) {
+      spare_.push_back(event);
+      throw;
+    }
+    pending_.push_back({value, event});
+  }
+
+  /// Queue side of wait (see the class comment). Called with the queue's context bound.
+  void enqueue_wait(cudaStream_t stream, std::uint64_t value) {
+    std::lock_guard lock(mutex_);
+    if (known_ >= value) return;
+    const auto it = std::lower_bound(pending_.begin(), pending_.end(), value,
+                                     [](const Pending& p, std::uint64_t v) { return p.value < v; });
+    if (it != pending_.end()) {  // possibly complete already: then the wait costs nothing
+      FERRY_GPU_CHECK(cudaStreamWaitEvent(stream, it->event, 0));
+      return;
+    }
+    if (value_locked() >= value) return;  // reached by a host signal
+    if (!core_->stream_mem_ops64) {
+      throw Error(ErrorCode::unsupported,
+                  FERRY_GPU_LABEL ": queue wait on timeline value " + std::to_string(value) +
+                      ", not signalled yet, needs 64-bit stream memory operations, which this device lacks",
+                  {}, std::source_location{});
+    }
+    vendor::wait_value64_geq(stream, counter_device_, value);
+    counter_waited_ = std::max(counter_waited_, value);
+  }
+
+ private:
+  struct Pending {
+    std::uint64_t value;
+    cudaEvent_t event;
+  };
+  static constexpr std::size_t kRetireBatch = 16;
+
+  std::uint64_t value_locked() {
+    retire_completed();
+    known_ = std::max(known_, std::atomic_ref<std::uint64_t>(*counter_).load(std::memory_order_acquire));
+    return known_;
+  }
+
+  void retire_completed() {
+    if (pending_.empty()) return;
+    ContextGuard guard(*core_);
+    while (!pending_.empty()) {
+      const cudaError_t e = cudaEventQuery(pending_.front().event);
+      if (e == cudaErrorNotReady) break;
+      FERRY_GPU_CHECK(e);
+      known_ = std::max(known_, pending_.front().value);
+      spare_.push_back(pending_.front().event);
+      pending_.pop_front();
+    }
+  }
+
+  std::shared_ptr<Core> core_;
+  std::mutex mutex_;  ///< guards everything below
+  std::uint64_t* counter_ = nullptr;      ///< host view of the mapped counter
+  void* counter_device_ = nullptr;        ///< device view of the same word
+  std::uint64_t known_ = 0;               ///< greatest value known reached
+  std::uint64_t counter_waited_ = 0;      ///< greatest value a queue waits for on the counter
+  std::deque<Pending> pending_;           ///< queue signals not seen complete, values increasing
+  std::vector<cudaEvent_t> spare_;        ///< completed events, for reuse
+};
+
+// ---------------------------------------------------------------------------------------------
+// Queues: one stream each, own (destroyed with the queue) or adopted (never destroyed).
+class Queue final : public BackendQueue {
+ public:
+  Queue(std::shared_ptr<Core> core, cudaStream_t stream, bool owned)
+      : core_(std::move(core)), stream_(stream), owned_(owned) {
+    std::lock_guard lock(core_->mutex);
+    core_->streams.push_back(stream_);
+  }
+
+  ~Queue() override {
+    {
+      std::lock_guard lock(core_->mutex);
+      std::erase(core_->streams, stream_);
+    }
+    // Returns at once; the stream's resources go once its pending work has completed.
+    if (owned_) ignore_in_destructor(cudaStreamDestroy(stream_));
+  }
+
+  Queue(const Queue&) = delete;
+  Queue& operator=(const Queue&) = delete;
+
+  void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) override {
+    ContextGuard guard(*core_);
+    FERRY_GPU_CHECK(cudaMemcpyAsync(device_ptr(dst), host_ptr(src), bytes, cudaMemcpyHostToDevice, stream_));
+  }
+
+  void copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) override {
+    ContextGuard guard(*core_);
+    FERRY_GPU_CHECK(cudaMemcpyAsync(host_ptr(dst), device_ptr(src), bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+
+  void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) override {
+    ContextGuard guard(*core_);
+    FERRY_GPU_CHECK(cudaMemcpyAsync(device_ptr(dst), device_ptr(src), bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  void signal(BackendSemaphore& sem, std::uint64_t value) override {
+    ContextGuard guard(*core_);
+    static_cast<Semaphore&>(sem).enqueue_signal(stream_, value);  // same backend: front end checked
+  }
+
+  void wait(BackendSemaphore& sem, std::uint64_t value) override {
+    ContextGuard guard(*core_);
+    static_cast<Semaphore&>(sem).enqueue_wait(stream_, value);
+  }
+
+  bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) override {
+#if FERRY_GPU_HAS_KERNELS
+    ContextGuard guard(*core_);
+    FERRY_GPU_CHECK(launch_synthetic_compute(device_ptr(in), device_ptr(out), bytes, units,
+                                             core_->max_blocks, stream_));
+    return true;
+#else
+    (void)in, (void)out, (void)bytes, (void)units;
+    return false;  // no device compiler built kernels.cu for this vendor
+#endif
+  }
+
+ private:
+  std::shared_ptr<Core> core_;
+  cudaStream_t stream_;
+  bool owned_;
+};
+
+// ---------------------------------------------------------------------------------------------
+class Device final : public BackendDevice {
+ public:
+  explicit Device(int ordinal) : core_(std::make_shared<Core>()) {
+    core_->ordinal = ordinal;
+    core_->context = vendor::device_context(ordinal);
+    ContextGuard guard(*core_);
+
+    cudaDeviceProp prop{};
+    FERRY_GPU_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+    const vendor::Features features = vendor::query_features(ordinal, prop);
+    FERRY_GPU_CHECK(cudaDeviceGetStreamPriorityRange(&core_->priority_least, &core_->priority_greatest));
+    core_->max_blocks = std::max(1, prop.multiProcessorCount) * 4;
+    core_->stream_mem_ops64 = features.stream_mem_ops64;
+
+    caps_.name = prop.name;
+    caps_.backend = FERRY_GPU_BACKEND;
+    caps_.is_gpu = true;
+    caps_.device_memory_bytes = prop.totalGlobalMem;
+    caps_.copy_engines = features.copy_engines;
+    caps_.dedicated_transfer_queue = true;   // its own stream; copies go to the copy engines
+    caps_.host_memory_registration = true;   // cudaHostRegister
+    caps_.min_alignment = 256;               // cudaMalloc guarantees 256; keeps copies aligned
+    auto yes_no = [](bool b) { return b ? "yes" : "no"; };
+    caps_.notes = "uuid " + features.uuid + "; " + std::to_string(prop.multiProcessorCount) +
+                  " multiprocessors; memory pools: " + yes_no(features.memory_pools) +
+                  "; 64-bit stream memory ops: " + yes_no(features.stream_mem_ops64) +
+                  (features.stream_mem_ops64 ? "" : " (queue waits on values not yet signalled: unsupported)") +
+                  "; stream priorities " + std::to_string(core_->priority_least) + " (least) to " +
+                  std::to_string(core_->priority_greatest) + " (greatest)";
+
+    compute_ = make_queue(0);
+    transfer_ = make_queue(0);
+  }
+
+  ~Device() override = default;  // queues go first (members), then the Core when unshared
+
+  const Capabilities& capabilities() const override { return caps_; }
+
+  BackendQueue& default_queue(QueueRole role) override {
+    return role == QueueRole::compute ? *compute_ : *transfer_;
+  }
+
+  std::unique_ptr<BackendQueue> create_queue(QueueRole /*role*/, int priority) override {
+    return make_queue(priority);
+  }
+
+  std::unique_ptr<BackendQueue> adopt_queue(QueueRole /*role*/, const NativeQueue& native) override {
+    auto stream = static_cast<cudaStream_t>(native.handle);
+    if (vendor::is_implicit_stream(stream)) {
+      throw Error(ErrorCode::invalid_argument,
+                  FERRY_GPU_LABEL ": adopt_queue: the null, legacy or per-thread default stream cannot be "
+                  "adopted: it synchronizes implicitly with other streams (or names a different stream "
+                  "on each thread), so ferry could not order work on it; pass a stream object",
+                  {}, std::source_location{});
+    }
+    ContextGuard guard(*core_);
+    if (const auto device = vendor::stream_device(stream); device && *device != core_->ordinal) {
+      throw Error(ErrorCode::invalid_argument,
+                  FERRY_GPU_LABEL ": adopt_queue: stream belongs to device " + std::to_string(*device) +
+                      ", not " + std::to_string(core_->ordinal),
+                  {}, std::source_location{});
+    }
+    return std::make_unique<Queue>(core_, stream, /*owned=*/false);
+  }
+
+  std::unique_ptr<BackendSemaphore> create_semaphore(std::uint64_t initial) override {
+    return std::make_unique<Semaphore>(core_, initial);
+  }
+
+  // Segments come from cudaMalloc, not cuMemCreate/cuMemMap: the front end's pool
+  // sub-allocates whole segments and never remaps them, so physical/virtual separation buys
+  // nothing here, and cudaMalloc has the same call under HIP. cudaFree synchronizes the
+  // device: the pool frees segments only when trimming.
+  std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) override {
+    ContextGuard guard(*core_);
+    void* p = nullptr;
+    FERRY_GPU_CHECK(cudaMalloc(&p, bytes));  // out of memory -> ErrorCode::out_of_memory
+    auto segment = std::make_unique<Segment>();
+    segment->size = bytes;
+    segment->address = reinterpret_cast<std::uintptr_t>(p);
+    segment->native = p;
+    return segment;
+  }
+
+  void free_segment(std::unique_ptr<Segment> segment) override {
+    ContextGuard guard(*core_);
+    FERRY_GPU_CHECK(cudaFree(segment->native));
+  }
+
+  std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override {
+    ContextGuard guard(*core_);
+    void* p = nullptr;
+    // Portable: pinned for every context. Cannot pin -> ErrorCode::out_of_memory.
+    FERRY_GPU_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
+    auto memory = std::make_unique<HostMemory>();
+    memory->ptr = static_cast<std::byte*>(p);
+    memory->size = bytes;
+    return memory;
+  }
+
+  std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) override {
+    ContextGuard guard(*core_);
+    // A range (partly) registered already, e.g. by the engine, is the caller's mistake.
+    FERRY_GPU_CHECK_WITH(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable), classify_register);
+    auto memory = std::make_unique<HostMemory>();
+    memory->ptr = ptr;
+    memory->size = bytes;
+    memory->registered = true;
+    return memory;
+  }
+
+  void free_host(std::unique_ptr<HostMemory> memory) override {
+    ContextGuard guard(*core_);
+    if (memory->registered) {
+      FERRY_GPU_CHECK(cudaHostUnregister(memory->ptr));
+    } else {
+      FERRY_GPU_CHECK(cudaFreeHost(memory->ptr));
+    }
+  }
+
+  void wait_idle() override {
+    std::vector<cudaStream_t> streams;
+    {
+      std::lock_guard lock(core_->mutex);
+      streams = core_->streams;
+    }
+    ContextGuard guard(*core_);
+    for (cudaStream_t s : streams) FERRY_GPU_CHECK(cudaStreamSynchronize(s));
+  }
+
+ private:
+  std::unique_ptr<Queue> make_queue(int priority) {
+    ContextGuard guard(*core_);
+    cudaStream_t stream = nullptr;
+    // Non-blocking: never synchronizes with the legacy default stream the engine may use.
+    FERRY_GPU_CHECK(cudaStreamCreateWithPriority(
+        &stream, cudaStreamNonBlocking, priority > 0 ? core_->priority_greatest : core_->priority_least));
+    return std::make_unique<Queue>(core_, stream, /*owned=*/true);
+  }
+
+  std::shared_ptr<Core> core_;
+  Capabilities caps_;
+  std::unique_ptr<Queue> compute_;
+  std::unique_ptr<Queue> transfer_;
+};
+
+}  // namespace
+}  // namespace ferry::detail::FERRY_GPU_NS
+
+namespace ferry::detail {
+
+int FERRY_GPU_COUNT_FN() noexcept {
+  int count = 0;
+  // Any failure (no driver, no device, driver too old) means "no device": never throw.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<BackendDevice> FERRY_GPU_OPEN_FN(const DeviceOptions& options) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    const std::string why = e == cudaSuccess ? std::string("the driver reports 0 devices")
+                                             : FERRY_GPU_NS::vendor::describe(e);
+    throw Error(ErrorCode::unsupported, std::string("no ") + FERRY_GPU_VENDOR + " device present (" + why + ")",
+                e == cudaSuccess ? std::string{} : std::string(FERRY_GPU_NAME(cudaGetDeviceCount)),
+                std::source_location{});
+  }
+  if (options.ordinal < 0 || options.ordinal >= count) {
+    throw Error(ErrorCode::invalid_argument,
+                FERRY_GPU_LABEL ": ordinal " + std::to_string(options.ordinal) + " out of range (" +
+                    std::to_string(count) + (count == 1 ? " device)" : " devices)"),
+                {}, std::source_location{});
+  }
+  return std::make_unique<FERRY_GPU_NS::Device>(options.ordinal);
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: MIT
+// CUDA side of the vendor shim (see vendor.hpp for the names every shim provides).
+//
+// Linking: only the runtime (libcudart) is linked. Driver API functions (stream memory
+// operations, attributes the runtime does not expose) are fetched at run time through
+// cudaGetDriverEntryPointByVersion. Linking libcuda directly would record a dependency on
+// libcuda.so.1, which exists only where the NVIDIA driver is installed: libferry would then
+// fail to load on CPU-only machines instead of reporting "no CUDA device". <cuda.h> is
+// included for types and enums only.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "check.hpp"
+
+#if CUDART_VERSION < 12000
+#error "ferry's CUDA backend needs CUDA 12 or newer"
+#endif
+
+#define FERRY_GPU_NS cuda_impl
+#define FERRY_GPU_BACKEND ::ferry::Backend::cuda
+#define FERRY_GPU_LABEL "cuda"
+#define FERRY_GPU_VENDOR "CUDA"
+#define FERRY_GPU_COUNT_FN cuda_device_count
+#define FERRY_GPU_OPEN_FN cuda_open
+#define FERRY_GPU_HAS_KERNELS 1
+
+namespace ferry::detail::cuda_impl::vendor {
+
+/// Text for a runtime error. Also consumes the thread's last-error slot: a failure ferry has
+/// reported must not resurface in the engine's next cudaGetLastError() after its own launch.
+inline std::string describe(cudaError_t e) {
+  (void)cudaGetLastError();
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+inline ErrorCode classify(cudaError_t e) {
+  switch (e) {
+    case cudaErrorMemoryAllocation: return ErrorCode::out_of_memory;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNotSupported: return ErrorCode::unsupported;
+    // Sticky errors: the context is unusable until the process exits.
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalAddress:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorDevicesUnavailable: return ErrorCode::device_lost;
+    default: return ErrorCode::backend_error;
+  }
+}
+
+/// The driver functions ferry uses, resolved once per process.
+struct Driver {
+  PFN_cuGetErrorName_v6000 cuGetErrorName = nullptr;
+  PFN_cuGetErrorString_v6000 cuGetErrorString = nullptr;
+  PFN_cuDeviceGet_v2000 cuDeviceGet = nullptr;
+  PFN_cuDeviceGetAttribute_v2000 cuDeviceGetAttribute = nullptr;
+  PFN_cuStreamWriteValue64_v11070 cuStreamWriteValue64 = nullptr;
+  PFN_cuStreamWaitValue64_v11070 cuStreamWaitValue64 = nullptr;
+  PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
+  PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
+};
+
+inline std::string describe_driver(CUresult r);
+
+inline ErrorCode classify_driver(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_OUT_OF_MEMORY: return ErrorCode::out_of_memory;
+    case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_NOT_SUPPORTED: return ErrorCode::unsupported;
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_ASSERT: return ErrorCode::device_lost;
+    default: return ErrorCode::backend_error;
+  }
+}
+
+template <class Fn>
+void load_entry_point(const char* symbol, Fn& fn) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  // Ask for the ABI of CUDA 12.0 so a newer driver never hands back a changed signature.
+#if CUDART_VERSION >= 12050
+  FERRY_CHECK_GEN(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status),
+                  cudaSuccess, describe, classify);
+#else
+  FERRY_CHECK_GEN(cudaGetDriverEntryPoint(symbol, &p, cudaEnableDefault, &status), cudaSuccess,
+                  describe, classify);
+#endif
+  if (status != cudaDriverEntryPointSuccess || p == nullptr) {
+    throw Error(ErrorCode::unsupported, std::string("cuda: the driver does not provide ") + symbol,
+                symbol, std::source_location{});
+  }
+  fn = reinterpret_cast<Fn>(p);
+}
+
+/// Resolve the driver functions (first call only; needs a working driver: call after a device
+/// was found). Throws on failure; a later call retries.
+inline const Driver& driver() {
+  static Driver d;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Driver t;
+    load_entry_point("cuGetErrorName", t.cuGetErrorName);
+    load_entry_point("cuGetErrorString", t.cuGetErrorString);
+    load_entry_point("cuDeviceGet", t.cuDeviceGet);
+    load_entry_point("cuDeviceGetAttribute", t.cuDeviceGetAttribute);
+    load_entry_point("cuStreamWriteValue64", t.cuStreamWriteValue64);
+    load_entry_point("cuStreamWaitValue64", t.cuStreamWaitValue64);
+    load_entry_point("cuCtxGetCurrent", t.cuCtxGetCurrent);
+    load_entry_point("cuCtxSetCurrent", t.cuCtxSetCurrent);
+    d = t;
+  });
+  return d;
+}
+
+inline std::string describe_driver(CUresult r) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  // Both fail only for a code the driver does not know; fall back to the number then.
+  if (driver().cuGetErrorName(r, &name) != CUDA_SUCCESS) name = "CUresult";
+  if (driver().cuGetErrorString(r, &text) != CUDA_SUCCESS) text = "unknown error";
+  return std::string(name) + " (" + std::to_string(static_cast<int>(r)) + "): " + text;
+}
+
+#define FERRY_CU_CHECK(expr) \
+  FERRY_CHECK_GEN(expr, CUDA_SUCCESS, ::ferry::detail::cuda_impl::vendor::describe_driver, \
+                  ::ferry::detail::cuda_impl::vendor::classify_driver)
+
+/// What makes a device current on a thread. CUDA: the device's primary context, handled with
+/// cuCtxGetCurrent/cuCtxSetCurrent rather than cudaGetDevice/cudaSetDevice, because restoring
+/// a thread that had no context with cudaSetDevice(0) would create a context on device 0
+/// (hundreds of MB) that the engine never asked for. Restoring a null context is exact.
+using DeviceContext = CUcontext;
+
+/// The current binding of the calling thread (may be null).
+inline DeviceContext current_context() {
+  CUcontext c = nullptr;
+  FERRY_CU_CHECK(driver().cuCtxGetCurrent(&c));
+  return c;
+}
+
+/// Bind `c` to the calling thread.
+inline void make_current(DeviceContext c) { FERRY_CU_CHECK(driver().cuCtxSetCurrent(c)); }
+
+/// Bind `c` from a destructor: cannot throw; failing here means the driver is gone already.
+inline void restore_current(DeviceContext c) noexcept { (void)driver().cuCtxSetCurrent(c); }
+
+/// The context of device `ordinal` (its primary context, initialized by cudaSetDevice). Leaves
+/// the calling thread's binding as it found it.
+inline DeviceContext device_context(int ordinal) {
+  const CUcontext saved = current_context();
+  FERRY_CHECK_GEN(cudaSetDevice(ordinal), cudaSuccess, describe, classify);  // binding unchanged on failure
+  const CUcontext ctx = current_context();
+  make_current(saved);
+  return ctx;
+}
+
+/// Device facts that need vendor-specific queries.
+struct Features {
+  std::string uuid;              ///< "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints
+  std::uint32_t copy_engines = 0;
+  bool memory_pools = false;     ///< cudaMallocAsync family usable
+  bool stream_mem_ops64 = false; ///< cuStreamWaitValue64/WriteValue64 usable
+};
+
+inline Features query_features(int ordinal, const cudaDeviceProp& prop) {
+  Features f;
+  char buf[48];
+  const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  std::snprintf(buf, sizeof buf,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  f.uuid = buf;
+  int v = 0;
+  FERRY_CHECK_GEN(cudaDeviceGetAttribute(&v, cudaDevAttrAsyncEngineCount, ordinal), cudaSuccess,
+                  describe, classify);
+  f.copy_engines = static_cast<std::uint32_t>(v);
+  FERRY_CHECK_GEN(cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, ordinal), cudaSuccess,
+                  describe, classify);
+  f.memory_pools = v != 0;
+  CUdevice dev = 0;
+  FERRY_CU_CHECK(driver().cuDeviceGet(&dev, ordinal));
+  FERRY_CU_CHECK(driver().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev));
+  f.stream_mem_ops64 = v != 0;
+  return f;
+}
+
+/// Signal: write `value` to `dev_ptr` after all earlier work of `s`. The default flags keep
+/// the memory barrier, so the writes of earlier copies are visible before the value is.
+inline void write_value64(cudaStream_t s, void* dev_ptr, std::uint64_t value) {
+  FERRY_CU_CHECK(driver().cuStreamWriteValue64(reinterpret_cast<CUstream>(s),
+                                               reinterpret_cast<CUdeviceptr>(dev_ptr), value,
+                                               CU_STREAM_WRITE_VALUE_DEFAULT));
+}
+
+/// Wait: later work of `s` starts once `*dev_ptr >= value`. No CU_STREAM_WAIT_VALUE_FLUSH:
+/// that flag orders GPUDirect RDMA writes from third-party devices, which ferry never relies
+/// on (its data arrives by stream-ordered copies or by host writes made before the host's
+/// release store of the counter), and it would add a flush to every wait.
+inline void wait_value64_geq(cudaStream_t s, void* dev_ptr, std::uint64_t value) {
+  FERRY_CU_CHECK(driver().cuStreamWaitValue64(reinterpret_cast<CUstream>(s),
+                                              reinterpret_cast<CUdeviceptr>(dev_ptr), value,
+                                              CU_STREAM_WAIT_VALUE_GEQ));
+}
+
+/// True for handles that name an implicit stream rather than a stream object.
+inline bool is_implicit_stream(cudaStream_t s) {
+  return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread;
+}
+
+/// Device ordinal of a stream, or nullopt where the vendor API cannot tell. Throws
+/// invalid_argument when the handle is not a live stream.
+inline std::optional<int> stream_device(cudaStream_t s) {
+#if CUDART_VERSION >= 12080
+  int device = -1;
+  const cudaError_t e = cudaStreamGetDevice(s, &device);
+  if (e == cudaErrorInvalidResourceHandle || e == cudaErrorContextIsDestroyed) {
+    throw Error(ErrorCode::invalid_argument,
+                "cuda: adopt_queue: handle is not a live cudaStream_t (" + describe(e) + ")",
+                "cudaStreamGetDevice", std::source_location{});
+  }
+  FERRY_CHECK_GEN(e, cudaSuccess, describe, classify);
+  return device;
+#else
+  (void)s;  // CUDA < 12.8 has no cudaStreamGetDevice; the front end documents the limit.
+  return std::nullopt;
+#endif
+}
+
+}  // namespace ferry::detail::cuda_impl::vendor

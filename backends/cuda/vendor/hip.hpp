@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: MIT
+// HIP side of the vendor shim (see vendor.hpp for the names every shim provides): maps the
+// CUDA runtime names cuda_backend.cpp uses onto HIP, as ggml's vendors/hip.h does, and
+// implements the vendor-specific operations with HIP calls. Host code only: compiled by the
+// C++ compiler against libamdhip64, no hipcc needed.
+//
+// Known limits of HIP 5.2 (Debian's libamdhip64-dev), handled here:
+//  - hipDeviceProp_t has no asyncEngineCount and the attribute is CUDA-only: copy_engines = 0
+//    (unknown).
+//  - no hipStreamGetDevice before ROCm 6: adopt_queue cannot tell a stream's device there.
+//  - no hipStreamLegacy: the null stream and hipStreamPerThread are the implicit streams.
+#pragma once
+
+// Only the AMD platform: HIP's NVIDIA-platform headers do not build against CUDA 13, and on
+// NVIDIA the CUDA backend is the one to use.
+#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP_PLATFORM_NVIDIA__)
+#define __HIP_PLATFORM_AMD__ 1
+#endif
+#include <hip/hip_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "check.hpp"
+
+#define FERRY_GPU_NS hip_impl
+#define FERRY_GPU_BACKEND ::ferry::Backend::hip
+#define FERRY_GPU_LABEL "hip"
+#define FERRY_GPU_VENDOR "HIP"
+#define FERRY_GPU_COUNT_FN hip_device_count
+#define FERRY_GPU_OPEN_FN hip_open
+#define FERRY_GPU_HAS_KERNELS 0  // kernels.cu needs hipcc, which this build does not use
+
+// Runtime names used by cuda_backend.cpp.
+#define cudaDeviceGetStreamPriorityRange hipDeviceGetStreamPriorityRange
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaErrorHostMemoryAlreadyRegistered hipErrorHostMemoryAlreadyRegistered
+#define cudaErrorNotReady hipErrorNotReady
+#define cudaError_t hipError_t
+#define cudaEventCreateWithFlags hipEventCreateWithFlags
+#define cudaEventDestroy hipEventDestroy
+#define cudaEventDisableTiming hipEventDisableTiming
+#define cudaEventQuery hipEventQuery
+#define cudaEventRecord hipEventRecord
+#define cudaEventSynchronize hipEventSynchronize
+#define cudaEvent_t hipEvent_t
+#define cudaFree hipFree
+#define cudaFreeHost hipHostFree
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaGetLastError hipGetLastError
+#define cudaHostAlloc hipHostMalloc
+#define cudaHostAllocMapped hipHostMallocMapped
+#define cudaHostAllocPortable hipHostMallocPortable
+#define cudaHostGetDevicePointer hipHostGetDevicePointer
+#define cudaHostRegister hipHostRegister
+#define cudaHostRegisterPortable hipHostRegisterPortable
+#define cudaHostUnregister hipHostUnregister
+#define cudaMalloc hipMalloc
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaStreamCreateWithPriority hipStreamCreateWithPriority
+#define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamNonBlocking hipStreamNonBlocking
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaStreamWaitEvent hipStreamWaitEvent
+#define cudaStream_t hipStream_t
+#define cudaSuccess hipSuccess
+
+namespace ferry::detail::hip_impl::vendor {
+
+/// Text for a runtime error; consumes the thread's last-error slot (see the CUDA shim).
+inline std::string describe(hipError_t e) {
+  (void)hipGetLastError();
+  return std::string(hipGetErrorName(e)) + ": " + hipGetErrorString(e);
+}
+
+inline ErrorCode classify(hipError_t e) {
+  switch (e) {
+    case hipErrorOutOfMemory: return ErrorCode::out_of_memory;
+    case hipErrorNoDevice:
+    case hipErrorInsufficientDriver:
+    case hipErrorNotSupported: return ErrorCode::unsupported;
+    case hipErrorLaunchFailure:
+    case hipErrorIllegalAddress:
+    case hipErrorECCNotCorrectable:
+    case hipErrorLaunchTimeOut:
+    case hipErrorAssert: return ErrorCode::device_lost;
+    default: return ErrorCode::backend_error;
+  }
+}
+
+#define FERRY_HIP_CHECK(expr) \
+  FERRY_CHECK_GEN(expr, hipSuccess, ::ferry::detail::hip_impl::vendor::describe, \
+                  ::ferry::detail::hip_impl::vendor::classify)
+
+/// HIP has no per-device context to save: the current device ordinal plays that role.
+using DeviceContext = int;
+
+inline DeviceContext current_context() {
+  int device = 0;
+  FERRY_HIP_CHECK(hipGetDevice(&device));
+  return device;
+}
+
+inline void make_current(DeviceContext device) { FERRY_HIP_CHECK(hipSetDevice(device)); }
+
+/// From a destructor: cannot throw; failing here means the runtime is gone already.
+inline void restore_current(DeviceContext device) noexcept { (void)hipSetDevice(device); }
+
+inline DeviceContext device_context(int ordinal) { return ordinal; }
+
+struct Features {
+  std::string uuid;
+  std::uint32_t copy_engines = 0;  ///< unknown on HIP 5.2 (see the file comment)
+  bool memory_pools = false;
+  bool stream_mem_ops64 = false;
+};
+
+inline Features query_features(int ordinal, const hipDeviceProp_t& /*prop*/) {
+  Features f;
+  hipUUID uuid{};
+  FERRY_HIP_CHECK(hipDeviceGetUuid(&uuid, ordinal));
+  std::string text = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    char byte[3];
+    std::snprintf(byte, sizeof byte, "%02x", static_cast<unsigned char>(uuid.bytes[i]));
+    text += byte;
+    if (i == 3 || i == 5 || i == 7 || i == 9) text += '-';
+  }
+  f.uuid = text;
+  int v = 0;
+  FERRY_HIP_CHECK(hipDeviceGetAttribute(&v, hipDeviceAttributeMemoryPoolsSupported, ordinal));
+  f.memory_pools = v != 0;
+  FERRY_HIP_CHECK(hipDeviceGetAttribute(&v, hipDeviceAttributeCanUseStreamWaitValue, ordinal));
+  f.stream_mem_ops64 = v != 0;
+  return f;
+}
+
+/// Signal: the write runs after all earlier commands of the stream have completed.
+inline void write_value64(hipStream_t s, void* dev_ptr, std::uint64_t value) {
+  FERRY_HIP_CHECK(hipStreamWriteValue64(s, dev_ptr, value, 0));
+}
+
+/// Wait: later commands of `s` start once `*dev_ptr >= value` (full 64-bit mask).
+inline void wait_value64_geq(hipStream_t s, void* dev_ptr, std::uint64_t value) {
+  FERRY_HIP_CHECK(hipStreamWaitValue64(s, dev_ptr, value, hipStreamWaitValueGte, ~std::uint64_t{0}));
+}
+
+inline bool is_implicit_stream(hipStream_t s) { return s == nullptr || s == hipStreamPerThread; }
+
+/// Device ordinal of a stream, or nullopt where HIP cannot tell (before ROCm 6).
+inline std::optional<int> stream_device(hipStream_t s) {
+#if HIP_VERSION_MAJOR >= 6
+  hipDevice_t device = 0;
+  FERRY_HIP_CHECK(hipStreamGetDevice(s, &device));
+  return static_cast<int>(device);
+#else
+  (void)s;
+  return std::nullopt;
+#endif
+}
+
+}  // namespace ferry::detail::hip_impl::vendor

@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: MIT
+// Vendor selection for the CUDA-family backend (STYLE item 5, ggml's vendors/*.h).
+//
+// cuda_backend.cpp is written once against the CUDA runtime API. Compiled plainly it is the
+// CUDA backend; compiled with FERRY_VENDOR_HIP defined (backends/hip/hip_backend.cpp does
+// that) it is the HIP backend. Each shim provides the same names:
+//
+//   FERRY_GPU_NS              namespace of the implementation (cuda_impl / hip_impl), so both
+//                             builds link into one library without colliding symbols
+//   FERRY_GPU_BACKEND         the ferry::Backend value
+//   FERRY_GPU_LABEL           "cuda" / "hip", prefix of messages
+//   FERRY_GPU_VENDOR          "CUDA" / "HIP", in prose ("no CUDA device present")
+//   FERRY_GPU_COUNT_FN        cuda_device_count / hip_device_count (backend.hpp)
+//   FERRY_GPU_OPEN_FN         cuda_open / hip_open (backend.hpp)
+//   FERRY_GPU_HAS_KERNELS     1 when a device compiler built kernels.cu for this vendor
+//
+// and, in namespace ferry::detail::FERRY_GPU_NS::vendor, the few operations whose API differs
+// (error text and classification, stream memory operations, stream -> device query, UUID,
+// copy engine count). Everything else uses CUDA runtime names; the HIP shim maps them.
+#pragma once
+
+#ifdef FERRY_VENDOR_HIP
+#include "hip.hpp"
+#else
+#include "cuda.hpp"
+#endif

@@ -1,0 +1,299 @@
+// SPDX-License-Identifier: MIT
+// Vulkan backend internals: entry-point table, error mapping, and the device/queue/semaphore
+// classes. Every Vulkan call goes through the table (VK_NO_PROTOTYPES), loaded from the
+// dlopen'ed loader or from an engine's vkGetInstanceProcAddr, and every VkResult through
+// FERRY_VK_CHECK.
+#pragma once
+
+#ifndef VK_NO_PROTOTYPES
+#define VK_NO_PROTOTYPES
+#endif
+#include <vulkan/vulkan.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "check.hpp"
+#include "vulkan_adopt.hpp"
+
+static_assert(sizeof(void*) == 8, "ferry's Vulkan backend stores VkBuffer handles in void*");
+
+namespace ferry::detail {
+
+std::string vk_describe(VkResult result);
+ErrorCode vk_classify(VkResult result) noexcept;
+
+#define FERRY_VK_CHECK(expr) \
+  FERRY_CHECK_GEN(expr, VK_SUCCESS, ::ferry::detail::vk_describe, ::ferry::detail::vk_classify)
+
+/// Throw an Error that is not a failed vendor call ("Vulkan: " + message).
+[[noreturn]] inline void vk_fail(ErrorCode code, const std::string& message) {
+  throw Error(code, "Vulkan: " + message, {}, std::source_location{});
+}
+
+// Entry points, resolved at instance or device level. All are required (core 1.2) except the
+// ones VulkanApi lists separately.
+#define FERRY_VK_INSTANCE_FUNCTIONS(X)                                                   \
+  X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)   \
+  X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2)                     \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties)    \
+  X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+
+#define FERRY_VK_DEVICE_FUNCTIONS(X)                                                      \
+  X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkDeviceWaitIdle) X(vkQueueSubmit)             \
+  X(vkCreateSemaphore) X(vkDestroySemaphore) X(vkGetSemaphoreCounterValue)                \
+  X(vkSignalSemaphore) X(vkWaitSemaphores) X(vkAllocateMemory) X(vkFreeMemory)            \
+  X(vkMapMemory) X(vkUnmapMemory) X(vkCreateBuffer) X(vkDestroyBuffer)                    \
+  X(vkGetBufferMemoryRequirements) X(vkBindBufferMemory) X(vkCreateCommandPool)           \
+  X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkFreeCommandBuffers)             \
+  X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdCopyBuffer) X(vkCmdPipelineBarrier) \
+  X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) X(vkCmdPushConstants) X(vkCmdDispatch)  \
+  X(vkCreateShaderModule) X(vkDestroyShaderModule) X(vkCreateDescriptorSetLayout)         \
+  X(vkDestroyDescriptorSetLayout) X(vkCreatePipelineLayout) X(vkDestroyPipelineLayout)    \
+  X(vkCreateComputePipelines) X(vkDestroyPipeline) X(vkCreateDescriptorPool)              \
+  X(vkDestroyDescriptorPool) X(vkAllocateDescriptorSets) X(vkResetDescriptorPool)         \
+  X(vkUpdateDescriptorSets)
+
+/// The loader's vkGetInstanceProcAddr from libvulkan.so.1, opened once; null without a loader.
+PFN_vkGetInstanceProcAddr loader_get_instance_proc_addr() noexcept;
+
+struct VulkanApi {
+  std::uint32_t instance_version = 0;  ///< apiVersion ferry created the instance with (0: adopted)
+  PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr = nullptr;
+#define FERRY_VK_MEMBER(name) PFN_##name name = nullptr;
+  FERRY_VK_INSTANCE_FUNCTIONS(FERRY_VK_MEMBER)
+  FERRY_VK_DEVICE_FUNCTIONS(FERRY_VK_MEMBER)
+#undef FERRY_VK_MEMBER
+  // Optional: debug utils (validation), vkQueueSubmit2 (1.3 devices ferry created with
+  // synchronization2), host pointer import (VK_EXT_external_memory_host).
+  PFN_vkCreateDebugUtilsMessengerEXT vkCreateDebugUtilsMessengerEXT = nullptr;
+  PFN_vkDestroyDebugUtilsMessengerEXT vkDestroyDebugUtilsMessengerEXT = nullptr;
+  PFN_vkQueueSubmit2 vkQueueSubmit2 = nullptr;
+  PFN_vkGetMemoryHostPointerPropertiesEXT vkGetMemoryHostPointerPropertiesEXT = nullptr;
+
+  /// Resolve instance-level entry points; throws `unsupported` naming a missing one.
+  void load_instance(VkInstance instance);
+  /// Resolve device-level entry points (optional ones as requested), all or none.
+  void load_device(VkDevice device, bool submit2, bool host_import);
+};
+
+/// Create an instance (Vulkan 1.3 when the loader has it, else 1.2; `unsupported` below 1.2).
+/// With `messenger` non-null: VK_LAYER_KHRONOS_validation with synchronization validation, and
+/// the messenger chained so instance creation is covered too (`unsupported` without the layer).
+VkInstance create_instance(VulkanApi& vk, const VkDebugUtilsMessengerCreateInfoEXT* messenger);
+
+/// The physical devices ferry numbers: those of Vulkan 1.2 or later, in enumeration order.
+std::vector<VkPhysicalDevice> usable_physical_devices(const VulkanApi& vk, VkInstance instance);
+
+/// A VkBuffer over its own VkDeviceMemory (segment or host memory record).
+struct VulkanAllocation {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+};
+
+inline VkBuffer buffer_of(const Segment* segment) {
+  return static_cast<const VulkanAllocation*>(segment->backend_data)->buffer;
+}
+inline VkBuffer buffer_of(const HostMemory* memory) {
+  return static_cast<const VulkanAllocation*>(memory->backend_data)->buffer;
+}
+
+class VulkanDevice;
+
+class VulkanSemaphore final : public BackendSemaphore {
+ public:
+  VulkanSemaphore(VulkanDevice& device, std::uint64_t initial);
+  /// Destroys the VkSemaphore at once if no queue ever used it, else hands it to the device,
+  /// which destroys it at the next wait_idle() or at close (queued work may still use it).
+  ~VulkanSemaphore() override;
+  std::uint64_t value() override;
+  void signal(std::uint64_t value) override;
+  bool wait(std::uint64_t value, std::chrono::nanoseconds timeout) override;
+
+  [[nodiscard]] VkSemaphore handle() const noexcept { return semaphore_; }
+  void mark_queued() noexcept { queued_.store(true, std::memory_order_relaxed); }
+
+ private:
+  VulkanDevice& device_;
+  VkSemaphore semaphore_ = VK_NULL_HANDLE;
+  std::atomic<bool> queued_{false};
+};
+
+/// One VkQueue as ferry uses it: commands are recorded into a batch (one command buffer) and
+/// submitted when the batch is signalled or flushed, or before a wait (a wait applies to a
+/// whole submission, so it opens a new batch). Batches are recycled once this queue's private
+/// progress timeline shows them complete: no allocation per operation in the steady state.
+///
+/// Ordering inside a queue: before each command, a full memory barrier is recorded if the
+/// command touches a range that an earlier command of the batch wrote (or writes a range
+/// earlier commands read), and always before the first command of a batch (earlier
+/// submissions, and waits). Disjoint copies of one batch may overlap.
+///
+/// Thread-safety: all methods lock the queue; submissions take the device-wide submit lock
+/// (several VulkanQueues may share one VkQueue: both roles on a one-queue device, adoption).
+class VulkanQueue final : public BackendQueue {
+ public:
+  VulkanQueue(VulkanDevice& device, VkQueue queue, std::uint32_t family, std::uint32_t index,
+              bool owns_index);
+  /// Waits for everything this queue submitted, then frees its objects. Recorded but
+  /// unflushed commands are dropped (the front end flushes after every call).
+  ~VulkanQueue() override;
+
+  void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) override;
+  void copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) override;
+  void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) override;
+  void signal(BackendSemaphore& sem, std::uint64_t value) override;
+  void wait(BackendSemaphore& sem, std::uint64_t value) override;
+  void release_ownership(DeviceRef range, std::uint64_t bytes, BackendQueue& to) override;
+  void acquire_ownership(DeviceRef range, std::uint64_t bytes, BackendQueue& from) override;
+  bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes,
+                         std::uint32_t units) override;
+  void flush() override;
+  [[nodiscard]] std::uint32_t family() const override { return family_; }
+
+  [[nodiscard]] VkQueue handle() const noexcept { return queue_; }
+
+ private:
+  struct Batch {
+    VkCommandBuffer commands = VK_NULL_HANDLE;
+    VkDescriptorPool descriptors = VK_NULL_HANDLE;  // created on the first synthetic_compute
+    std::uint32_t sets_used = 0;
+    std::uint64_t done = 0;  // progress value that marks this batch complete
+  };
+  struct Access {
+    VkBuffer buffer;
+    VkDeviceSize begin, end;
+    bool write;
+  };
+  static constexpr std::uint32_t kSetsPerBatch = 16;
+  static constexpr std::size_t kMaxTrackedAccesses = 64;
+
+  Batch& recording();
+  void order(std::initializer_list<Access> next);
+  void copy(VkBuffer dst, VkDeviceSize dst_offset, VkBuffer src, VkDeviceSize src_offset,
+            VkDeviceSize bytes, bool dst_is_host);
+  void ownership_barrier(DeviceRef range, std::uint64_t bytes, std::uint32_t src_family,
+                         std::uint32_t dst_family, bool release);
+  VkDescriptorSet allocate_set();
+  void submit(VulkanSemaphore* signal, std::uint64_t value);
+
+  VulkanDevice& device_;
+  VkQueue queue_;
+  std::uint32_t family_, index_;
+  bool owns_index_;
+  std::mutex mutex_;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  VkSemaphore progress_ = VK_NULL_HANDLE;  // private timeline: value n = n-th submission done
+  std::uint64_t submitted_ = 0;
+  bool recording_ = false;
+  bool batch_empty_ = true;  // no command recorded in the current batch yet
+  bool writes_host_ = false;
+  Batch current_;
+  std::vector<Batch> idle_, in_flight_;
+  std::vector<Access> accesses_;  // of the current batch since its last full barrier
+  std::vector<std::pair<VkSemaphore, std::uint64_t>> waits_;  // for the next submission
+  // Scratch for submit(), reused.
+  std::vector<VkSemaphore> sems_;
+  std::vector<std::uint64_t> values_;
+  std::vector<VkPipelineStageFlags> stages_;
+  std::vector<VkSemaphoreSubmitInfo> infos_;
+};
+
+/// The synthetic-compute pipeline, created on first use.
+struct SyntheticPipeline {
+  VkShaderModule shader = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+};
+
+class VulkanDevice final : public BackendDevice {
+ public:
+  VulkanDevice() = default;
+  ~VulkanDevice() override;
+  VulkanDevice(const VulkanDevice&) = delete;
+  VulkanDevice& operator=(const VulkanDevice&) = delete;
+
+  /// Create instance and device for `options.ordinal` (vulkan_open).
+  void open(const DeviceOptions& options);
+  /// Wrap an engine's objects (vulkan_adopt).
+  void adopt(const VulkanAdoptInfo& info);
+
+  const Capabilities& capabilities() const override { return caps_; }
+  BackendQueue& default_queue(QueueRole role) override;
+  std::unique_ptr<BackendQueue> create_queue(QueueRole role, int priority) override;
+  std::unique_ptr<BackendQueue> adopt_queue(QueueRole role, const NativeQueue& native) override;
+  std::unique_ptr<BackendSemaphore> create_semaphore(std::uint64_t initial) override;
+  std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) override;
+  void free_segment(std::unique_ptr<Segment> segment) override;
+  std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override;
+  std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) override;
+  void free_host(std::unique_ptr<HostMemory> memory) override;
+  void wait_idle() override;
+  std::uint64_t validation_messages() const override {
+    return validation_messages_.load(std::memory_order_relaxed);
+  }
+
+  // For queues and semaphores.
+  [[nodiscard]] const VulkanApi& vk() const noexcept { return vk_; }
+  [[nodiscard]] VkDevice handle() const noexcept { return device_; }
+  [[nodiscard]] std::mutex& submit_mutex() noexcept { return *submit_mutex_; }
+  [[nodiscard]] bool concurrent_sharing() const noexcept { return concurrent_; }
+  [[nodiscard]] bool has_compute(std::uint32_t family) const {
+    return (families_[family].queueFlags & VK_QUEUE_COMPUTE_BIT) != 0;
+  }
+  [[nodiscard]] const VkPhysicalDeviceLimits& limits() const noexcept { return props_.limits; }
+  /// The synthetic-compute pipeline (created on first call; throws on failure).
+  const SyntheticPipeline& synthetic();
+  void release_queue_index(std::uint32_t family, std::uint32_t index);
+  void retire_semaphore(VkSemaphore semaphore);
+  VkSemaphore create_timeline(std::uint64_t initial);
+
+ private:
+  void select_families();
+  void finish_setup(std::uint32_t compute_index, std::uint32_t transfer_index,
+                    bool host_import);
+  std::uint32_t pick_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags required,
+                                 VkMemoryPropertyFlags preferred,
+                                 VkMemoryPropertyFlags avoided) const;
+  VulkanAllocation make_allocation(VkDeviceSize size, const void* buffer_next, bool host,
+                                   const void* memory_next, std::uint32_t type_mask,
+                                   VkDeviceSize import_size);
+  void destroy_allocation(const VulkanAllocation& allocation) noexcept;
+  std::unique_ptr<VulkanQueue> make_queue(std::uint32_t family, std::uint32_t index,
+                                          bool owns_index);
+
+  VulkanApi vk_;
+  std::atomic<std::uint64_t> validation_messages_{0};
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  bool owns_objects_ = false;  // false for an adopted device: nothing of the engine's is destroyed
+  VkPhysicalDeviceProperties props_{};
+  VkPhysicalDeviceMemoryProperties memory_{};
+  std::vector<VkQueueFamilyProperties> families_;
+  std::uint32_t compute_family_ = 0, transfer_family_ = 0;
+  std::vector<std::vector<bool>> queue_in_use_;   // per family: index handed out (own device)
+  std::vector<std::uint32_t> queues_created_;     // per family: queues the VkDevice has
+  std::vector<std::uint32_t> sharing_families_;   // families a CONCURRENT buffer is shared by
+  bool concurrent_ = false;                       // segments use CONCURRENT sharing
+  bool host_import_ = false;
+  VkDeviceSize host_import_alignment_ = 0;
+  Capabilities caps_;
+  std::mutex own_submit_mutex_;
+  std::mutex* submit_mutex_ = &own_submit_mutex_;
+  std::mutex mutex_;  // queue indices, retired semaphores, synthetic pipeline
+  std::atomic<std::uint64_t> next_address_{std::uint64_t{1} << 40};
+  std::unique_ptr<VulkanQueue> compute_queue_, transfer_queue_;  // may share one VkQueue
+  std::vector<VkSemaphore> retired_;
+  SyntheticPipeline synthetic_;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: MIT
+// Vulkan queue: batches of recorded commands, submission with timeline waits and signals,
+// copies, queue-family ownership transfers, and the synthetic compute kernel.
+#include <algorithm>
+#include <cstdio>
+
+#include "vulkan_internal.hpp"
+
+namespace ferry::detail {
+
+namespace {
+
+constexpr VkPipelineStageFlags kAllCommands = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+
+}  // namespace
+
+VulkanQueue::VulkanQueue(VulkanDevice& device, VkQueue queue, std::uint32_t family,
+                         std::uint32_t index, bool owns_index)
+    : device_(device), queue_(queue), family_(family), index_(index), owns_index_(owns_index) {
+  VkCommandPoolCreateInfo info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT | VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+  info.queueFamilyIndex = family;
+  FERRY_VK_CHECK(device.vk().vkCreateCommandPool(device.handle(), &info, nullptr, &pool_));
+  try {
+    progress_ = device.create_timeline(0);
+  } catch (...) {
+    device.vk().vkDestroyCommandPool(device.handle(), pool_, nullptr);
+    throw;
+  }
+}
+
+VulkanQueue::~VulkanQueue() {
+  const auto& vk = device_.vk();
+  const VkDevice dev = device_.handle();
+  // Recorded but unflushed commands are dropped (the front end flushes after every call);
+  // submitted batches must complete before their command buffers are freed.
+  if (submitted_ > 0) {
+    VkSemaphoreWaitInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+    info.semaphoreCount = 1;
+    info.pSemaphores = &progress_;
+    info.pValues = &submitted_;
+    const VkResult result = vk.vkWaitSemaphores(dev, &info, UINT64_MAX);
+    if (result != VK_SUCCESS) {
+      std::fprintf(stderr, "ferry: Vulkan queue teardown: vkWaitSemaphores: %s\n", vk_describe(result).c_str());
+    }
+  }
+  if (recording_) idle_.push_back(current_);
+  for (const auto* list : {&idle_, &in_flight_}) {
+    for (const Batch& b : *list) vk.vkDestroyDescriptorPool(dev, b.descriptors, nullptr);
+  }
+  vk.vkDestroyCommandPool(dev, pool_, nullptr);  // frees the command buffers
+  vk.vkDestroySemaphore(dev, progress_, nullptr);
+  if (owns_index_) device_.release_queue_index(family_, index_);
+}
+
+// The batch being recorded, begun on a recycled command buffer if none is.
+VulkanQueue::Batch& VulkanQueue::recording() {
+  if (recording_) return current_;
+  const auto& vk = device_.vk();
+  const VkDevice dev = device_.handle();
+  if (idle_.empty() && !in_flight_.empty()) {
+    std::uint64_t completed = 0;
+    FERRY_VK_CHECK(vk.vkGetSemaphoreCounterValue(dev, progress_, &completed));
+    for (std::size_t i = 0; i < in_flight_.size();) {
+      if (in_flight_[i].done <= completed) {
+        idle_.push_back(in_flight_[i]);
+        in_flight_[i] = in_flight_.back();
+        in_flight_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  if (idle_.empty()) {
+    Batch fresh;
+    VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    info.commandPool = pool_;
+    info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    info.commandBufferCount = 1;
+    FERRY_VK_CHECK(vk.vkAllocateCommandBuffers(dev, &info, &fresh.commands));
+    idle_.push_back(fresh);
+  }
+  Batch& b = idle_.back();
+  if (b.sets_used != 0) {
+    FERRY_VK_CHECK(vk.vkResetDescriptorPool(dev, b.descriptors, 0));
+    b.sets_used = 0;
+  }
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  FERRY_VK_CHECK(vk.vkBeginCommandBuffer(b.commands, &begin));  // implicitly resets it
+  current_ = b;
+  idle_.pop_back();
+  recording_ = true;
+  batch_empty_ = true;
+  writes_host_ = false;
+  accesses_.clear();
+  return current_;
+}
+
+// Records a full memory barrier before a command touching `next` when needed (see the class
+// comment). Full barriers are cheap next to copies and keep synchronization validation clean.
+void VulkanQueue::order(std::initializer_list<Access> next) {
+  recording();
+  bool barrier = batch_empty_ || accesses_.size() + next.size() > kMaxTrackedAccesses;
+  for (const Access& a : next) {
+    for (const Access& b : accesses_) {
+      barrier = barrier || (a.buffer == b.buffer && a.begin < b.end && b.begin < a.end && (a.write || b.write));
+    }
+  }
+  if (barrier) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
+    device_.vk().vkCmdPipelineBarrier(current_.commands, kAllCommands, kAllCommands, 0, 1, &mb, 0,
+                                      nullptr, 0, nullptr);
+    accesses_.clear();
+  }
+  accesses_.insert(accesses_.end(), next.begin(), next.end());
+  batch_empty_ = false;
+}
+
+// Ends and submits the current batch (if any) with the pending waits, signalling this queue's
+// progress timeline and, if given, `signal` = `value`. All of one device's submissions are
+// serialized (ANCHORS: concurrent vkQueueSubmit on NVIDIA).
+void VulkanQueue::submit(VulkanSemaphore* signal, std::uint64_t value) {
+  const auto& vk = device_.vk();
+  try {
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    if (recording_) {
+      if (writes_host_) {  // device writes to host memory become visible to host reads
+        VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+        mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
+        mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+        vk.vkCmdPipelineBarrier(current_.commands, kAllCommands, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
+                                nullptr, 0, nullptr);
+      }
+      FERRY_VK_CHECK(vk.vkEndCommandBuffer(current_.commands));
+      cmd = current_.commands;
+    }
+    const std::uint64_t progress = submitted_ + 1;
+    sems_.clear();
+    values_.clear();
+    for (const auto& [s, v] : waits_) {
+      sems_.push_back(s);
+      values_.push_back(v);
+    }
+    const auto waits = static_cast<std::uint32_t>(waits_.size());
+    stages_.assign(waits, kAllCommands);
+    sems_.push_back(progress_);
+    values_.push_back(progress);
+    if (signal != nullptr) {
+      sems_.push_back(signal->handle());
+      values_.push_back(value);
+    }
+    const auto signals = static_cast<std::uint32_t>(sems_.size()) - waits;
+    if (vk.vkQueueSubmit2 != nullptr) {
+      infos_.clear();
+      for (std::size_t i = 0; i < sems_.size(); ++i) {
+        VkSemaphoreSubmitInfo si{VK_STRUCTURE_TYPE_SEMAPHORE_SUBMIT_INFO};
+        si.semaphore = sems_[i];
+        si.value = values_[i];
+        si.stageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
+        infos_.push_back(si);
+      }
+      VkCommandBufferSubmitInfo ci{VK_STRUCTURE_TYPE_COMMAND_BUFFER_SUBMIT_INFO};
+      ci.commandBuffer = cmd;
+      VkSubmitInfo2 info{VK_STRUCTURE_TYPE_SUBMIT_INFO_2};
+      info.waitSemaphoreInfoCount = waits;
+      info.pWaitSemaphoreInfos = infos_.data();
+      info.commandBufferInfoCount = cmd != VK_NULL_HANDLE ? 1 : 0;
+      info.pCommandBufferInfos = &ci;
+      info.signalSemaphoreInfoCount = signals;
+      info.pSignalSemaphoreInfos = infos_.data() + waits;
+      std::lock_guard lock(device_.submit_mutex());
+      FERRY_VK_CHECK(vk.vkQueueSubmit2(queue_, 1, &info, VK_NULL_HANDLE));
+    } else {
+      VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+      timeline.waitSemaphoreValueCount = waits;
+      timeline.pWaitSemaphoreValues = values_.data();
+      timeline.signalSemaphoreValueCount = signals;
+      timeline.pSignalSemaphoreValues = values_.data() + waits;
+      VkSubmitInfo info{VK_STRUCTURE_TYPE_SUBMIT_INFO, &timeline};
+      info.waitSemaphoreCount = waits;
+      info.pWaitSemaphores = sems_.data();
+      info.pWaitDstStageMask = stages_.data();
+      info.commandBufferCount = cmd != VK_NULL_HANDLE ? 1 : 0;
+      info.pCommandBuffers = &cmd;
+      info.signalSemaphoreCount = signals;
+      info.pSignalSemaphores = sems_.data() + waits;
+      std::lock_guard lock(device_.submit_mutex());
+      FERRY_VK_CHECK(vk.vkQueueSubmit(queue_, 1, &info, VK_NULL_HANDLE));
+    }
+    submitted_ = progress;
+  } catch (...) {
+    // The batch is lost with the failure (typically device loss); keep the queue consistent.
+    if (recording_) idle_.push_back(current_);
+    recording_ = false;
+    waits_.clear();
+    throw;
+  }
+  waits_.clear();
+  if (recording_) {
+    current_.done = submitted_;
+    in_flight_.push_back(current_);
+    recording_ = false;
+  }
+}
+
+void VulkanQueue::copy(VkBuffer dst, VkDeviceSize dst_offset, VkBuffer src, VkDeviceSize src_offset,
+                       VkDeviceSize bytes, bool dst_is_host) {
+  std::lock_guard lock(mutex_);
+  order({{src, src_offset, src_offset + bytes, false}, {dst, dst_offset, dst_offset + bytes, true}});
+  const VkBufferCopy region{src_offset, dst_offset, bytes};
+  device_.vk().vkCmdCopyBuffer(current_.commands, src, dst, 1, &region);
+  writes_host_ = writes_host_ || dst_is_host;
+}
+
+void VulkanQueue::copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) {
+  copy(buffer_of(dst.segment), dst.offset, buffer_of(src.memory), src.offset, bytes, false);
+}
+
+void VulkanQueue::copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) {
+  copy(buffer_of(dst.memory), dst.offset, buffer_of(src.segment), src.offset, bytes, true);
+}
+
+void VulkanQueue::copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) {
+  copy(buffer_of(dst.segment), dst.offset, buffer_of(src.segment), src.offset, bytes, false);
+}
+
+void VulkanQueue::signal(BackendSemaphore& sem, std::uint64_t value) {
+  auto& s = static_cast<VulkanSemaphore&>(sem);
+  std::lock_guard lock(mutex_);
+  s.mark_queued();
+  submit(&s, value);
+}
+
+void VulkanQueue::wait(BackendSemaphore& sem, std::uint64_t value) {
+  auto& s = static_cast<VulkanSemaphore&>(sem);
+  std::lock_guard lock(mutex_);
+  s.mark_queued();
+  if (recording_) submit(nullptr, 0);  // a wait covers a whole submission: start a new batch
+  waits_.emplace_back(s.handle(), value);
+}
+
+void VulkanQueue::flush() {
+  std::lock_guard lock(mutex_);
+  if (recording_) submit(nullptr, 0);
+  // Pending waits without commands stay pending: they attach to the next submission.
+}
+
+// Queue-family ownership transfer of an EXCLUSIVE buffer range (Vulkan spec "Queue Family
+// Ownership Transfer"): the release on the source queue and the acquire on the destination
+// queue are the same barrier; a semaphore signal/wait pair must order them, which the front
+// end's protocol provides. Stage masks are ALL_COMMANDS on both sides so the barrier chains
+// with the ALL_COMMANDS semaphore waits and signals.
+void VulkanQueue::ownership_barrier(DeviceRef range, std::uint64_t bytes, std::uint32_t src_family,
+                                    std::uint32_t dst_family, bool release) {
+  if (src_family == dst_family || device_.concurrent_sharing()) return;
+  std::lock_guard lock(mutex_);
+  order({});
+  VkBufferMemoryBarrier bb{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};
+  bb.srcAccessMask = release ? VK_ACCESS_MEMORY_WRITE_BIT : 0;  // ignored by an acquire
+  bb.dstAccessMask = release ? 0 : VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
+  bb.srcQueueFamilyIndex = src_family;
+  bb.dstQueueFamilyIndex = dst_family;
+  bb.buffer = buffer_of(range.segment);
+  bb.offset = range.offset;
+  bb.size = bytes;
+  device_.vk().vkCmdPipelineBarrier(current_.commands, kAllCommands, kAllCommands, 0, 0, nullptr, 1, &bb,
+                                    0, nullptr);
+}
+
+void VulkanQueue::release_ownership(DeviceRef range, std::uint64_t bytes, BackendQueue& to) {
+  ownership_barrier(range, bytes, family_, to.family(), true);
+}
+
+void VulkanQueue::acquire_ownership(DeviceRef range, std::uint64_t bytes, BackendQueue& from) {
+  ownership_barrier(range, bytes, from.family(), family_, false);
+}
+
+// A descriptor set from the current batch's pool; a full pool ends the batch (its sets stay
+// valid until the batch completes, then the pool is reset with the batch).
+VkDescriptorSet VulkanQueue::allocate_set() {
+  const auto& vk = device_.vk();
+  if (recording_ && current_.sets_used == kSetsPerBatch) submit(nullptr, 0);
+  Batch& b = recording();
+  if (b.descriptors == VK_NULL_HANDLE) {
+    const VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * kSetsPerBatch};
+    VkDescriptorPoolCreateInfo info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    info.maxSets = kSetsPerBatch;
+    info.poolSizeCount = 1;
+    info.pPoolSizes = &size;
+    FERRY_VK_CHECK(vk.vkCreateDescriptorPool(device_.handle(), &info, nullptr, &b.descriptors));
+  }
+  VkDescriptorSetAllocateInfo info{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  info.descriptorPool = b.descriptors;
+  info.descriptorSetCount = 1;
+  info.pSetLayouts = &device_.synthetic().set_layout;
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  FERRY_VK_CHECK(vk.vkAllocateDescriptorSets(device_.handle(), &info, &set));
+  ++b.sets_used;
+  return set;
+}
+
+// out[i] = in[i] + 1 per byte, `units` dispatches over the data (see synthetic.comp). Needs
+// 4-byte aligned offsets (pool blocks are) and a compute-capable family; else returns false.
+// Ranges larger than maxStorageBufferRange are processed in chunks.
+bool VulkanQueue::synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) {
+  if (in.offset % 4 != 0 || out.offset % 4 != 0 || !device_.has_compute(family_)) return false;
+  const SyntheticPipeline& pipe = device_.synthetic();
+  const auto& vk = device_.vk();
+  const VkDeviceSize align = device_.limits().minStorageBufferOffsetAlignment;
+  const VkDeviceSize chunk = std::min<VkDeviceSize>(
+      (device_.limits().maxStorageBufferRange - align - 4) & ~VkDeviceSize{3}, VkDeviceSize{1} << 30);
+  const VkBuffer in_buffer = buffer_of(in.segment), out_buffer = buffer_of(out.segment);
+  struct Bound {
+    VkDeviceSize begin, range;
+    std::uint32_t first_word;
+  };
+  std::lock_guard lock(mutex_);
+  for (std::uint64_t done = 0; done < bytes; done += chunk) {
+    const std::uint64_t n = std::min<std::uint64_t>(chunk, bytes - done);
+    auto bind = [&](VkDeviceSize offset) {
+      const VkDeviceSize begin = offset / align * align;
+      return Bound{begin, (offset + n + 3) / 4 * 4 - begin, static_cast<std::uint32_t>((offset - begin) / 4)};
+    };
+    const Bound src = bind(in.offset + done), dst = bind(out.offset + done);
+    const VkDescriptorSet set = allocate_set();
+    const VkDescriptorBufferInfo buffers[2] = {{in_buffer, src.begin, src.range},
+                                               {out_buffer, dst.begin, dst.range}};
+    VkWriteDescriptorSet writes[2] = {};
+    for (std::uint32_t b = 0; b < 2; ++b) {
+      writes[b].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+      writes[b].dstSet = set;
+      writes[b].dstBinding = b;
+      writes[b].descriptorCount = 1;
+      writes[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      writes[b].pBufferInfo = &buffers[b];
+    }
+    vk.vkUpdateDescriptorSets(device_.handle(), 2, writes, 0, nullptr);
+    const std::uint32_t params[4] = {src.first_word, dst.first_word, static_cast<std::uint32_t>(n / 4),
+                                     static_cast<std::uint32_t>(n % 4)};
+    const VkCommandBuffer cmd = current_.commands;
+    vk.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe.pipeline);
+    vk.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe.layout, 0, 1, &set, 0, nullptr);
+    vk.vkCmdPushConstants(cmd, pipe.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(params), params);
+    const auto groups = static_cast<std::uint32_t>(std::clamp<std::uint64_t>((n / 4 + 255) / 256, 1, 65535));
+    for (std::uint32_t u = 0; u < units; ++u) {
+      order({{in_buffer, src.begin, src.begin + src.range, false},
+             {out_buffer, dst.begin, dst.begin + dst.range, true}});
+      vk.vkCmdDispatch(cmd, groups, 1, 1);
+    }
+  }
+  return true;
+}
+
+}  // namespace ferry::detail

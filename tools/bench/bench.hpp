@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: MIT
+// ferry-bench internals: options, one scenario's run, and the report (table, verdicts, JSON).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/ferry.hpp"
+
+namespace ferry_bench {
+
+/// Command-line options (see `usage()`).
+struct Options {
+  std::string backend = "auto";              ///< host|cuda|vulkan|hip|auto
+  std::vector<std::uint64_t> sizes;          ///< bytes per batch; empty = backend default
+  int steps = 30;                            ///< steps per footprint run
+  std::uint32_t compute_units = 20;          ///< passes of synthetic compute per step
+  int inflight = 2;                          ///< steps the host lets run ahead
+  std::vector<ferry::CopyMode> strategies{ferry::CopyMode::blocking, ferry::CopyMode::executor_owned,
+                                          ferry::CopyMode::preallocated, ferry::CopyMode::owner_owned};
+  std::optional<std::filesystem::path> out;       ///< results.json folder
+  std::optional<std::filesystem::path> snapshot;  ///< snapshot exports folder
+  bool quiet = false;
+};
+
+/// Parse argv; throws std::invalid_argument with a message on bad input. Returns nullopt for
+/// --help (usage already printed).
+std::optional<Options> parse_options(int argc, char** argv);
+std::string usage();
+/// "64M" -> 64 MiB; K/M/G are binary units; a plain number is bytes.
+std::uint64_t parse_size(const std::string& text);
+/// 67108864 -> "64M".
+std::string size_label(std::uint64_t bytes);
+
+/// One (strategy, size) measurement.
+struct Scenario {
+  ferry::CopyMode mode = ferry::CopyMode::owner_owned;
+  std::uint64_t bytes = 0;
+  int steps = 30;
+  std::uint32_t units = 20;
+  int inflight = 2;
+};
+
+/// What a scenario measured. Times in milliseconds, bandwidth in GB/s (1e9 bytes/s).
+struct Result {
+  Scenario scenario;
+  std::uint64_t peak_allocated = 0;  ///< pool peak active bytes
+  std::uint64_t peak_reserved = 0;   ///< pool peak reserved bytes
+  std::uint64_t peak_stranded = 0;   ///< pool peak stranded bytes
+  std::uint64_t segment_allocations = 0;
+  std::uint64_t pending_reuses = 0;
+  std::uint64_t rss_peak = 0;        ///< process peak RSS during the scenario (bytes)
+  bool rss_reset = false;            ///< whether the RSS peak was reset before the scenario
+  double copy_gbps = 0;              ///< copy-only pass, host-timed
+  double host_us_per_call = 0;       ///< median host time of one upload call (footprint run)
+  double step_ms = 0;                ///< footprint run: wall time / steps
+  double compute_ms = 0;             ///< compute-only pass, per step
+  double copy_ms = 0;                ///< copy-only pass, per upload
+  double overlap = 0;                ///< step_ms / max(compute_ms, copy_ms)
+  ferry::MemorySnapshot snapshot;    ///< pool snapshot after the footprint run
+};
+
+/// Raw copy reference (upload_into a preallocated buffer in a loop) for one size.
+struct RawCopy {
+  std::uint64_t bytes = 0;
+  double gbps = 0;
+};
+
+/// Opens a fresh device of the chosen backend.
+struct DeviceFactory {
+  std::string backend;  ///< "auto" or a backend name
+  ferry::Device open() const;
+};
+
+/// Progress reporting on stderr (silent when quiet).
+struct Progress {
+  bool quiet = false;
+  bool tty = false;
+  /// A new phase (always shown unless quiet).
+  void phase(const std::string& text) const;
+  /// A fine-grained update (shown only on a terminal, overwriting the line).
+  void step(const std::string& text) const;
+  void done() const;
+};
+
+Result run_scenario(const DeviceFactory& factory, const Scenario& scenario, const Progress& progress,
+                    const std::string& label);
+RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations);
+
+/// Everything the report needs.
+struct Run {
+  Options options;
+  std::string backend;
+  std::string device_name;
+  std::vector<std::uint64_t> sizes;
+  std::vector<Result> results;
+  std::vector<RawCopy> raw;
+};
+
+void print_header(const Run& run);
+void print_table(const Run& run);
+/// Verdict lines; returns false when a bar was checked and missed.
+bool print_verdicts(const Run& run);
+void write_results_json(const Run& run, const std::filesystem::path& file);
+void write_snapshots(const Run& run, const std::filesystem::path& dir);
+
+}  // namespace ferry_bench

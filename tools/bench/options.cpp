@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: MIT
+// ferry-bench command line.
+#include <charconv>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+
+#include "bench.hpp"
+
+namespace ferry_bench {
+namespace {
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(text);
+  while (std::getline(in, part, sep)) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+long long parse_int(const std::string& text, const char* option, long long lo, long long hi) {
+  long long v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || v < lo || v > hi) {
+    throw std::invalid_argument(std::string(option) + ": expected an integer in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "], got '" + text + "'");
+  }
+  return v;
+}
+
+ferry::CopyMode parse_strategy(const std::string& name) {
+  for (auto m : {ferry::CopyMode::blocking, ferry::CopyMode::executor_owned, ferry::CopyMode::preallocated,
+                 ferry::CopyMode::owner_owned}) {
+    if (name == ferry::to_string(m)) return m;
+  }
+  throw std::invalid_argument("--strategies: unknown strategy '" + name +
+                              "' (blocking, executor_owned, preallocated, owner_owned)");
+}
+
+}  // namespace
+
+std::uint64_t parse_size(const std::string& text) {
+  if (text.empty()) throw std::invalid_argument("empty size");
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end == text.data()) throw std::invalid_argument("bad size '" + text + "'");
+  std::string suffix(end, text.data() + text.size());
+  for (auto& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int shift = 0;
+  if (suffix.empty() || suffix == "B") {
+    shift = 0;
+  } else if (suffix == "K" || suffix == "KB" || suffix == "KIB") {
+    shift = 10;
+  } else if (suffix == "M" || suffix == "MB" || suffix == "MIB") {
+    shift = 20;
+  } else if (suffix == "G" || suffix == "GB" || suffix == "GIB") {
+    shift = 30;
+  } else {
+    throw std::invalid_argument("bad size suffix in '" + text + "' (K, M, G: binary units)");
+  }
+  if (v == 0 || v > (UINT64_MAX >> shift)) throw std::invalid_argument("size out of range: '" + text + "'");
+  return v << shift;
+}
+
+std::string size_label(std::uint64_t bytes) {
+  if (bytes % (1ull << 30) == 0) return std::to_string(bytes >> 30) + "G";
+  if (bytes % (1ull << 20) == 0) return std::to_string(bytes >> 20) + "M";
+  if (bytes % (1ull << 10) == 0) return std::to_string(bytes >> 10) + "K";
+  return std::to_string(bytes) + "B";
+}
+
+std::string usage() {
+  return R"(ferry-bench: copy strategies side by side (footprint, bandwidth, host cost, overlap)
+
+usage: ferry-bench [options]
+  --backend NAME        host | cuda | vulkan | hip | auto (default auto: the best device present)
+  --sizes LIST          batch sizes, K/M/G binary units (default 64M,512M; host backend 16M,64M)
+  --steps N             steps per footprint run (default 30)
+  --compute-units N     passes of synthetic compute per step (default 20)
+  --inflight N          steps the host lets run ahead before waiting (default 2)
+  --strategies LIST     any of blocking,executor_owned,preallocated,owner_owned (default: all)
+  --out DIR             write DIR/results.json
+  --snapshot DIR        write per strategy and size: .pickle (PyTorch memory_viz), .json,
+                        .trace.json (Chrome/Perfetto); and report-SIZE.html with all strategies
+  --quiet               no progress on stderr
+  --help                this text
+
+Each step: pinned host batch -> device (strategy), allocate the owner's temporary from the
+pool, synthetic compute on the owner queue, release both (stream-ordered), host waits for the
+step `inflight` steps back. Bandwidths are host-timed (N uploads, one host wait at the end).
+)";
+}
+
+std::optional<Options> parse_options(int argc, char** argv) {
+  Options o;
+  auto value = [&](int& i, const char* name) -> std::string {
+    const std::string arg = argv[i];
+    if (const auto eq = arg.find('='); eq != std::string::npos) return arg.substr(eq + 1);
+    if (i + 1 >= argc) throw std::invalid_argument(std::string(name) + " needs a value");
+    return argv[++i];
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const std::string key = arg.substr(0, arg.find('='));
+    if (key == "--help" || key == "-h") {
+      std::cout << usage();
+      return std::nullopt;
+    } else if (key == "--backend") {
+      o.backend = value(i, "--backend");
+      if (o.backend != "auto") (void)ferry::parse_backend(o.backend);  // throws ferry::Error when unknown
+    } else if (key == "--sizes") {
+      o.sizes.clear();
+      for (const auto& s : split(value(i, "--sizes"), ',')) o.sizes.push_back(parse_size(s));
+      if (o.sizes.empty()) throw std::invalid_argument("--sizes: empty list");
+    } else if (key == "--steps") {
+      o.steps = static_cast<int>(parse_int(value(i, "--steps"), "--steps", 1, 1'000'000));
+    } else if (key == "--compute-units") {
+      o.compute_units =
+          static_cast<std::uint32_t>(parse_int(value(i, "--compute-units"), "--compute-units", 1, 1'000'000));
+    } else if (key == "--inflight") {
+      o.inflight = static_cast<int>(parse_int(value(i, "--inflight"), "--inflight", 1, 64));
+    } else if (key == "--strategies") {
+      o.strategies.clear();
+      for (const auto& s : split(value(i, "--strategies"), ',')) o.strategies.push_back(parse_strategy(s));
+      if (o.strategies.empty()) throw std::invalid_argument("--strategies: empty list");
+    } else if (key == "--out") {
+      o.out = value(i, "--out");
+    } else if (key == "--snapshot") {
+      o.snapshot = value(i, "--snapshot");
+    } else if (key == "--quiet" || key == "-q") {
+      o.quiet = true;
+    } else {
+      throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
+    }
+  }
+  return o;
+}
+
+}  // namespace ferry_bench

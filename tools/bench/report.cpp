@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: MIT
+// ferry-bench output: header, table, verdicts, results.json and snapshot exports.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "bench.hpp"
+
+namespace ferry_bench {
+namespace {
+
+constexpr double gib = 1024.0 * 1024.0 * 1024.0;
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+const Result* find(const Run& run, ferry::CopyMode mode, std::uint64_t bytes) {
+  for (const auto& r : run.results) {
+    if (r.scenario.mode == mode && r.scenario.bytes == bytes) return &r;
+  }
+  return nullptr;
+}
+
+const RawCopy* find_raw(const Run& run, std::uint64_t bytes) {
+  for (const auto& r : run.raw) {
+    if (r.bytes == bytes) return &r;
+  }
+  return nullptr;
+}
+
+// The bars of ANCHORS.md. Bandwidth and overlap bars are GPU bars; elsewhere informational.
+double bandwidth_bar(const std::string& backend) {
+  if (backend == "cuda" || backend == "hip") return 0.98;
+  if (backend == "vulkan") return 0.95;
+  return 0;
+}
+constexpr double reserved_bar = 1.02;
+constexpr double overlap_bar = 1.05;
+
+struct Verdict {
+  std::uint64_t bytes = 0;
+  std::string name;
+  double value = 0;
+  double bar = 0;        // 0 = informational
+  bool less_is_better = true;
+  std::string text;
+  [[nodiscard]] bool checked() const { return bar > 0; }
+  [[nodiscard]] bool pass() const { return !checked() || (less_is_better ? value <= bar : value >= bar); }
+};
+
+std::vector<Verdict> verdicts(const Run& run) {
+  std::vector<Verdict> out;
+  const bool gpu_bars = bandwidth_bar(run.backend) > 0;
+  for (auto bytes : run.sizes) {
+    const Result* blocking = find(run, ferry::CopyMode::blocking, bytes);
+    const Result* owner = find(run, ferry::CopyMode::owner_owned, bytes);
+    const Result* executor = find(run, ferry::CopyMode::executor_owned, bytes);
+    const RawCopy* raw = find_raw(run, bytes);
+    const std::string size = size_label(bytes);
+    if (blocking && owner && blocking->peak_reserved > 0) {
+      const double v = static_cast<double>(owner->peak_reserved) / static_cast<double>(blocking->peak_reserved);
+      out.push_back({bytes, "owner_owned_reserved_vs_blocking", v, reserved_bar, true,
+                     size + ": owner_owned peak reserved / blocking = " + fmt("%.3f", v) + " (bar <= 1.02)"});
+    }
+    if (blocking && executor && blocking->peak_reserved > 0) {
+      const double v = static_cast<double>(executor->peak_reserved) / static_cast<double>(blocking->peak_reserved);
+      out.push_back({bytes, "executor_owned_reserved_vs_blocking", v, 0, true,
+                     size + ": executor_owned peak reserved / blocking = " + fmt("%.3f", v) +
+                         " (the side-queue stranding; PyTorch measured 3.16 at 64 MB on the H200)"});
+    }
+    if (owner && raw && raw->gbps > 0) {
+      const double v = owner->copy_gbps / raw->gbps;
+      const double bar = bandwidth_bar(run.backend);
+      out.push_back({bytes, "owner_owned_bandwidth_vs_raw", v, bar, false,
+                     size + ": owner_owned copy bandwidth = " + fmt("%.1f", v * 100) + "% of the raw copy (" +
+                         fmt("%.2f", raw->gbps) + " GB/s)" +
+                         (bar > 0 ? " (bar >= " + fmt("%.0f", bar * 100) + "%)" : " (bar applies to GPU backends)")});
+    }
+    if (owner && owner->overlap > 0) {
+      out.push_back({bytes, "owner_owned_step_vs_bound", owner->overlap, gpu_bars ? overlap_bar : 0, true,
+                     size + ": owner_owned step time = " + fmt("%.3f", owner->overlap) +
+                         " x max(compute, copy)" + (gpu_bars ? " (bar <= 1.05)" : " (bar applies to GPU backends)")});
+    }
+  }
+  return out;
+}
+
+void json_str(std::ostream& o, std::string_view s) {
+  o << '"';
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o << '\\' << c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      o << buf;
+    } else {
+      o << c;
+    }
+  }
+  o << '"';
+}
+
+std::string num(double v) {
+  if (!(v == v) || v > 1e300 || v < -1e300) return "null";
+  return fmt("%.6g", v);
+}
+
+}  // namespace
+
+void print_header(const Run& run) {
+  const auto& o = run.options;
+  std::cout << "ferry-bench " << FERRY_VERSION << ": " << run.backend << " backend, " << run.device_name << "\n";
+  std::cout << "sizes";
+  for (std::size_t i = 0; i < run.sizes.size(); ++i) std::cout << (i ? "," : " ") << size_label(run.sizes[i]);
+  std::cout << ", " << o.steps << " steps, " << o.compute_units << " compute units/step, " << o.inflight
+            << " steps in flight\n";
+  std::cout << "GiB = 2^30 bytes; GB/s = 1e9 bytes/s, host-timed (N uploads, one host wait at the end)\n\n";
+}
+
+void print_table(const Run& run) {
+  std::printf("%-28s %6s %10s %10s %10s %8s %8s %10s %9s %9s %9s %8s\n", "strategy", "size", "alloc GiB",
+              "resv GiB", "strand GiB", "RSS GiB", "copy GB/s", "host us", "step ms", "comp ms", "copy ms", "overlap");
+  for (auto bytes : run.sizes) {
+    for (const auto& r : run.results) {
+      if (r.scenario.bytes != bytes) continue;
+      std::printf("%-28s %6s %10.3f %10.3f %10.3f %8.3f %8.2f %10.1f %9.3f %9.3f %9.3f %8.3f\n",
+                  std::string(ferry::to_string(r.scenario.mode)).c_str(), size_label(bytes).c_str(),
+                  static_cast<double>(r.peak_allocated) / gib, static_cast<double>(r.peak_reserved) / gib,
+                  static_cast<double>(r.peak_stranded) / gib, static_cast<double>(r.rss_peak) / gib, r.copy_gbps,
+                  r.host_us_per_call, r.step_ms, r.compute_ms, r.copy_ms, r.overlap);
+    }
+    if (const RawCopy* raw = find_raw(run, bytes)) {
+      std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "raw copy (upload_into loop)",
+                  size_label(bytes).c_str(), "-", "-", "-", "-", raw->gbps, "-", "-", "-", "-", "-");
+    }
+  }
+  std::printf("\n");
+}
+
+bool print_verdicts(const Run& run) {
+  bool ok = true;
+  for (const auto& v : verdicts(run)) {
+    const char* tag = !v.checked() ? "info" : (v.pass() ? "PASS" : "FAIL");
+    std::printf("[%s] %s\n", tag, v.text.c_str());
+    ok = ok && v.pass();
+  }
+  return ok;
+}
+
+void write_results_json(const Run& run, const std::filesystem::path& file) {
+  std::ofstream o(file, std::ios::trunc);
+  if (!o) throw std::runtime_error("cannot write " + file.string());
+  const auto& opt = run.options;
+  o << "{\n  \"tool\": \"ferry-bench\",\n  \"version\": \"" << FERRY_VERSION << "\",\n  \"backend\": ";
+  json_str(o, run.backend);
+  o << ",\n  \"device\": ";
+  json_str(o, run.device_name);
+  o << ",\n  \"config\": {\"sizes\": [";
+  for (std::size_t i = 0; i < run.sizes.size(); ++i) o << (i ? ", " : "") << run.sizes[i];
+  o << "], \"steps\": " << opt.steps << ", \"compute_units\": " << opt.compute_units
+    << ", \"inflight\": " << opt.inflight << ", \"timing\": \"host\"},\n  \"results\": [";
+  for (std::size_t i = 0; i < run.results.size(); ++i) {
+    const auto& r = run.results[i];
+    o << (i ? ",\n" : "\n") << "    {\"strategy\": \"" << ferry::to_string(r.scenario.mode)
+      << "\", \"size_bytes\": " << r.scenario.bytes << ", \"peak_allocated_bytes\": " << r.peak_allocated
+      << ", \"peak_reserved_bytes\": " << r.peak_reserved << ", \"peak_stranded_bytes\": " << r.peak_stranded
+      << ", \"segment_allocations\": " << r.segment_allocations << ", \"pending_reuses\": " << r.pending_reuses
+      << ", \"cpu_peak_rss_bytes\": " << r.rss_peak << ", \"cpu_peak_rss_reset\": " << (r.rss_reset ? "true" : "false")
+      << ", \"copy_gbps\": " << num(r.copy_gbps) << ", \"host_us_per_call\": " << num(r.host_us_per_call)
+      << ", \"step_ms\": " << num(r.step_ms) << ", \"compute_ms\": " << num(r.compute_ms)
+      << ", \"copy_ms\": " << num(r.copy_ms) << ", \"overlap\": " << num(r.overlap) << "}";
+  }
+  o << "\n  ],\n  \"raw_copy\": [";
+  for (std::size_t i = 0; i < run.raw.size(); ++i) {
+    o << (i ? ", " : "") << "{\"size_bytes\": " << run.raw[i].bytes << ", \"gbps\": " << num(run.raw[i].gbps) << "}";
+  }
+  o << "],\n  \"verdicts\": [";
+  const auto vs = verdicts(run);
+  for (std::size_t i = 0; i < vs.size(); ++i) {
+    const auto& v = vs[i];
+    o << (i ? ",\n" : "\n") << "    {\"size_bytes\": " << v.bytes << ", \"name\": \"" << v.name
+      << "\", \"value\": " << num(v.value) << ", \"bar\": " << (v.checked() ? num(v.bar) : "null")
+      << ", \"pass\": " << (v.checked() ? (v.pass() ? "true" : "false") : "null") << ", \"text\": ";
+    json_str(o, v.text);
+    o << "}";
+  }
+  o << "\n  ]\n}\n";
+  if (!o) throw std::runtime_error("writing " + file.string() + " failed");
+}
+
+void write_snapshots(const Run& run, const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  for (auto bytes : run.sizes) {
+    std::vector<std::pair<std::string, ferry::MemorySnapshot>> columns;
+    for (const auto& r : run.results) {
+      if (r.scenario.bytes != bytes) continue;
+      const std::string stem = std::string(ferry::to_string(r.scenario.mode)) + "-" + size_label(bytes);
+      ferry::write_memory_viz_pickle(r.snapshot, dir / (stem + ".pickle"));
+      ferry::write_json(r.snapshot, dir / (stem + ".json"));
+      ferry::write_chrome_trace(r.snapshot, dir / (stem + ".trace.json"));
+      columns.emplace_back(std::string(ferry::to_string(r.scenario.mode)), r.snapshot);
+    }
+    if (!columns.empty()) ferry::write_html_report(columns, dir / ("report-" + size_label(bytes) + ".html"));
+  }
+}
+
+}  // namespace ferry_bench

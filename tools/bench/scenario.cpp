@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: MIT
+// ferry-bench: running one (strategy, size) scenario and the raw-copy reference.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sys/resource.h>
+
+#include "bench.hpp"
+
+namespace ferry_bench {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Peak RSS: Linux resets VmHWM when "5" is written to /proc/self/clear_refs.
+bool reset_rss_peak() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+std::uint64_t rss_peak_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;  // kB
+  }
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::uint64_t>(u.ru_maxrss) * 1024;  // kB on Linux
+}
+
+// The pinned host batches of the ring, filled once.
+std::vector<ferry::HostBuffer> host_ring(ferry::Device& dev, std::uint64_t bytes, int count) {
+  std::vector<ferry::HostBuffer> ring;
+  for (int k = 0; k < count; ++k) {
+    ring.push_back(dev.host_pool().allocate(bytes));
+    auto span = ring.back().span();
+    for (std::size_t i = 0; i < span.size(); ++i) span[i] = static_cast<std::byte>((i * 131 + k) & 0xff);
+  }
+  return ring;
+}
+
+// One upload of `source` with the scenario's strategy. For `preallocated` the caller's
+// `destination` is written and returned through `input`; otherwise `upload.buffer` is.
+struct StepInput {
+  ferry::Upload upload;
+  ferry::TimelinePoint ready;
+};
+
+StepInput upload_once(ferry::Transfer& xfer, const ferry::HostBuffer& source, ferry::Queue& owner,
+                      ferry::CopyMode mode, const ferry::DeviceBuffer& destination) {
+  StepInput in;
+  if (mode == ferry::CopyMode::preallocated) {
+    in.ready = xfer.upload_into(source, destination, {.mode = mode, .tag = "input"});
+  } else {
+    in.upload = xfer.upload(source, owner, {.mode = mode, .tag = "input"});
+    in.ready = in.upload.ready;
+  }
+  return in;
+}
+
+struct Context {
+  ferry::Device dev;
+  ferry::Queue compute;
+  ferry::Transfer xfer;
+  std::vector<ferry::HostBuffer> ring;
+};
+
+// The footprint run: the loader-like loop whose pool peaks and snapshot are the result.
+void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& progress, const std::string& label) {
+  auto& pool = c.dev.pool();
+  pool.trim();
+  pool.reset_peaks();
+  pool.clear_events();
+  ferry::DeviceBuffer destination;
+  if (sc.mode == ferry::CopyMode::preallocated) {
+    destination = pool.allocate(sc.bytes, c.compute, {.tag = "preallocated input"});
+  }
+  std::vector<ferry::TimelinePoint> marks(static_cast<std::size_t>(sc.steps));
+  std::vector<double> host_us;
+  host_us.reserve(marks.size());
+  const auto t0 = clock_type::now();
+  for (int i = 0; i < sc.steps; ++i) {
+    progress.step(label + ": step " + std::to_string(i + 1) + "/" + std::to_string(sc.steps));
+    if (i >= sc.inflight) marks[static_cast<std::size_t>(i - sc.inflight)].wait(std::chrono::minutes(10));
+    const auto& source = c.ring[static_cast<std::size_t>(i) % c.ring.size()];
+    const auto u0 = clock_type::now();
+    StepInput in = upload_once(c.xfer, source, c.compute, sc.mode, destination);
+    host_us.push_back(ms_since(u0) * 1e3);
+    const ferry::DeviceBuffer& input = sc.mode == ferry::CopyMode::preallocated ? destination : in.upload.buffer;
+    ferry::DeviceBuffer tmp = pool.allocate(sc.bytes, c.compute, {.tag = "temporary"});
+    ferry::run_synthetic_compute(c.compute, input, tmp, sc.units);
+    tmp.release();
+    if (in.upload.buffer) in.upload.buffer.release();
+    marks[static_cast<std::size_t>(i)] = c.compute.mark();
+  }
+  c.compute.synchronize(std::chrono::minutes(10));
+  c.xfer.synchronize(std::chrono::minutes(10));
+  r.step_ms = ms_since(t0) / sc.steps;
+  r.host_us_per_call = median(host_us);
+  if (destination) destination.release();
+
+  const ferry::PoolBudget b = pool.get_budget();
+  r.peak_allocated = b.peak_active_bytes;
+  r.peak_reserved = b.peak_reserved_bytes;
+  r.peak_stranded = b.peak_stranded_bytes;
+  r.segment_allocations = b.segment_allocations;
+  r.pending_reuses = b.pending_reuses;
+  r.snapshot = pool.snapshot();
+}
+
+int pass_count(const Scenario& sc) { return std::clamp(sc.steps, 3, 20); }
+
+// Compute only: the same kernel on buffers allocated once.
+double compute_only_ms(Context& c, const Scenario& sc) {
+  auto& pool = c.dev.pool();
+  ferry::DeviceBuffer in = pool.allocate(sc.bytes, c.compute, {.tag = "compute-only input"});
+  ferry::DeviceBuffer out = pool.allocate(sc.bytes, c.compute, {.tag = "compute-only output"});
+  ferry::run_synthetic_compute(c.compute, in, out, sc.units);  // warm-up
+  c.compute.synchronize(std::chrono::minutes(10));
+  const int n = pass_count(sc);
+  const auto t0 = clock_type::now();
+  for (int i = 0; i < n; ++i) ferry::run_synthetic_compute(c.compute, in, out, sc.units);
+  c.compute.synchronize(std::chrono::minutes(10));
+  return ms_since(t0) / n;
+}
+
+// Copy only with the scenario's strategy: N uploads, one host wait at the end (host-timed).
+double copy_only_ms(Context& c, const Scenario& sc, int n) {
+  ferry::DeviceBuffer destination;
+  if (sc.mode == ferry::CopyMode::preallocated) {
+    destination = c.dev.pool().allocate(sc.bytes, c.compute, {.tag = "preallocated input"});
+  }
+  auto once = [&](std::size_t i) {
+    StepInput in = upload_once(c.xfer, c.ring[i % c.ring.size()], c.compute, sc.mode, destination);
+    if (in.upload.buffer) in.upload.buffer.release();
+    return in.ready;
+  };
+  once(0).wait(std::chrono::minutes(10));  // warm-up
+  c.compute.synchronize(std::chrono::minutes(10));
+  const auto t0 = clock_type::now();
+  ferry::TimelinePoint last;
+  for (int i = 0; i < n; ++i) last = once(static_cast<std::size_t>(i));
+  last.wait(std::chrono::minutes(10));
+  const double ms = ms_since(t0) / n;
+  c.compute.synchronize(std::chrono::minutes(10));
+  return ms;
+}
+
+double gbps(std::uint64_t bytes, double ms) { return ms > 0 ? static_cast<double>(bytes) / (ms * 1e6) : 0; }
+
+}  // namespace
+
+ferry::Device DeviceFactory::open() const {
+  if (backend == "auto") return ferry::Device::open_default();
+  return ferry::Device::open({.backend = ferry::parse_backend(backend)});
+}
+
+void Progress::phase(const std::string& text) const {
+  if (quiet) return;
+  std::cerr << (tty ? "\r\033[K" : "") << text << (tty ? "" : "\n") << std::flush;
+}
+
+void Progress::step(const std::string& text) const {
+  if (quiet || !tty) return;
+  std::cerr << "\r\033[K" << text << std::flush;
+}
+
+void Progress::done() const {
+  if (quiet || !tty) return;
+  std::cerr << "\r\033[K" << std::flush;
+}
+
+Result run_scenario(const DeviceFactory& factory, const Scenario& sc, const Progress& progress,
+                    const std::string& label) {
+  Result r;
+  r.scenario = sc;
+  ferry::Device dev = factory.open();
+  Context c{dev, dev.queue(ferry::QueueRole::compute), ferry::Transfer(dev), {}};
+  progress.phase(label + ": pinning " + std::to_string(sc.inflight + 1) + " host batches");
+  c.ring = host_ring(dev, sc.bytes, sc.inflight + 1);
+
+  r.rss_reset = reset_rss_peak();
+  progress.phase(label + ": footprint run");
+  footprint_run(c, sc, r, progress, label);
+  r.rss_peak = rss_peak_bytes();
+
+  progress.phase(label + ": compute-only pass");
+  r.compute_ms = compute_only_ms(c, sc);
+  progress.phase(label + ": copy-only pass");
+  r.copy_ms = copy_only_ms(c, sc, pass_count(sc));
+  r.copy_gbps = gbps(sc.bytes, r.copy_ms);
+  const double bound = std::max(r.compute_ms, r.copy_ms);
+  r.overlap = bound > 0 ? r.step_ms / bound : 0;
+  return r;
+}
+
+RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations) {
+  ferry::Device dev = factory.open();
+  Scenario sc{.mode = ferry::CopyMode::preallocated, .bytes = bytes, .steps = iterations, .units = 1, .inflight = 1};
+  Context c{dev, dev.queue(ferry::QueueRole::compute), ferry::Transfer(dev), host_ring(dev, bytes, 1)};
+  return RawCopy{bytes, gbps(bytes, copy_only_ms(c, sc, iterations))};
+}
+
+}  // namespace ferry_bench

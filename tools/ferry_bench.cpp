@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: MIT
+// ferry-bench: the seed's copy-strategy study (ANCHORS.md) on any ferry backend.
+//
+//   ferry-bench [--backend auto] [--sizes 64M,512M] [--steps 30] [--compute-units 20]
+//               [--inflight 2] [--strategies ...] [--out DIR] [--snapshot DIR] [--quiet]
+//
+// Prints a table (footprint, bandwidth, host cost, step time, overlap per strategy and size),
+// a raw-copy reference row per size and verdict lines against the bars of ANCHORS.md.
+#include <unistd.h>
+
+#include <algorithm>
+#include <exception>
+#include <iostream>
+
+#include "bench/bench.hpp"
+
+namespace {
+
+using namespace ferry_bench;
+
+// Fills in the backend, device name and default sizes from a first open of the device.
+Run plan(const Options& options, const DeviceFactory& factory) {
+  Run run;
+  run.options = options;
+  {
+    ferry::Device probe = factory.open();
+    run.backend = std::string(ferry::to_string(probe.backend()));
+    run.device_name = probe.capabilities().name;
+  }
+  run.sizes = options.sizes;
+  if (run.sizes.empty()) {
+    // The seed's 64 MB / 512 MB; the CPU reference runs smaller so it stays quick.
+    run.sizes = run.backend == "host" ? std::vector<std::uint64_t>{16ull << 20, 64ull << 20}
+                                      : std::vector<std::uint64_t>{64ull << 20, 512ull << 20};
+  }
+  return run;
+}
+
+void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
+  const auto& o = run.options;
+  const std::size_t total = run.sizes.size() * (o.strategies.size() + 1);
+  std::size_t k = 0;
+  for (auto bytes : run.sizes) {
+    for (auto mode : o.strategies) {
+      const std::string label = "[" + std::to_string(++k) + "/" + std::to_string(total) + "] " +
+                                std::string(ferry::to_string(mode)) + " " + size_label(bytes);
+      const Scenario sc{.mode = mode, .bytes = bytes, .steps = o.steps, .units = o.compute_units,
+                        .inflight = o.inflight};
+      run.results.push_back(run_scenario(factory, sc, progress, label));
+    }
+    progress.phase("[" + std::to_string(++k) + "/" + std::to_string(total) + "] raw copy " + size_label(bytes));
+    run.raw.push_back(run_raw_copy(factory, bytes, std::clamp(o.steps, 3, 20)));
+  }
+  progress.done();
+}
+
+int bench_main(int argc, char** argv) {
+  const auto options = parse_options(argc, argv);
+  if (!options) return 0;
+  const DeviceFactory factory{options->backend};
+  const Progress progress{options->quiet, isatty(STDERR_FILENO) != 0};
+
+  Run run = plan(*options, factory);
+  print_header(run);
+  measure(run, factory, progress);
+  print_table(run);
+  print_verdicts(run);
+
+  if (options->out) {
+    std::filesystem::create_directories(*options->out);
+    const auto file = *options->out / "results.json";
+    write_results_json(run, file);
+    std::cout << "\nresults: " << file.string() << "\n";
+  }
+  if (options->snapshot) {
+    write_snapshots(run, *options->snapshot);
+    std::cout << "snapshots: " << options->snapshot->string()
+              << " (*.pickle: pytorch.org/memory_viz; *.trace.json: ui.perfetto.dev; report-*.html)\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return bench_main(argc, argv);
+  } catch (const ferry::Error& e) {
+    std::cerr << "ferry-bench: " << e.what() << "\n";
+    return e.code() == ferry::ErrorCode::unsupported ? 77 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ferry-bench: " << e.what() << "\n";
+    return 2;
+  }
+}
