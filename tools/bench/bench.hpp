@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ferry/ferry.hpp"
+#include "vendor.hpp"
 
 namespace ferry_bench {
 
@@ -63,10 +64,13 @@ struct Result {
   ferry::MemorySnapshot snapshot;    ///< pool snapshot after the footprint run
 };
 
-/// Raw copy reference (upload_into a preallocated buffer in a loop) for one size.
+/// Link-level references for one size, measured on a fresh device.
 struct RawCopy {
   std::uint64_t bytes = 0;
-  double gbps = 0;
+  double gbps = 0;             ///< ferry upload_into a preallocated buffer, host-timed
+  double d2h_gbps = 0;         ///< ferry download into pinned memory, host-timed
+  double timeline_pair_us = 0; ///< host time of one queue signal + other-queue wait pair
+  VendorCopy vendor;           ///< the vendor's raw copy (CUDA builds with a device)
 };
 
 /// Opens a fresh device of the chosen backend.

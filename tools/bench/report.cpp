@@ -80,6 +80,22 @@ std::vector<Verdict> verdicts(const Run& run) {
                          fmt("%.2f", raw->gbps) + " GB/s)" +
                          (bar > 0 ? " (bar >= " + fmt("%.0f", bar * 100) + "%)" : " (bar applies to GPU backends)")});
     }
+    if (owner && raw && raw->vendor.measured && raw->vendor.h2d_gbps > 0) {
+      const double v = owner->copy_gbps / raw->vendor.h2d_gbps;
+      const double bar = run.backend == "vulkan" ? 0.95 : 0.98;
+      out.push_back({bytes, "owner_owned_h2d_vs_vendor", v, bytes >= (16u << 20) ? bar : 0, false,
+                     size + ": owner_owned upload = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " (" +
+                         fmt("%.2f", raw->vendor.h2d_gbps) + " GB/s)" +
+                         (bytes >= (16u << 20) ? " (bar >= " + fmt("%.0f", bar * 100) + "%)" : "")});
+    }
+    if (raw && raw->vendor.measured && raw->vendor.d2h_gbps > 0) {
+      const double v = raw->d2h_gbps / raw->vendor.d2h_gbps;
+      const double bar = run.backend == "vulkan" ? 0.95 : 0.98;
+      out.push_back({bytes, "download_d2h_vs_vendor", v, bytes >= (16u << 20) ? bar : 0, false,
+                     size + ": download = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " d2h (" +
+                         fmt("%.2f", raw->vendor.d2h_gbps) + " GB/s)" +
+                         (bytes >= (16u << 20) ? " (bar >= " + fmt("%.0f", bar * 100) + "%)" : "")});
+    }
     if (owner && owner->overlap > 0) {
       out.push_back({bytes, "owner_owned_step_vs_bound", owner->overlap, gpu_bars ? overlap_bar : 0, true,
                      size + ": owner_owned step time = " + fmt("%.3f", owner->overlap) +
@@ -137,6 +153,16 @@ void print_table(const Run& run) {
     if (const RawCopy* raw = find_raw(run, bytes)) {
       std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "raw copy (upload_into loop)",
                   size_label(bytes).c_str(), "-", "-", "-", "-", raw->gbps, "-", "-", "-", "-", "-");
+      std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "download (pinned)",
+                  size_label(bytes).c_str(), "-", "-", "-", "-", raw->d2h_gbps, "-", "-", "-", "-", "-");
+      if (raw->vendor.measured) {
+        std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "vendor h2d (GPU-timed)",
+                    size_label(bytes).c_str(), "-", "-", "-", "-", raw->vendor.h2d_gbps, "-", "-", "-", "-", "-");
+        std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "vendor d2h (GPU-timed)",
+                    size_label(bytes).c_str(), "-", "-", "-", "-", raw->vendor.d2h_gbps, "-", "-", "-", "-", "-");
+      }
+      std::printf("%-28s %6s timeline signal+wait pair: %.3f us of host time\n", "", size_label(bytes).c_str(),
+                  raw->timeline_pair_us);
     }
   }
   std::printf("\n");
@@ -177,7 +203,13 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
   }
   o << "\n  ],\n  \"raw_copy\": [";
   for (std::size_t i = 0; i < run.raw.size(); ++i) {
-    o << (i ? ", " : "") << "{\"size_bytes\": " << run.raw[i].bytes << ", \"gbps\": " << num(run.raw[i].gbps) << "}";
+    const RawCopy& r = run.raw[i];
+    o << (i ? ", " : "") << "{\"size_bytes\": " << r.bytes << ", \"gbps\": " << num(r.gbps)
+      << ", \"download_gbps\": " << num(r.d2h_gbps) << ", \"timeline_pair_us\": " << num(r.timeline_pair_us)
+      << ", \"vendor\": " << (r.vendor.measured ? "{\"h2d_gbps\": " + num(r.vendor.h2d_gbps) + ", \"d2h_gbps\": " +
+                                                      num(r.vendor.d2h_gbps) + "}"
+                                                : std::string("null"))
+      << "}";
   }
   o << "],\n  \"verdicts\": [";
   const auto vs = verdicts(run);

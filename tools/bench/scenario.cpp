@@ -215,7 +215,36 @@ RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iter
   ferry::Device dev = factory.open();
   Scenario sc{.mode = ferry::CopyMode::preallocated, .bytes = bytes, .steps = iterations, .units = 1, .inflight = 1};
   Context c{dev, dev.queue(ferry::QueueRole::compute), ferry::Transfer(dev), host_ring(dev, bytes, 1)};
-  return RawCopy{bytes, gbps(bytes, copy_only_ms(c, sc, iterations))};
+  RawCopy raw;
+  raw.bytes = bytes;
+  raw.gbps = gbps(bytes, copy_only_ms(c, sc, iterations));
+
+  // Download into pinned memory: N downloads, one host wait at the end.
+  {
+    ferry::DeviceBuffer src = dev.pool().allocate(bytes, c.compute, {.tag = "download source"});
+    c.xfer.download(src, c.ring[0]).wait(std::chrono::minutes(10));  // warm-up
+    const auto t0 = clock_type::now();
+    ferry::TimelinePoint last;
+    for (int i = 0; i < iterations; ++i) last = c.xfer.download(src, c.ring[0]);
+    last.wait(std::chrono::minutes(10));
+    raw.d2h_gbps = gbps(bytes, ms_since(t0) / iterations);
+  }
+
+  // Timeline pair: the executor signals a semaphore, the owner queue waits for it.
+  {
+    ferry::TimelineSemaphore sem = dev.create_semaphore(0);
+    ferry::Queue exec = c.xfer.executor();
+    constexpr int pairs = 10000;
+    const auto t0 = clock_type::now();
+    for (int i = 1; i <= pairs; ++i) {
+      exec.signal(sem.at(static_cast<std::uint64_t>(i)));
+      c.compute.wait(sem.at(static_cast<std::uint64_t>(i)));
+    }
+    raw.timeline_pair_us = ms_since(t0) * 1e3 / pairs;
+    c.compute.synchronize(std::chrono::minutes(1));
+  }
+  raw.vendor = measure_vendor_copy(bytes, iterations);
+  return raw;
 }
 
 }  // namespace ferry_bench

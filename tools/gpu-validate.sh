@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Everything ferry checks on a GPU machine (used on the H200; see docs/benchmarks.md): build,
+# the CUDA and Vulkan conformance suites (Vulkan under the validation layers with
+# synchronization validation), ferry-bench on CUDA and Vulkan, and compute-sanitizer over the
+# CUDA suite. Logs and results go to OUTDIR.
+#   bash tools/gpu-validate.sh OUTDIR [STEP...]
+# STEPs: build test-cuda test-vulkan bench-cuda bench-vulkan memcheck racecheck synccheck
+# initcheck (default: all, in that order). FERRY_GPU_DEADLINE (seconds, default 570) bounds
+# the whole run; each step gets its own limit within it, so one slow step cannot eat the rest.
+# FERRY_BENCH_SIZES (default 64M,512M) sets the benchmark sizes.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+out=${1:?usage: gpu-validate.sh OUTDIR [STEP...]}
+shift
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(build test-cuda test-vulkan bench-cuda bench-vulkan memcheck racecheck synccheck initcheck)
+deadline=$((SECONDS + ${FERRY_GPU_DEADLINE:-570}))
+sizes=${FERRY_BENCH_SIZES:-64M,512M}
+build=build-gpu
+mkdir -p "$out"
+
+run_step() {  # run_step NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  local left=$((deadline - SECONDS))
+  if [ "$left" -le 5 ]; then
+    echo "step $name: not run (deadline)" | tee -a "$out/steps.log"
+    return
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "step $name: rc=$rc ($((SECONDS - t0)) s)" | tee -a "$out/steps.log"
+  tail -n 3 "$out/$name.log"
+}
+
+{
+  nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv,noheader
+  nvcc --version | tail -n 2
+  date -u
+} >"$out/machine.txt" 2>&1
+
+skip='--test-case-exclude=*larger than 1 GiB*'  # minutes under instrumentation, nothing new
+for s in "${steps[@]}"; do
+  case $s in
+    build)
+      [ -f "$build/build.ninja" ] || run_step setup 90 meson setup "$build" -Dhip=disabled
+      run_step build 240 ninja -C "$build" ;;
+    test-cuda) run_step test-cuda 150 meson test -C "$build" --suite conformance-cuda --print-errorlogs ;;
+    test-vulkan) run_step test-vulkan 150 meson test -C "$build" --suite conformance-vulkan --print-errorlogs ;;
+    bench-cuda) run_step bench-cuda 150 "$build/tools/ferry-bench" --backend cuda --sizes "$sizes" --quiet --out "$out/bench-cuda" ;;
+    bench-vulkan) run_step bench-vulkan 150 "$build/tools/ferry-bench" --backend vulkan --sizes "$sizes" --quiet --out "$out/bench-vulkan" ;;
+    memcheck|racecheck|synccheck|initcheck)
+      run_step "$s" 150 compute-sanitizer --tool "$s" --error-exitcode 9 "$build/tests/conformance-cuda" "$skip" ;;
+    *) echo "unknown step $s" >&2 ;;
+  esac
+done
+cp "$build/meson-logs/testlog.txt" "$out/testlog.txt" 2>/dev/null
+exit 0
