@@ -51,6 +51,13 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
     progress.phase("[" + std::to_string(++k) + "/" + std::to_string(total) + "] raw copy " + size_label(bytes));
     run.raw.push_back(run_raw_copy(factory, bytes, std::clamp(o.steps, 3, 20)));
   }
+  const std::uint64_t batch_bytes = o.batch_bytes.value_or(run.backend == "host" ? 256ull << 20 : 1ull << 30);
+  if (batch_bytes > 0) {
+    // The pinned-DMA side of the ceiling: the vendor's raw copy where measured, else ferry's.
+    double dma = 0;
+    for (const auto& r : run.raw) dma = std::max(dma, r.vendor.measured ? r.vendor.h2d_gbps : r.gbps);
+    run.batch = run_batch_study(factory, batch_bytes, dma, progress);
+  }
   progress.done();
 }
 

@@ -25,6 +25,8 @@ struct Options {
   std::optional<std::filesystem::path> out;       ///< results.json folder
   std::optional<std::filesystem::path> snapshot;  ///< snapshot exports folder
   bool quiet = false;
+  /// Whole-batch study: size of the pageable buffer (0 = off; unset = backend default).
+  std::optional<std::uint64_t> batch_bytes;
 };
 
 /// Parse argv; throws std::invalid_argument with a message on bad input. Returns nullopt for
@@ -94,6 +96,22 @@ Result run_scenario(const DeviceFactory& factory, const Scenario& scenario, cons
                     const std::string& label);
 RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations);
 
+/// Whole-batch study (issue 6): scattered and pageable uploads against the ceiling
+/// min(parallel host memcpy, pinned DMA) measured in the same run. GB/s, host-timed medians.
+struct BatchStudy {
+  bool ran = false;
+  unsigned memcpy_threads = 0;
+  double memcpy_gbps = 0;        ///< pageable -> pinned, all threads
+  double dma_gbps = 0;           ///< pinned DMA (vendor raw copy, else ferry's raw upload)
+  double ceiling_gbps = 0;       ///< min of the two
+  std::uint64_t scattered_count = 0, scattered_each = 0;
+  double scattered_gbps = 0;     ///< one Transfer::upload(span<HostView>) of the scattered buffers
+  std::uint64_t pageable_bytes = 0;
+  double pageable_gbps = 0;      ///< one Transfer::upload(span<const std::byte>)
+};
+BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_bytes, double dma_gbps,
+                           const Progress& progress);
+
 /// Everything the report needs.
 struct Run {
   Options options;
@@ -102,6 +120,7 @@ struct Run {
   std::vector<std::uint64_t> sizes;
   std::vector<Result> results;
   std::vector<RawCopy> raw;
+  BatchStudy batch;
 };
 
 void print_header(const Run& run);

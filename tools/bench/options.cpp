@@ -86,6 +86,9 @@ usage: ferry-bench [options]
   --snapshot DIR        write per strategy and size: .pickle (PyTorch memory_viz), .json,
                         .trace.json (Chrome/Perfetto); and report-SIZE.html with all strategies
   --quiet               no progress on stderr
+  --batch-study SIZE|off  whole-batch study: 4096 x 16K scattered pageable buffers and one SIZE
+                        pageable buffer, against the host-staging ceiling measured in the same
+                        run (default 1G; host backend 256M)
   --help                this text
 
 Each step: pinned host batch -> device (strategy), allocate the owner's temporary from the
@@ -132,6 +135,13 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.snapshot = value(i, "--snapshot");
     } else if (key == "--quiet" || key == "-q") {
       o.quiet = true;
+    } else if (key == "--batch-study") {
+      const std::string v = value(i, "--batch-study");
+      if (v == "off") {
+        o.batch_bytes = 0;
+      } else {
+        o.batch_bytes = parse_size(v);
+      }
     } else {
       throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
     }

@@ -102,6 +102,18 @@ std::vector<Verdict> verdicts(const Run& run) {
                          " x max(compute, copy)" + (gpu_bars ? " (bar <= 1.05)" : " (bar applies to GPU backends)")});
     }
   }
+  if (run.batch.ran && run.batch.ceiling_gbps > 0) {
+    const BatchStudy& b = run.batch;
+    const double bar = gpu_bars ? 0.80 : 0;
+    const std::string bar_text = gpu_bars ? " (bar >= 80%)" : " (bar applies to GPU backends)";
+    out.push_back({0, "scattered_vs_ceiling", b.scattered_gbps / b.ceiling_gbps, bar, false,
+                   "4096 x 16K scattered pageable upload = " + fmt("%.1f", 100 * b.scattered_gbps / b.ceiling_gbps) +
+                       "% of the host-staging ceiling (" + fmt("%.2f", b.ceiling_gbps) + " GB/s)" + bar_text});
+    out.push_back({b.pageable_bytes, "pageable_vs_ceiling", b.pageable_gbps / b.ceiling_gbps, bar, false,
+                   size_label(b.pageable_bytes) + " pageable upload = " +
+                       fmt("%.1f", 100 * b.pageable_gbps / b.ceiling_gbps) + "% of the host-staging ceiling" +
+                       bar_text});
+  }
   return out;
 }
 
@@ -165,6 +177,17 @@ void print_table(const Run& run) {
                   raw->timeline_pair_us);
     }
   }
+  if (run.batch.ran) {
+    const BatchStudy& b = run.batch;
+    std::printf("\nwhole batches (host-timed medians):\n");
+    std::printf("  ceiling: min(host memcpy %.2f GB/s with %u threads, pinned DMA %.2f GB/s) = %.2f GB/s\n",
+                b.memcpy_gbps, b.memcpy_threads, b.dma_gbps, b.ceiling_gbps);
+    std::printf("  %llu x %s scattered pageable buffers, one call: %.2f GB/s (%.1f%% of the ceiling)\n",
+                static_cast<unsigned long long>(b.scattered_count), size_label(b.scattered_each).c_str(),
+                b.scattered_gbps, b.ceiling_gbps > 0 ? 100 * b.scattered_gbps / b.ceiling_gbps : 0);
+    std::printf("  one %s pageable buffer: %.2f GB/s (%.1f%% of the ceiling)\n", size_label(b.pageable_bytes).c_str(),
+                b.pageable_gbps, b.ceiling_gbps > 0 ? 100 * b.pageable_gbps / b.ceiling_gbps : 0);
+  }
   std::printf("\n");
 }
 
@@ -211,7 +234,18 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
                                                 : std::string("null"))
       << "}";
   }
-  o << "],\n  \"verdicts\": [";
+  o << "],\n  \"batch_study\": ";
+  if (run.batch.ran) {
+    const BatchStudy& b = run.batch;
+    o << "{\"memcpy_threads\": " << b.memcpy_threads << ", \"memcpy_gbps\": " << num(b.memcpy_gbps)
+      << ", \"dma_gbps\": " << num(b.dma_gbps) << ", \"ceiling_gbps\": " << num(b.ceiling_gbps)
+      << ", \"scattered_count\": " << b.scattered_count << ", \"scattered_each_bytes\": " << b.scattered_each
+      << ", \"scattered_gbps\": " << num(b.scattered_gbps) << ", \"pageable_bytes\": " << b.pageable_bytes
+      << ", \"pageable_gbps\": " << num(b.pageable_gbps) << "}";
+  } else {
+    o << "null";
+  }
+  o << ",\n  \"verdicts\": [";
   const auto vs = verdicts(run);
   for (std::size_t i = 0; i < vs.size(); ++i) {
     const auto& v = vs[i];
