@@ -144,6 +144,7 @@ void DeviceState::close() noexcept {
   }
   pool_close(*this);
   host_pool_close(*this);
+  validation_messages_at_close = backend->validation_messages();
   {
     std::lock_guard lock(mutex);
     for (auto& w : semaphores) {
@@ -469,8 +470,9 @@ DevicePool& Device::pool() const { return checked(state_, "Device::pool").pool_a
 HostPool& Device::host_pool() const { return checked(state_, "Device::host_pool").host_pool_api; }
 
 std::uint64_t Device::validation_messages() const {
-  auto& s = checked(state_, "Device::validation_messages");
-  return s.backend->validation_messages();
+  require(state_ != nullptr, "Device::validation_messages", "null device handle", std::source_location::current());
+  if (state_->closed.load()) return state_->validation_messages_at_close;
+  return state_->backend->validation_messages();
 }
 
 void Device::close() {

@@ -2,8 +2,8 @@
 # The main job: build ferry and run the benchmark on the best device present (CUDA, then
 # Vulkan on a GPU, then HIP, then Vulkan on a CPU driver, then the host backend).
 #   bash tools/bench.sh [program arguments...]
-# Runs build/tools/ferry-bench; until that exists, the example program
-# build/tools/ferry-example (uploads a batch and prints the pool's footprint statistics).
+# Runs build/tools/ferry-bench (every copy strategy side by side: footprint, bandwidth, host
+# cost); its options pass through, e.g. --sizes 64M --snapshot out/. See --help.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -13,10 +13,8 @@ ferry_install_deps
 build=${FERRY_BUILD_DIR:-build}
 [ -f "$build/build.ninja" ] || meson setup "$build"
 ninja -C "$build"
-for program in "$build/tools/ferry-bench" "$build/tools/ferry-example"; do
-  if [ -x "$program" ]; then
-    exec "$program" "$@"
-  fi
-done
-echo "ferry: neither $build/tools/ferry-bench nor $build/tools/ferry-example was built" >&2
-exit 1
+if [ ! -x "$build/tools/ferry-bench" ]; then
+  echo "ferry: $build/tools/ferry-bench was not built (configured with -Dtools=false?)" >&2
+  exit 1
+fi
+exec "$build/tools/ferry-bench" "$@"

@@ -332,6 +332,7 @@ class Device final : public BackendDevice {
     caps_.name = prop.name;
     caps_.backend = FERRY_GPU_BACKEND;
     caps_.is_gpu = true;
+    caps_.synthetic_compute = FERRY_GPU_HAS_KERNELS != 0;
     caps_.device_memory_bytes = prop.totalGlobalMem;
     caps_.copy_engines = features.copy_engines;
     caps_.dedicated_transfer_queue = true;   // its own stream; copies go to the copy engines

@@ -353,6 +353,7 @@ class HostDevice final : public BackendDevice {
     caps_.name = "ferry host reference (CPU)";
     caps_.backend = Backend::host;
     caps_.is_gpu = false;
+    caps_.synthetic_compute = true;
     caps_.device_memory_bytes = memory_limit_ != 0 ? memory_limit_ : physical_memory_bytes();
     caps_.copy_engines = 1;
     caps_.dedicated_transfer_queue = true;

@@ -268,6 +268,7 @@ void VulkanDevice::finish_setup(std::uint32_t compute_index, std::uint32_t trans
   caps_.name = props_.deviceName;
   caps_.backend = Backend::vulkan;
   caps_.is_gpu = props_.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+  caps_.synthetic_compute = true;
   for (std::uint32_t h = 0; h < memory_.memoryHeapCount; ++h) {
     if (memory_.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) {
       caps_.device_memory_bytes = std::max(caps_.device_memory_bytes, memory_.memoryHeaps[h].size);

@@ -70,6 +70,7 @@ struct Capabilities {
   bool ownership_transfer = false;          ///< Vulkan: buffers need queue-family ownership transfer
   bool host_memory_registration = false;    ///< user memory can be registered (pinned/imported)
   bool timeline_export = false;             ///< timeline semaphores exportable (interop)
+  bool synthetic_compute = false;           ///< `run_synthetic_compute` has a kernel here
   std::uint64_t min_alignment = 256;        ///< pool sub-allocation alignment in bytes
   std::uint64_t max_allocation_bytes = 0;   ///< largest single segment (0 = unknown)
   std::string notes;                        ///< backend-specific facts ("transfer family 1 x2")
@@ -231,8 +232,11 @@ class Device {
   /// @brief The pinned host memory pool (see pool.hpp).
   [[nodiscard]] HostPool& host_pool() const;
   /// @brief Vulkan with validation: number of validation messages seen so far (0 elsewhere).
+  /// Readable after `close()` too (then it includes messages raised during teardown).
   [[nodiscard]] std::uint64_t validation_messages() const;
   /// @brief Wait for all work, free everything, invalidate handles. Idempotent.
+  /// Like vkDeviceWaitIdle, it waits for every queue: a queue blocked on a semaphore value
+  /// that nobody will signal keeps it waiting. Signal or abandon such waits first.
   void close();
   /// @brief False for a null or closed device.
   [[nodiscard]] bool is_open() const noexcept;

@@ -89,7 +89,10 @@ inline constexpr std::size_t max_batch_views = std::size_t{1} << 20;
 struct UploadOptions {
   CopyMode mode = CopyMode::owner_owned;  ///< strategy; `preallocated` only via upload_into
   std::string tag;                        ///< label for pool events
-  bool owner_waits = true;                ///< enqueue `owner.wait(ready)` in the call
+  /// Enqueue `owner.wait(ready)` (and any queue-family acquire) in the call. When false, place
+  /// the wait yourself with `owner.wait(upload.ready)`; ferry's own later operations on the
+  /// buffer (run_synthetic_compute, downloads, release) are ordered after the copy either way.
+  bool owner_waits = true;
 };
 
 /// @brief Result of an upload: the owner-owned destination and the point it is ready at.

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: MIT
+// The conformance suite's fixture: one set of backend-neutral cases (tests/conformance/*.cpp),
+// written against include/ferry/*.hpp only, run once per backend by tests/backends/<b>.cpp.
+//
+// A backend executable calls `conformance::configure()` before running doctest; every case
+// then gets its device from `conformance::open_device()`. Cases are declared with
+// `CONFORMANCE_CASE("name")`, a doctest TEST_CASE_FIXTURE whose fixture runs the per-case
+// checks at the end of each case (pool invariants everywhere; zero validation messages on
+// Vulkan) inside the case, so a failure is reported against the case that caused it.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <source_location>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ferry/ferry.hpp"
+
+namespace conformance {
+
+/// What a backend executable selects before running the cases.
+struct Config {
+  ferry::Backend backend = ferry::Backend::host;
+  /// Vulkan: open with validation layers and fail a case on any validation message.
+  bool validation = false;
+};
+
+/// Set the backend under test (call once from main, before doctest runs).
+void configure(const Config& config);
+/// The configuration set by `configure`.
+const Config& config();
+
+/// Options that open the device under test (latency injection is left to the environment:
+/// `host_latency_us = -1` reads FERRY_HOST_LATENCY_US).
+ferry::DeviceOptions options();
+
+/// Open the device under test. The fixture keeps a handle until the end of the case, checks
+/// its pool and (Vulkan) its validation messages, then closes it.
+ferry::Device open_device();
+
+/// Create another queue, or report "not supported: ..." (MESSAGE) and return a null queue
+/// when the device has no queue left (lavapipe has one queue in all).
+ferry::Queue try_create_queue(ferry::Device& device, ferry::QueueRole role, const std::string& name);
+
+/// Run the end-of-case checks on `device` now (pool invariants, validation messages), then
+/// close it. For cases that close a device before their end.
+void finish_device(ferry::Device& device);
+
+/// Print "SKIPPED: <backend>: no device (reason)" and return 77 when the backend was not built
+/// or sees no device; return 0 when the suite can run.
+int presence_check(ferry::Backend backend);
+
+/// Run doctest with the command line; returns its exit code.
+int run(int argc, char** argv);
+
+/// Extra check run by the fixture at the end of every case for every device the case opened
+/// with `open_device()` (still open at that point). Set by a backend's main.
+using DeviceCheck = std::function<void(ferry::Device&)>;
+void set_end_of_case_check(DeviceCheck check);
+
+/// FERRY_TEST_SMALL=1 (sanitizer runs): use smaller sizes in the expensive cases.
+bool small();
+
+/// A byte pattern that differs for every (seed, index) pair in a 251-cycle.
+std::byte pattern_byte(std::uint64_t seed, std::uint64_t index);
+void fill_pattern(std::span<std::byte> bytes, std::uint64_t seed);
+/// Index of the first byte that differs from the pattern (shifted by `add`), or -1.
+std::int64_t first_mismatch(std::span<const std::byte> bytes, std::uint64_t seed, int add = 0);
+
+/// Upload a pattern, run the synthetic compute, download and compare: proves that a device
+/// and transfer still work after an error.
+void check_round_trip(ferry::Device& device, ferry::Transfer& transfer,
+                      std::uint64_t bytes = 4096 + 7);
+
+/// Fixture of every case (see the file comment).
+struct CaseGuard {
+  CaseGuard();
+  ~CaseGuard();
+  CaseGuard(const CaseGuard&) = delete;
+  CaseGuard& operator=(const CaseGuard&) = delete;
+};
+
+/// Run `fn`, expecting a `ferry::Error` with `code`; reports the call site of the check.
+template <class Fn>
+void expect_error(ferry::ErrorCode code, Fn&& fn, std::string_view what = {},
+                  std::source_location loc = std::source_location::current()) {
+  std::string label = std::string(what.empty() ? "call" : what) + " (checked at line " +
+                      std::to_string(loc.line()) + ")";
+  try {
+    fn();
+    ADD_FAIL_CHECK_AT(loc.file_name(), static_cast<int>(loc.line()), "expected ferry::Error(" << ferry::to_string(code) << ") from " << label
+                                            << ", but nothing was thrown");
+  } catch (const ferry::Error& e) {
+    if (e.code() != code) {
+      ADD_FAIL_CHECK_AT(loc.file_name(), static_cast<int>(loc.line()), "expected " << ferry::to_string(code) << " from " << label << ", got "
+                                 << e.what());
+    } else {
+      CHECK_MESSAGE(!e.message().empty(), label);
+    }
+  } catch (const std::exception& e) {
+    ADD_FAIL_CHECK_AT(loc.file_name(), static_cast<int>(loc.line()), "expected ferry::Error(" << ferry::to_string(code) << ") from " << label
+                                            << ", got another exception: " << e.what());
+  } catch (...) {
+    ADD_FAIL_CHECK_AT(loc.file_name(), static_cast<int>(loc.line()), "expected ferry::Error from " << label << ", got a non-std exception");
+  }
+}
+
+/// Run `fn`, expecting a `ferry::Error` with one of `codes` (where the contract allows either).
+template <class Fn>
+void expect_error_any(std::initializer_list<ferry::ErrorCode> codes, Fn&& fn,
+                      std::string_view what = {},
+                      std::source_location loc = std::source_location::current()) {
+  std::string label = std::string(what.empty() ? "call" : what) + " (checked at line " +
+                      std::to_string(loc.line()) + ")";
+  try {
+    fn();
+    ADD_FAIL_CHECK_AT(loc.file_name(), static_cast<int>(loc.line()), "expected a ferry::Error from " << label << ", but nothing was thrown");
+  } catch (const ferry::Error& e) {
+    bool ok = false;
+    for (auto c : codes) ok = ok || c == e.code();
+    if (!ok) ADD_FAIL_CHECK_AT(loc.file_name(), static_cast<int>(loc.line()), "unexpected error code from " << label << ": " << e.what());
+  } catch (const std::exception& e) {
+    ADD_FAIL_CHECK_AT(loc.file_name(), static_cast<int>(loc.line()), "expected ferry::Error from " << label << ", got: " << e.what());
+  }
+}
+
+}  // namespace conformance
+
+/// A conformance case: a doctest case run with the conformance fixture.
+#define CONFORMANCE_CASE(name) TEST_CASE_FIXTURE(conformance::CaseGuard, name)
