@@ -50,8 +50,8 @@ for s in "${steps[@]}"; do
       run_step build 240 ninja -C "$build" ;;
     test-cuda) run_step test-cuda 150 meson test -C "$build" --suite conformance-cuda --print-errorlogs ;;
     test-vulkan) run_step test-vulkan 150 meson test -C "$build" --suite conformance-vulkan --print-errorlogs ;;
-    bench-cuda) run_step bench-cuda 150 "$build/tools/ferry-bench" --backend cuda --sizes "$sizes" --quiet --out "$out/bench-cuda" ;;
-    bench-vulkan) run_step bench-vulkan 150 "$build/tools/ferry-bench" --backend vulkan --sizes "$sizes" --quiet --out "$out/bench-vulkan" ;;
+    bench-cuda) run_step bench-cuda 150 "$build/tools/ferry-bench" --backend cuda --sizes "$sizes" --quiet --out "$out/bench-cuda" --snapshot "$out/snapshot-cuda" ;;
+    bench-vulkan) run_step bench-vulkan 150 "$build/tools/ferry-bench" --backend vulkan --sizes "$sizes" --quiet --out "$out/bench-vulkan" --snapshot "$out/snapshot-vulkan" ;;
     memcheck|racecheck|synccheck|initcheck)
       run_step "$s" 150 compute-sanitizer --tool "$s" --error-exitcode 9 "$build/tests/conformance-cuda" "$skip" ;;
     *) echo "unknown step $s" >&2 ;;
