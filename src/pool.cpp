@@ -374,6 +374,13 @@ DeviceBuffer DevicePool::allocate(std::uint64_t bytes, const Queue& owner, Alloc
   require(bytes > 0, "DevicePool::allocate", "size 0 is not allowed", where);
   require(bytes <= detail::BlockAllocator::max_request(), "DevicePool::allocate",
           "size " + std::to_string(bytes) + " exceeds the largest supported allocation (2^52 bytes)", where);
+  if (d->caps.device_memory_bytes != 0 && bytes > d->caps.device_memory_bytes) {
+    // Known not to fit: say so without provoking the driver into an allocation failure.
+    detail::fail(ErrorCode::out_of_memory,
+                 "DevicePool::allocate: " + std::to_string(bytes) + " bytes exceed the device's memory (" +
+                     std::to_string(d->caps.device_memory_bytes) + " bytes)",
+                 where);
+  }
   if (d->caps.max_allocation_bytes != 0 && bytes > d->caps.max_allocation_bytes) {
     detail::fail(ErrorCode::out_of_memory,
                  "DevicePool::allocate: " + std::to_string(bytes) + " bytes exceed the device's largest allocation (" +

@@ -190,6 +190,10 @@ CONFORMANCE_CASE("data: every copy mode delivers the bytes to the owner") {
 
   SUBCASE("preallocated: upload_into a caller-supplied destination") {
     DeviceBuffer dest = dev.pool().allocate(n + 100, owner);
+    // Initialize all n + 100 bytes, then overwrite the first n: the tail must keep its bytes.
+    HostBuffer full = dev.host_pool().allocate(n + 100);
+    fill_pattern(full.span(), 39);
+    xfer.upload_into(full, dest);
     fill_pattern(src.span(), 40);
     TimelinePoint ready = xfer.upload_into(src, dest);
     DeviceBuffer out = dev.pool().allocate(n + 100, owner);
@@ -199,6 +203,12 @@ CONFORMANCE_CASE("data: every copy mode delivers the bytes to the owner") {
     done.wait();
     CHECK(ready.reached());
     CHECK(first_mismatch(whole.span().first(n), 40, 1) == -1);
+    std::int64_t tail_bad = -1;
+    for (std::uint64_t i = n; i < n + 100; ++i) {
+      const auto want = static_cast<std::byte>(static_cast<unsigned>(conformance::pattern_byte(39, i)) + 1);
+      if (whole.span()[i] != want) tail_bad = static_cast<std::int64_t>(i);
+    }
+    CHECK_MESSAGE(tail_bad == -1, "upload_into of a smaller source changed bytes past its end");
     // a second upload_into the same destination, after the compute that read it
     fill_pattern(src.span(), 41);
     xfer.upload_into(src, dest);
