@@ -186,7 +186,7 @@ void resolve_activity(DeviceState& device);
 DeviceBuffer pool_allocate(DeviceState& device, const std::shared_ptr<DeviceState>& self,
                            std::uint64_t bytes, const std::shared_ptr<QueueState>& owner,
                            const std::shared_ptr<QueueState>& first_writer, const std::string& tag,
-                           const std::source_location& where);
+                           const std::source_location& where, bool allow_pending_reuse = true);
 void pool_close(DeviceState& device) noexcept;
 void host_pool_close(DeviceState& device) noexcept;
 

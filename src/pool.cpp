@@ -125,12 +125,12 @@ HostAllocation::~HostAllocation() {
 DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& self, std::uint64_t bytes,
                            const std::shared_ptr<QueueState>& owner,
                            const std::shared_ptr<QueueState>& first_writer, const std::string& tag,
-                           const std::source_location& where) {
+                           const std::source_location& where, bool allow_pending_reuse) {
   PoolState& p = d.pool;
   std::lock_guard lock(p.mutex);
   const QueueState& first = first_writer ? *first_writer : *owner;
   BlockAllocator::Request request{bytes, owner->id, first.timeline->timeline_id,
-                                  first_writer != nullptr && first_writer != owner};
+                                  allow_pending_reuse && first_writer != nullptr && first_writer != owner};
   ReachedQuery reached{d, {}};
   complete_frees(d, reached);
   auto placement = p.allocator.allocate(request, std::ref(reached));

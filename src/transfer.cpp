@@ -270,7 +270,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
     case CopyMode::owner_owned: {
       const bool executor_owned = options.mode == CopyMode::executor_owned;
       up.buffer = executor_owned ? detail::pool_allocate(d, self, bytes, exec, nullptr, options.tag, where)
-                                 : detail::pool_allocate(d, self, bytes, q, exec, options.tag, where);
+                                 : detail::pool_allocate(d, self, bytes, q, exec, options.tag, where, !options.overlap);
       auto& b = *up.buffer.state();
       if (executor_owned && exec != q) b.recorded_user = q;  // record_stream: release waits for q
       {
@@ -331,7 +331,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   auto& s = *state_;
   s.ensure_staging(d, where);
   const auto& exec = s.exec;
-  batch.buffer = detail::pool_allocate(d, s.device.state(), total, q, exec, options.tag, where);
+  batch.buffer = detail::pool_allocate(d, s.device.state(), total, q, exec, options.tag, where, !options.overlap);
   auto& b = *batch.buffer.state();
   {
     std::lock_guard elock(exec->mutex);

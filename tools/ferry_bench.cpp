@@ -38,18 +38,33 @@ Run plan(const Options& options, const DeviceFactory& factory) {
 
 void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
   const auto& o = run.options;
-  const std::size_t total = run.sizes.size() * (o.strategies.size() + 1);
+  std::vector<Scenario> per_size;
+  for (auto mode : o.strategies) {
+    per_size.push_back({.mode = mode, .steps = o.steps, .units = o.compute_units, .inflight = o.inflight});
+    if (mode == ferry::CopyMode::owner_owned && o.overlap_variant) {
+      per_size.push_back(per_size.back());
+      per_size.back().overlap = true;
+    }
+  }
+  const std::size_t total = run.sizes.size() * (per_size.size() + 1);
   std::size_t k = 0;
   for (auto bytes : run.sizes) {
-    for (auto mode : o.strategies) {
+    for (Scenario sc : per_size) {
+      sc.bytes = bytes;
       const std::string label = "[" + std::to_string(++k) + "/" + std::to_string(total) + "] " +
-                                std::string(ferry::to_string(mode)) + " " + size_label(bytes);
-      const Scenario sc{.mode = mode, .bytes = bytes, .steps = o.steps, .units = o.compute_units,
-                        .inflight = o.inflight};
+                                strategy_name(sc) + " " + size_label(bytes);
       run.results.push_back(run_scenario(factory, sc, progress, label));
     }
     progress.phase("[" + std::to_string(++k) + "/" + std::to_string(total) + "] raw copy " + size_label(bytes));
     run.raw.push_back(run_raw_copy(factory, bytes, std::clamp(o.steps, 3, 20)));
+    // Overlap = step time / max(compute, copy), the copy being the raw copy of one batch: the
+    // time a step cannot beat whatever the strategy.
+    const double raw_copy_ms = run.raw.back().gbps > 0 ? static_cast<double>(bytes) / (run.raw.back().gbps * 1e6) : 0;
+    for (auto& r : run.results) {
+      if (r.scenario.bytes != bytes) continue;
+      const double bound = std::max(r.compute_ms, raw_copy_ms);
+      r.overlap = bound > 0 ? r.step_ms / bound : 0;
+    }
   }
   const std::uint64_t batch_bytes = o.batch_bytes.value_or(run.backend == "host" ? 256ull << 20 : 1ull << 30);
   if (batch_bytes > 0) {

@@ -89,6 +89,14 @@ inline constexpr std::size_t max_batch_views = std::size_t{1} << 20;
 struct UploadOptions {
   CopyMode mode = CopyMode::owner_owned;  ///< strategy; `preallocated` only via upload_into
   std::string tag;                        ///< label for pool events
+  /// owner_owned only: the pool's choice when no free block of the owner is ready yet.
+  /// false (footprint first, the default): take a block the owner released but may still be
+  /// reading, and make the copy wait for that owner work -- the footprint of a blocking copy,
+  /// but the copy of batch i+1 cannot overlap the compute that reads batch i. true (overlap
+  /// first): grow the pool instead, so the copy never waits behind owner compute -- one more
+  /// batch of memory per batch in flight, and the freed blocks stay the owner's (reusable by
+  /// its temporaries), unlike executor_owned.
+  bool overlap = false;
   /// Enqueue `owner.wait(ready)` (and any queue-family acquire) in the call. When false, place
   /// the wait yourself with `owner.wait(upload.ready)`; ferry's own later operations on the
   /// buffer (run_synthetic_compute, downloads, release) are ordered after the copy either way.

@@ -205,6 +205,52 @@ CONFORMANCE_CASE("pool: the same owner reuses a released block at once") {
   owner.synchronize();
 }
 
+CONFORMANCE_CASE("pool: footprint first waits for owner work; overlap first grows instead") {
+  Device dev = conformance::open_device();
+  DevicePool& pool = dev.pool();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  if (xfer.executor() == owner || !dev.capabilities().dedicated_transfer_queue) {
+    MESSAGE("not supported here: transfers share the compute queue, which the test must block");
+    return;
+  }
+  const std::uint64_t n = 24 * MiB;  // its own segment
+  HostBuffer src = dev.host_pool().allocate(n);
+  conformance::fill_pattern(src.span(), 5);
+  // Hold the owner behind a gate so the block it releases stays pending.
+  TimelineSemaphore gate = dev.create_semaphore(0);
+  Upload first = xfer.upload(src, owner);
+  owner.wait(gate.at(1));
+  first.buffer.release();  // free point: behind the gate
+  const PoolBudget before = pool.get_budget();
+
+  // The executor runs copies in order, so the overlap-first upload goes first: nothing ahead
+  // of it on the executor waits for the gated owner.
+  UploadOptions o;
+  o.overlap = true;
+  Upload overlap = xfer.upload(src, owner, o);  // must not wait behind the gate
+  CHECK(overlap.buffer.ready_after().empty());
+  CHECK(pool.get_budget().reserved_bytes > before.reserved_bytes);
+  overlap.ready.wait(std::chrono::seconds(30));  // completes while the owner is still gated
+  const PoolBudget grown = pool.get_budget();
+
+  Upload footprint = xfer.upload(src, owner);  // default: takes the pending block
+  CHECK_FALSE(footprint.buffer.ready_after().empty());
+  CHECK(pool.get_budget().reserved_bytes == grown.reserved_bytes);
+  CHECK(pool.get_budget().pending_reuses == grown.pending_reuses + 1);
+  CHECK_FALSE(footprint.ready.reached());  // the copy waits for the gated owner
+
+  gate.signal(1);
+  footprint.ready.wait(std::chrono::seconds(30));
+  HostBuffer back = dev.host_pool().allocate(n);
+  for (Upload* u : {&footprint, &overlap}) {
+    xfer.download(u->buffer, back).wait(std::chrono::seconds(30));
+    CHECK(conformance::first_mismatch(back.span(), 5) == -1);
+    u->buffer.release();
+  }
+  owner.synchronize();
+}
+
 CONFORMANCE_CASE("pool: randomized operations keep the invariants") {
   Device dev = conformance::open_device();
   DevicePool& pool = dev.pool();

@@ -25,6 +25,8 @@ struct Options {
   std::optional<std::filesystem::path> out;       ///< results.json folder
   std::optional<std::filesystem::path> snapshot;  ///< snapshot exports folder
   bool quiet = false;
+  /// Also run owner_owned with UploadOptions::overlap ("owner_owned+overlap").
+  bool overlap_variant = true;
   /// Whole-batch study: size of the pageable buffer (0 = off; unset = backend default).
   std::optional<std::uint64_t> batch_bytes;
 };
@@ -45,7 +47,11 @@ struct Scenario {
   int steps = 30;
   std::uint32_t units = 20;
   int inflight = 2;
+  bool overlap = false;  ///< owner_owned with UploadOptions::overlap (overlap first)
 };
+
+/// "owner_owned", "owner_owned+overlap", ...
+std::string strategy_name(const Scenario& scenario);
 
 /// What a scenario measured. Times in milliseconds, bandwidth in GB/s (1e9 bytes/s).
 struct Result {
@@ -62,7 +68,7 @@ struct Result {
   double step_ms = 0;                ///< footprint run: wall time / steps
   double compute_ms = 0;             ///< compute-only pass, per step
   double copy_ms = 0;                ///< copy-only pass, per upload
-  double overlap = 0;                ///< step_ms / max(compute_ms, copy_ms)
+  double overlap = 0;                ///< step_ms / max(compute_ms, raw copy time of the batch)
   ferry::MemorySnapshot snapshot;    ///< pool snapshot after the footprint run
 };
 

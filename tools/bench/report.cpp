@@ -18,9 +18,9 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-const Result* find(const Run& run, ferry::CopyMode mode, std::uint64_t bytes) {
+const Result* find(const Run& run, ferry::CopyMode mode, std::uint64_t bytes, bool overlap = false) {
   for (const auto& r : run.results) {
-    if (r.scenario.mode == mode && r.scenario.bytes == bytes) return &r;
+    if (r.scenario.mode == mode && r.scenario.bytes == bytes && r.scenario.overlap == overlap) return &r;
   }
   return nullptr;
 }
@@ -99,7 +99,24 @@ std::vector<Verdict> verdicts(const Run& run) {
     if (owner && owner->overlap > 0) {
       out.push_back({bytes, "owner_owned_step_vs_bound", owner->overlap, gpu_bars ? overlap_bar : 0, true,
                      size + ": owner_owned step time = " + fmt("%.3f", owner->overlap) +
+                         " x max(compute, copy)" + (gpu_bars ? " (bar <= 1.05)" : " (bar applies to GPU backends)") +
+                         "; footprint first: the copy of batch i+1 reuses, so waits for, the block compute i reads"});
+    }
+    const Result* overlap = find(run, ferry::CopyMode::owner_owned, bytes, true);
+    if (overlap && overlap->overlap > 0) {
+      out.push_back({bytes, "owner_overlap_step_vs_bound", overlap->overlap, gpu_bars ? overlap_bar : 0, true,
+                     size + ": owner_owned+overlap step time = " + fmt("%.3f", overlap->overlap) +
                          " x max(compute, copy)" + (gpu_bars ? " (bar <= 1.05)" : " (bar applies to GPU backends)")});
+    }
+    if (overlap && blocking && blocking->peak_reserved > 0) {
+      const double v = static_cast<double>(overlap->peak_reserved) / static_cast<double>(blocking->peak_reserved);
+      out.push_back({bytes, "owner_overlap_reserved_vs_blocking", v, 0, true,
+                     size + ": owner_owned+overlap peak reserved / blocking = " + fmt("%.3f", v) +
+                         (executor ? " (executor_owned: " +
+                                         fmt("%.3f", static_cast<double>(executor->peak_reserved) /
+                                                         static_cast<double>(blocking->peak_reserved)) +
+                                         "); one more batch per batch in flight buys the overlap"
+                                   : std::string())});
     }
   }
   if (run.batch.ran && run.batch.ceiling_gbps > 0) {
@@ -147,7 +164,8 @@ void print_header(const Run& run) {
   for (std::size_t i = 0; i < run.sizes.size(); ++i) std::cout << (i ? "," : " ") << size_label(run.sizes[i]);
   std::cout << ", " << o.steps << " steps, " << o.compute_units << " compute units/step, " << o.inflight
             << " steps in flight\n";
-  std::cout << "GiB = 2^30 bytes; GB/s = 1e9 bytes/s, host-timed (N uploads, one host wait at the end)\n\n";
+  std::cout << "GiB = 2^30 bytes; GB/s = 1e9 bytes/s, host-timed (N uploads, at most `inflight` ahead)\n"
+               "overlap = step ms / max(compute ms, raw copy time of one batch)\n\n";
 }
 
 void print_table(const Run& run) {
@@ -157,7 +175,7 @@ void print_table(const Run& run) {
     for (const auto& r : run.results) {
       if (r.scenario.bytes != bytes) continue;
       std::printf("%-28s %6s %10.3f %10.3f %10.3f %8.3f %8.2f %10.1f %9.3f %9.3f %9.3f %8.3f\n",
-                  std::string(ferry::to_string(r.scenario.mode)).c_str(), size_label(bytes).c_str(),
+                  strategy_name(r.scenario).c_str(), size_label(bytes).c_str(),
                   static_cast<double>(r.peak_allocated) / gib, static_cast<double>(r.peak_reserved) / gib,
                   static_cast<double>(r.peak_stranded) / gib, static_cast<double>(r.rss_peak) / gib, r.copy_gbps,
                   r.host_us_per_call, r.step_ms, r.compute_ms, r.copy_ms, r.overlap);
@@ -168,10 +186,12 @@ void print_table(const Run& run) {
       std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "download (pinned)",
                   size_label(bytes).c_str(), "-", "-", "-", "-", raw->d2h_gbps, "-", "-", "-", "-", "-");
       if (raw->vendor.measured) {
-        std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "vendor h2d (GPU-timed)",
+        std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "cudaMemcpyAsync h2d",
                     size_label(bytes).c_str(), "-", "-", "-", "-", raw->vendor.h2d_gbps, "-", "-", "-", "-", "-");
-        std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "vendor d2h (GPU-timed)",
+        std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "cudaMemcpyAsync d2h",
                     size_label(bytes).c_str(), "-", "-", "-", "-", raw->vendor.d2h_gbps, "-", "-", "-", "-", "-");
+        std::printf("%-28s %6s (GPU-timed per copy: h2d %.2f GB/s, d2h %.2f GB/s)\n", "", size_label(bytes).c_str(),
+                    raw->vendor.h2d_gpu_gbps, raw->vendor.d2h_gpu_gbps);
       }
       std::printf("%-28s %6s timeline signal+wait pair: %.3f us of host time\n", "", size_label(bytes).c_str(),
                   raw->timeline_pair_us);
@@ -215,7 +235,7 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
     << ", \"inflight\": " << opt.inflight << ", \"timing\": \"host\"},\n  \"results\": [";
   for (std::size_t i = 0; i < run.results.size(); ++i) {
     const auto& r = run.results[i];
-    o << (i ? ",\n" : "\n") << "    {\"strategy\": \"" << ferry::to_string(r.scenario.mode)
+    o << (i ? ",\n" : "\n") << "    {\"strategy\": \"" << strategy_name(r.scenario)
       << "\", \"size_bytes\": " << r.scenario.bytes << ", \"peak_allocated_bytes\": " << r.peak_allocated
       << ", \"peak_reserved_bytes\": " << r.peak_reserved << ", \"peak_stranded_bytes\": " << r.peak_stranded
       << ", \"segment_allocations\": " << r.segment_allocations << ", \"pending_reuses\": " << r.pending_reuses
@@ -230,7 +250,9 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
     o << (i ? ", " : "") << "{\"size_bytes\": " << r.bytes << ", \"gbps\": " << num(r.gbps)
       << ", \"download_gbps\": " << num(r.d2h_gbps) << ", \"timeline_pair_us\": " << num(r.timeline_pair_us)
       << ", \"vendor\": " << (r.vendor.measured ? "{\"h2d_gbps\": " + num(r.vendor.h2d_gbps) + ", \"d2h_gbps\": " +
-                                                      num(r.vendor.d2h_gbps) + "}"
+                                                      num(r.vendor.d2h_gbps) + ", \"h2d_gpu_timed_gbps\": " +
+                                                      num(r.vendor.h2d_gpu_gbps) + ", \"d2h_gpu_timed_gbps\": " +
+                                                      num(r.vendor.d2h_gpu_gbps) + "}"
                                                 : std::string("null"))
       << "}";
   }
@@ -265,11 +287,11 @@ void write_snapshots(const Run& run, const std::filesystem::path& dir) {
     std::vector<std::pair<std::string, ferry::MemorySnapshot>> columns;
     for (const auto& r : run.results) {
       if (r.scenario.bytes != bytes) continue;
-      const std::string stem = std::string(ferry::to_string(r.scenario.mode)) + "-" + size_label(bytes);
+      const std::string stem = strategy_name(r.scenario) + "-" + size_label(bytes);
       ferry::write_memory_viz_pickle(r.snapshot, dir / (stem + ".pickle"));
       ferry::write_json(r.snapshot, dir / (stem + ".json"));
       ferry::write_chrome_trace(r.snapshot, dir / (stem + ".trace.json"));
-      columns.emplace_back(std::string(ferry::to_string(r.scenario.mode)), r.snapshot);
+      columns.emplace_back(strategy_name(r.scenario), r.snapshot);
     }
     if (!columns.empty()) ferry::write_html_report(columns, dir / ("report-" + size_label(bytes) + ".html"));
   }
