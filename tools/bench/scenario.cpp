@@ -219,7 +219,8 @@ Result run_scenario(const DeviceFactory& factory, const Scenario& sc, const Prog
 
 RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations) {
   ferry::Device dev = factory.open();
-  Scenario sc{.mode = ferry::CopyMode::preallocated, .bytes = bytes, .steps = iterations, .units = 1, .inflight = 1};
+  // Same run-ahead as the strategies' copy-only passes, so the rows compare like for like.
+  Scenario sc{.mode = ferry::CopyMode::preallocated, .bytes = bytes, .steps = iterations, .units = 1, .inflight = 2};
   Context c{dev, dev.queue(ferry::QueueRole::compute), ferry::Transfer(dev), host_ring(dev, bytes, 1)};
   RawCopy raw;
   raw.bytes = bytes;
