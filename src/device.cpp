@@ -165,6 +165,26 @@ void DeviceState::close() noexcept {
   backend.reset();
 }
 
+Device wrap_backend_device(std::unique_ptr<BackendDevice> backend, const DeviceOptions& options,
+                           std::source_location where) {
+  require(backend != nullptr, "wrap_backend_device", "null backend device", where);
+  auto state = std::make_shared<DeviceState>();
+  state->options = options;
+  state->backend = std::move(backend);
+  state->caps = state->backend->capabilities();
+  state->pool.allocator = BlockAllocator(BlockAllocator::Config{
+      .alignment = std::max<std::uint64_t>(512, state->caps.min_alignment)});
+  auto& compute_backend = state->backend->default_queue(QueueRole::compute);
+  auto& transfer_backend = state->backend->default_queue(QueueRole::transfer);
+  state->compute = make_queue(*state, state, QueueRole::compute, "compute", &compute_backend, nullptr);
+  if (&transfer_backend == &compute_backend) {
+    state->transfer = state->compute;  // one-queue device: documented in capabilities
+  } else {
+    state->transfer = make_queue(*state, state, QueueRole::transfer, "transfer", &transfer_backend, nullptr);
+  }
+  return Device(std::move(state));
+}
+
 namespace {
 
 struct BackendEntry {
@@ -374,27 +394,15 @@ Device Device::open(const DeviceOptions& options, std::source_location where) {
          where);
   }
   require(options.ordinal >= 0, "Device::open", "negative ordinal " + std::to_string(options.ordinal), where);
-  auto state = std::make_shared<detail::DeviceState>();
-  state->options = options;
+  std::unique_ptr<detail::BackendDevice> backend;
   try {
-    state->backend = e.open(options);
+    backend = e.open(options);
   } catch (Error& err) {
     throw Error(err.code(), "Device::open(" + std::string(to_string(options.backend)) + ", " +
                                 std::to_string(options.ordinal) + "): " + err.message(),
                 err.call(), where);
   }
-  state->caps = state->backend->capabilities();
-  state->pool.allocator = detail::BlockAllocator(detail::BlockAllocator::Config{
-      .alignment = std::max<std::uint64_t>(512, state->caps.min_alignment)});
-  auto& compute_backend = state->backend->default_queue(QueueRole::compute);
-  auto& transfer_backend = state->backend->default_queue(QueueRole::transfer);
-  state->compute = detail::make_queue(*state, state, QueueRole::compute, "compute", &compute_backend, nullptr);
-  if (&transfer_backend == &compute_backend) {
-    state->transfer = state->compute;  // one-queue device: documented in capabilities
-  } else {
-    state->transfer = detail::make_queue(*state, state, QueueRole::transfer, "transfer", &transfer_backend, nullptr);
-  }
-  return Device(std::move(state));
+  return detail::wrap_backend_device(std::move(backend), options, where);
 }
 
 Device Device::open_default(std::source_location where) {
@@ -480,5 +488,20 @@ void Device::close() {
 }
 
 bool Device::is_open() const noexcept { return state_ != nullptr && !state_->closed.load(); }
+
+#if !FERRY_HAVE_VULKAN
+// ferry/vulkan.hpp declares adopt_device; without the Vulkan backend it is defined here, with
+// AdoptInfo left incomplete (no Vulkan headers in the front end), and refuses.
+namespace vulkan {
+struct AdoptInfo;
+Device adopt_device(const AdoptInfo& info, std::source_location where);
+Device adopt_device(const AdoptInfo& /*info*/, std::source_location where) {
+  fail(ErrorCode::unsupported,
+       "vulkan::adopt_device: ferry was built without the vulkan backend (reconfigure with meson "
+       "-Dvulkan=enabled)",
+       where);
+}
+}  // namespace vulkan
+#endif
 
 }  // namespace ferry

@@ -8,13 +8,16 @@
 #include <dlfcn.h>
 #include <vulkan/vulkan.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "conformance.hpp"
+#include "ferry/vulkan.hpp"
 
 using namespace ferry;
 
@@ -47,6 +50,260 @@ CONFORMANCE_CASE("vulkan: adopting a queue of a family out of range is invalid_a
   conformance::expect_error(ErrorCode::invalid_argument,
                             [&] { (void)dev.adopt_queue(QueueRole::compute, null_queue); },
                             "adopt_queue(null VkQueue)");
+}
+
+namespace {
+
+// Counts what ferry's own messenger counts: validation and performance messages and errors.
+VKAPI_ATTR VkBool32 VKAPI_CALL count_engine_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                    VkDebugUtilsMessageTypeFlagsEXT types,
+                                                    const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                                    void* user) {
+  const bool counted = (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) ||
+                       (types & (VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                                 VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT));
+  if (counted) static_cast<std::atomic<std::uint64_t>*>(user)->fetch_add(1);
+  std::fprintf(stderr, "engine-vulkan-validation%s: %s\n", counted ? "" : " (general, not counted)",
+               data != nullptr && data->pMessage != nullptr ? data->pMessage : "(no message)");
+  return VK_FALSE;
+}
+
+/// A stand-in for an engine: its own instance (with a validation messenger of its own, since
+/// ferry adds none to an adopted device), physical device 0, and a VkDevice with timeline
+/// semaphores (and synchronization2 where the device has Vulkan 1.3) and one queue of the first
+/// compute family. Destroys its objects itself, after ferry is done with them.
+struct Engine {
+  void* lib = nullptr;
+  PFN_vkGetInstanceProcAddr gipa = nullptr;
+  VkInstance instance = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+  VkPhysicalDevice physical = VK_NULL_HANDLE;
+  VkDevice device = VK_NULL_HANDLE;
+  std::uint32_t family = 0;
+  std::uint32_t family_count = 0;
+  std::uint32_t queue_count = 0;
+  std::atomic<std::uint64_t> messages{0};
+  PFN_vkDestroyDebugUtilsMessengerEXT destroy_messenger = nullptr;
+  PFN_vkDestroyInstance destroy_instance = nullptr;
+  PFN_vkDestroyDevice destroy_device = nullptr;
+  PFN_vkDeviceWaitIdle device_wait_idle = nullptr;
+
+  template <class F>
+  F instance_fn(const char* name) const {
+    return reinterpret_cast<F>(gipa(instance, name));
+  }
+
+  Engine() {
+    lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(lib != nullptr);
+    gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+    REQUIRE(static_cast<bool>(gipa));
+    std::uint32_t loader_version = VK_API_VERSION_1_0;
+    if (auto version = instance_fn<PFN_vkEnumerateInstanceVersion>("vkEnumerateInstanceVersion")) {
+      REQUIRE(version(&loader_version) == VK_SUCCESS);
+    }
+    REQUIRE(loader_version >= VK_API_VERSION_1_2);
+    const std::uint32_t api = loader_version >= VK_API_VERSION_1_3 ? VK_API_VERSION_1_3 : VK_API_VERSION_1_2;
+
+    VkDebugUtilsMessengerCreateInfoEXT mi{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+    mi.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                         VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+    mi.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                     VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                     VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+    mi.pfnUserCallback = &count_engine_message;
+    mi.pUserData = &messages;
+    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+    app.pApplicationName = "ferry-conformance-engine";
+    app.apiVersion = api;
+    const char* extensions[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    VkInstanceCreateInfo ii{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, &mi};
+    ii.pApplicationInfo = &app;
+    ii.enabledExtensionCount = 1;
+    ii.ppEnabledExtensionNames = extensions;
+    auto create_instance = instance_fn<PFN_vkCreateInstance>("vkCreateInstance");
+    REQUIRE(create_instance(&ii, nullptr, &instance) == VK_SUCCESS);
+    destroy_instance = instance_fn<PFN_vkDestroyInstance>("vkDestroyInstance");
+    destroy_messenger = instance_fn<PFN_vkDestroyDebugUtilsMessengerEXT>("vkDestroyDebugUtilsMessengerEXT");
+    auto create_messenger = instance_fn<PFN_vkCreateDebugUtilsMessengerEXT>("vkCreateDebugUtilsMessengerEXT");
+    REQUIRE(static_cast<bool>(create_messenger));
+    REQUIRE(create_messenger(instance, &mi, nullptr, &messenger) == VK_SUCCESS);
+
+    auto enumerate = instance_fn<PFN_vkEnumeratePhysicalDevices>("vkEnumeratePhysicalDevices");
+    std::uint32_t count = 0;
+    REQUIRE(enumerate(instance, &count, nullptr) == VK_SUCCESS);
+    REQUIRE(count > 0);
+    std::vector<VkPhysicalDevice> all(count);
+    REQUIRE(enumerate(instance, &count, all.data()) >= VK_SUCCESS);
+    physical = all[0];
+
+    VkPhysicalDeviceProperties props;
+    instance_fn<PFN_vkGetPhysicalDeviceProperties>("vkGetPhysicalDeviceProperties")(physical, &props);
+    REQUIRE(props.apiVersion >= VK_API_VERSION_1_2);
+    const bool api13 = api >= VK_API_VERSION_1_3 && props.apiVersion >= VK_API_VERSION_1_3;
+    auto get_families = instance_fn<PFN_vkGetPhysicalDeviceQueueFamilyProperties>(
+        "vkGetPhysicalDeviceQueueFamilyProperties");
+    get_families(physical, &family_count, nullptr);
+    std::vector<VkQueueFamilyProperties> families(family_count);
+    get_families(physical, &family_count, families.data());
+    family = family_count;
+    for (std::uint32_t f = 0; f < family_count && family == family_count; ++f) {
+      if ((families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) && families[f].queueCount > 0) family = f;
+    }
+    REQUIRE(family < family_count);
+    queue_count = families[family].queueCount;
+
+    VkPhysicalDeviceVulkan13Features s13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+    VkPhysicalDeviceVulkan12Features s12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    if (api13) s12.pNext = &s13;
+    VkPhysicalDeviceFeatures2 supported{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &s12};
+    instance_fn<PFN_vkGetPhysicalDeviceFeatures2>("vkGetPhysicalDeviceFeatures2")(physical, &supported);
+    REQUIRE(s12.timelineSemaphore == VK_TRUE);
+
+    const float priority = 1.0F;
+    VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    qi.queueFamilyIndex = family;
+    qi.queueCount = 1;
+    qi.pQueuePriorities = &priority;
+    VkPhysicalDeviceVulkan13Features f13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+    f13.synchronization2 = VK_TRUE;
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    f12.timelineSemaphore = VK_TRUE;
+    if (api13 && s13.synchronization2 == VK_TRUE) f12.pNext = &f13;
+    VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f12};
+    di.queueCreateInfoCount = 1;
+    di.pQueueCreateInfos = &qi;
+    auto create_device = instance_fn<PFN_vkCreateDevice>("vkCreateDevice");
+    REQUIRE(create_device(physical, &di, nullptr, &device) == VK_SUCCESS);
+    auto gdpa = instance_fn<PFN_vkGetDeviceProcAddr>("vkGetDeviceProcAddr");
+    destroy_device = reinterpret_cast<PFN_vkDestroyDevice>(gdpa(device, "vkDestroyDevice"));
+    device_wait_idle = reinterpret_cast<PFN_vkDeviceWaitIdle>(gdpa(device, "vkDeviceWaitIdle"));
+    REQUIRE(static_cast<bool>(destroy_device));
+    REQUIRE(static_cast<bool>(device_wait_idle));
+  }
+
+  /// Adoption of the engine's one queue for both roles.
+  [[nodiscard]] vulkan::AdoptInfo adopt_info(std::mutex* submit_mutex = nullptr) const {
+    vulkan::AdoptInfo info;
+    info.instance = instance;
+    info.physical_device = physical;
+    info.device = device;
+    info.compute_family = family;
+    info.compute_index = 0;
+    info.transfer_family = family;
+    info.transfer_index = 0;
+    info.get_instance_proc_addr = gipa;
+    info.submit_mutex = submit_mutex;
+    return info;
+  }
+
+  ~Engine() {
+    if (device != VK_NULL_HANDLE) destroy_device(device, nullptr);
+    if (messenger != VK_NULL_HANDLE) destroy_messenger(instance, messenger, nullptr);
+    if (instance != VK_NULL_HANDLE) destroy_instance(instance, nullptr);
+    if (lib != nullptr) dlclose(lib);
+  }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+};
+
+}  // namespace
+
+CONFORMANCE_CASE("vulkan: adopt_device wraps an engine's device and leaves it to the engine") {
+  Engine engine;
+  std::mutex submit_mutex;  // the engine's queue lock, shared with ferry
+  {
+    Device dev = vulkan::adopt_device(engine.adopt_info(&submit_mutex));
+    REQUIRE(dev.is_open());
+    CHECK(dev.backend() == Backend::vulkan);
+    const Capabilities& caps = dev.capabilities();
+    CHECK(caps.backend == Backend::vulkan);
+    CHECK(caps.synthetic_compute);
+    CHECK_FALSE(caps.separate_queue_families);
+    CHECK(caps.notes.find("adopted") != std::string::npos);
+    MESSAGE("adopted " << caps.name << ": " << caps.notes);
+    {
+      Transfer xfer(dev);
+      // upload -> run_synthetic_compute -> download, bytes compared
+      conformance::check_round_trip(dev, xfer, 256 * 1024 + 7);
+    }
+    conformance::finish_device(dev);  // pool invariants, then close
+    CHECK_FALSE(dev.is_open());
+  }
+  // ferry destroyed nothing of the engine's: its device still works, and it destroys it itself.
+  {
+    std::lock_guard lock(submit_mutex);
+    CHECK(engine.device_wait_idle(engine.device) == VK_SUCCESS);
+  }
+  CHECK_MESSAGE(engine.messages.load() == 0,
+                engine.messages.load() << " Vulkan validation messages on the engine's instance (see stderr)");
+}
+
+CONFORMANCE_CASE("vulkan: adopt_device refuses handles and queues that do not fit") {
+  Engine engine;
+  const vulkan::AdoptInfo good = engine.adopt_info();
+  auto adopt = [](const vulkan::AdoptInfo& info) { (void)vulkan::adopt_device(info); };
+  using conformance::expect_error;
+
+  expect_error(ErrorCode::invalid_argument, [&] { adopt(vulkan::AdoptInfo{}); }, "adopt_device(all null)");
+  vulkan::AdoptInfo bad = good;
+  bad.device = VK_NULL_HANDLE;
+  expect_error(ErrorCode::invalid_argument, [&] { adopt(bad); }, "adopt_device(null device)");
+  bad = good;
+  bad.physical_device = VK_NULL_HANDLE;
+  expect_error(ErrorCode::invalid_argument, [&] { adopt(bad); }, "adopt_device(null physical device)");
+  bad = good;
+  bad.instance = VK_NULL_HANDLE;
+  expect_error(ErrorCode::invalid_argument, [&] { adopt(bad); }, "adopt_device(null instance)");
+
+  {
+    // A physical device of another instance (a valid handle, just not this instance's).
+    Engine other;
+    bad = good;
+    bad.physical_device = other.physical;
+    if (other.physical != engine.physical) {
+      expect_error(ErrorCode::invalid_argument, [&] { adopt(bad); },
+                   "adopt_device(physical device of another instance)");
+    }
+    CHECK(other.messages.load() == 0);
+  }
+
+  bad = good;
+  bad.compute_family = engine.family_count;
+  expect_error(ErrorCode::invalid_argument, [&] { adopt(bad); }, "adopt_device(compute family out of range)");
+  bad = good;
+  bad.transfer_family = engine.family_count + 7;
+  expect_error(ErrorCode::invalid_argument, [&] { adopt(bad); }, "adopt_device(transfer family out of range)");
+  bad = good;
+  bad.compute_index = engine.queue_count;
+  expect_error(ErrorCode::invalid_argument, [&] { adopt(bad); }, "adopt_device(compute index out of range)");
+  bad = good;
+  bad.transfer_index = engine.queue_count;
+  expect_error(ErrorCode::invalid_argument, [&] { adopt(bad); }, "adopt_device(transfer index out of range)");
+
+  // The error names adopt_device and the caller's line.
+  bad = good;
+  bad.compute_index = engine.queue_count;
+  const auto here = std::source_location::current();
+  try {
+    (void)vulkan::adopt_device(bad, here);
+    FAIL_CHECK("adopt_device accepted a queue index out of range");
+  } catch (const Error& e) {
+    CHECK(e.message().starts_with("vulkan::adopt_device: "));
+    CHECK(e.where().line() == here.line());
+    CHECK(std::string(e.where().file_name()) == here.file_name());
+  }
+
+  // Refused adoptions touched nothing: the engine's device still adopts and works.
+  {
+    Device dev = vulkan::adopt_device(good);
+    Transfer xfer(dev);
+    conformance::check_round_trip(dev, xfer);
+    conformance::finish_device(dev);
+  }
+  CHECK(engine.device_wait_idle(engine.device) == VK_SUCCESS);
+  CHECK_MESSAGE(engine.messages.load() == 0,
+                engine.messages.load() << " Vulkan validation messages on the engine's instance (see stderr)");
 }
 
 namespace {
