@@ -23,7 +23,7 @@ std::shared_ptr<DeviceState> lock_device(const std::weak_ptr<DeviceState>& devic
 }
 
 QueueState& checked_queue(const Queue& queue, const char* function, const std::source_location& where) {
-  require(static_cast<bool>(queue), function, "null queue handle", where);
+  FERRY_REQUIRE(static_cast<bool>(queue), function, "null queue handle", where);
   QueueState& q = *queue.state();
   (void)lock_device(q.device, function, where);
   return q;
@@ -167,7 +167,7 @@ void DeviceState::close() noexcept {
 
 Device wrap_backend_device(std::unique_ptr<BackendDevice> backend, const DeviceOptions& options,
                            std::source_location where) {
-  require(backend != nullptr, "wrap_backend_device", "null backend device", where);
+  FERRY_REQUIRE(backend != nullptr, "wrap_backend_device", "null backend device", where);
   auto state = std::make_shared<DeviceState>();
   state->options = options;
   state->backend = std::move(backend);
@@ -230,7 +230,6 @@ const BackendEntry& entry(Backend b) {
 }  // namespace detail
 
 using detail::fail;
-using detail::require;
 
 std::string_view to_string(Backend backend) noexcept {
   switch (backend) {
@@ -262,19 +261,19 @@ void TimelinePoint::wait(std::chrono::nanoseconds timeout, std::source_location 
 
 std::uint64_t TimelineSemaphore::value() const {
   const auto where = std::source_location::current();
-  require(state_ != nullptr, "TimelineSemaphore::value", "null semaphore handle", where);
+  FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::value", "null semaphore handle", where);
   std::lock_guard lock(state_->mutex);
-  require(state_->backend != nullptr, "TimelineSemaphore::value", "the device is closed", where);
+  FERRY_REQUIRE(state_->backend != nullptr, "TimelineSemaphore::value", "the device is closed", where);
   return state_->backend->value();
 }
 
 void TimelineSemaphore::signal(std::uint64_t value, std::source_location where) {
-  require(state_ != nullptr, "TimelineSemaphore::signal", "null semaphore handle", where);
+  FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::signal", "null semaphore handle", where);
   auto device = detail::lock_device(state_->device, "TimelineSemaphore::signal", where);
   std::lock_guard lock(state_->mutex);
-  require(state_->backend != nullptr, "TimelineSemaphore::signal", "the device is closed", where);
+  FERRY_REQUIRE(state_->backend != nullptr, "TimelineSemaphore::signal", "the device is closed", where);
   const std::uint64_t current = std::max(state_->max_signal, state_->backend->value());
-  require(value > current, "TimelineSemaphore::signal",
+  FERRY_REQUIRE(value > current, "TimelineSemaphore::signal",
           "value " + std::to_string(value) + " does not exceed the current value " +
               std::to_string(current) + " (timelines only move forward)",
           where);
@@ -284,11 +283,11 @@ void TimelineSemaphore::signal(std::uint64_t value, std::source_location where) 
 
 bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds timeout) const {
   const auto where = std::source_location::current();
-  require(state_ != nullptr, "TimelineSemaphore::try_wait", "null semaphore handle", where);
+  FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::try_wait", "null semaphore handle", where);
   detail::BackendSemaphore* backend = nullptr;
   {
     std::lock_guard lock(state_->mutex);
-    require(state_->backend != nullptr, "TimelineSemaphore::try_wait", "the device is closed", where);
+    FERRY_REQUIRE(state_->backend != nullptr, "TimelineSemaphore::try_wait", "the device is closed", where);
     backend = state_->backend.get();
   }
   // Not holding the mutex while blocked: a host signal from another thread must get through.
@@ -297,7 +296,7 @@ bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds t
 
 void TimelineSemaphore::wait(std::uint64_t value, std::chrono::nanoseconds timeout,
                              std::source_location where) const {
-  require(state_ != nullptr, "TimelineSemaphore::wait", "null semaphore handle", where);
+  FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::wait", "null semaphore handle", where);
   if (!try_wait(value, timeout)) {
     fail(ErrorCode::timeout,
          "TimelineSemaphore::wait: value " + std::to_string(value) + " not reached within " +
@@ -308,7 +307,7 @@ void TimelineSemaphore::wait(std::uint64_t value, std::chrono::nanoseconds timeo
 }
 
 TimelinePoint TimelineSemaphore::at(std::uint64_t value) const {
-  require(state_ != nullptr, "TimelineSemaphore::at", "null semaphore handle",
+  FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::at", "null semaphore handle",
           std::source_location::current());
   return TimelinePoint{state_, value};
 }
@@ -316,22 +315,22 @@ TimelinePoint TimelineSemaphore::at(std::uint64_t value) const {
 // ---- Queue -------------------------------------------------------------------------------
 
 QueueRole Queue::role() const {
-  require(state_ != nullptr, "Queue::role", "null queue handle", std::source_location::current());
+  FERRY_REQUIRE(state_ != nullptr, "Queue::role", "null queue handle", std::source_location::current());
   return state_->role;
 }
 std::uint32_t Queue::id() const {
-  require(state_ != nullptr, "Queue::id", "null queue handle", std::source_location::current());
+  FERRY_REQUIRE(state_ != nullptr, "Queue::id", "null queue handle", std::source_location::current());
   return state_->id;
 }
 const std::string& Queue::name() const {
-  require(state_ != nullptr, "Queue::name", "null queue handle", std::source_location::current());
+  FERRY_REQUIRE(state_ != nullptr, "Queue::name", "null queue handle", std::source_location::current());
   return state_->name;
 }
 
 void Queue::wait(const TimelinePoint& point, std::source_location where) {
   detail::QueueState& q = detail::checked_queue(*this, "Queue::wait", where);
   if (point.empty()) return;  // an empty point is already reached
-  require(point.semaphore->device_id == q.device_id, "Queue::wait",
+  FERRY_REQUIRE(point.semaphore->device_id == q.device_id, "Queue::wait",
           "the point's semaphore belongs to another device", where);
   std::lock_guard lock(q.mutex);
   detail::enqueue_wait(q, point);
@@ -340,18 +339,18 @@ void Queue::wait(const TimelinePoint& point, std::source_location where) {
 
 void Queue::signal(const TimelinePoint& point, std::source_location where) {
   detail::QueueState& q = detail::checked_queue(*this, "Queue::signal", where);
-  require(!point.empty(), "Queue::signal", "empty timeline point", where);
-  require(point.semaphore->device_id == q.device_id, "Queue::signal",
+  FERRY_REQUIRE(!point.empty(), "Queue::signal", "empty timeline point", where);
+  FERRY_REQUIRE(point.semaphore->device_id == q.device_id, "Queue::signal",
           "the point's semaphore belongs to another device", where);
-  require(point.semaphore != q.timeline, "Queue::signal",
+  FERRY_REQUIRE(point.semaphore != q.timeline, "Queue::signal",
           "a queue's private timeline is signalled by ferry only", where);
   std::lock_guard lock(q.mutex);
   {
     std::lock_guard slock(point.semaphore->mutex);
     auto& s = *point.semaphore;
-    require(s.backend != nullptr, "Queue::signal", "the device is closed", where);
+    FERRY_REQUIRE(s.backend != nullptr, "Queue::signal", "the device is closed", where);
     const std::uint64_t current = std::max(s.max_signal, s.backend->value());
-    require(point.value > current, "Queue::signal",
+    FERRY_REQUIRE(point.value > current, "Queue::signal",
             "value " + std::to_string(point.value) + " does not exceed the highest value signalled so far (" +
                 std::to_string(current) + ")",
             where);
@@ -379,8 +378,8 @@ void Queue::synchronize(std::chrono::nanoseconds timeout, std::source_location w
 namespace {
 detail::DeviceState& checked(const std::shared_ptr<detail::DeviceState>& s, const char* function,
                              const std::source_location& where = std::source_location::current()) {
-  require(s != nullptr, function, "null device handle", where);
-  require(!s->closed.load(), function, "the device is closed", where);
+  FERRY_REQUIRE(s != nullptr, function, "null device handle", where);
+  FERRY_REQUIRE(!s->closed.load(), function, "the device is closed", where);
   return *s;
 }
 }  // namespace
@@ -393,7 +392,7 @@ Device Device::open(const DeviceOptions& options, std::source_location where) {
              " backend (reconfigure with meson " + e.option + ")",
          where);
   }
-  require(options.ordinal >= 0, "Device::open", "negative ordinal " + std::to_string(options.ordinal), where);
+  FERRY_REQUIRE(options.ordinal >= 0, "Device::open", "negative ordinal " + std::to_string(options.ordinal), where);
   std::unique_ptr<detail::BackendDevice> backend;
   try {
     backend = e.open(options);
@@ -478,7 +477,7 @@ DevicePool& Device::pool() const { return checked(state_, "Device::pool").pool_a
 HostPool& Device::host_pool() const { return checked(state_, "Device::host_pool").host_pool_api; }
 
 std::uint64_t Device::validation_messages() const {
-  require(state_ != nullptr, "Device::validation_messages", "null device handle", std::source_location::current());
+  FERRY_REQUIRE(state_ != nullptr, "Device::validation_messages", "null device handle", std::source_location::current());
   if (state_->closed.load()) return state_->validation_messages_at_close;
   return state_->backend->validation_messages();
 }

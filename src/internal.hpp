@@ -31,10 +31,16 @@ struct DeviceState;
 
 /// Throw `invalid_argument` with `message` at the caller's location.
 [[noreturn]] void fail(ErrorCode code, const std::string& message, const std::source_location& where);
-inline void require(bool condition, const char* function, const std::string& what,
-                    const std::source_location& where) {
-  if (!condition) fail(ErrorCode::invalid_argument, std::string(function) + ": " + what, where);
-}
+/// Argument check of a public entry point: throws `invalid_argument` naming the function.
+/// A macro so the message (often built with std::to_string) is only built on failure: the
+/// checks sit on every call's hot path.
+#define FERRY_REQUIRE(condition, function, what, where)                                           \
+  do {                                                                                            \
+    if (!(condition)) {                                                                           \
+      ::ferry::detail::fail(::ferry::ErrorCode::invalid_argument,                                 \
+                            std::string(function) + ": " + (what), where);                      \
+    }                                                                                             \
+  } while (0)
 
 struct SemaphoreState {
   std::weak_ptr<DeviceState> device;

@@ -266,16 +266,15 @@ void host_pool_close(DeviceState& d) noexcept {
 
 }  // namespace detail
 
-using detail::require;
 
 // ---- DeviceBuffer ------------------------------------------------------------------------
 
 namespace {
 detail::BlockState& live_block(const std::shared_ptr<detail::BlockState>& s, const char* function,
                                const std::source_location& where) {
-  require(s != nullptr, function, "null or moved-from buffer", where);
+  FERRY_REQUIRE(s != nullptr, function, "null or moved-from buffer", where);
   (void)detail::lock_device(s->device, function, where);
-  require(!s->released, function, "the buffer was released", where);
+  FERRY_REQUIRE(!s->released, function, "the buffer was released", where);
   return *s;
 }
 }  // namespace
@@ -346,20 +345,20 @@ TimelinePoint free_point(detail::BlockState& b, const TimelinePoint& extra) {
 }  // namespace
 
 void DeviceBuffer::release(std::source_location where) {
-  require(state_ != nullptr, "DeviceBuffer::release", "null or moved-from buffer", where);
+  FERRY_REQUIRE(state_ != nullptr, "DeviceBuffer::release", "null or moved-from buffer", where);
   auto d = state_->device.lock();
   if (!d || d->closed.load()) {
     state_->released = true;  // inert after close: the segment is gone already
     return;
   }
-  require(!state_->released, "DeviceBuffer::release", "the buffer was already released (double release)", where);
+  FERRY_REQUIRE(!state_->released, "DeviceBuffer::release", "the buffer was already released (double release)", where);
   detail::pool_release(*d, *state_, free_point(*state_, {}));
 }
 
 void DeviceBuffer::release_after(const TimelinePoint& point, std::source_location where) {
   auto& b = live_block(state_, "DeviceBuffer::release_after", where);
-  require(!point.empty(), "DeviceBuffer::release_after", "empty timeline point", where);
-  require(point.semaphore->device_id == b.device_id, "DeviceBuffer::release_after",
+  FERRY_REQUIRE(!point.empty(), "DeviceBuffer::release_after", "empty timeline point", where);
+  FERRY_REQUIRE(point.semaphore->device_id == b.device_id, "DeviceBuffer::release_after",
           "the point's semaphore belongs to another device", where);
   auto d = b.device.lock();
   detail::pool_release(*d, b, free_point(b, point));
@@ -370,9 +369,9 @@ void DeviceBuffer::release_after(const TimelinePoint& point, std::source_locatio
 DeviceBuffer DevicePool::allocate(std::uint64_t bytes, const Queue& owner, AllocationOptions options,
                                   std::source_location where) {
   auto d = device_->shared_from_this();
-  require(!d->closed.load(), "DevicePool::allocate", "the device is closed", where);
-  require(bytes > 0, "DevicePool::allocate", "size 0 is not allowed", where);
-  require(bytes <= detail::BlockAllocator::max_request(), "DevicePool::allocate",
+  FERRY_REQUIRE(!d->closed.load(), "DevicePool::allocate", "the device is closed", where);
+  FERRY_REQUIRE(bytes > 0, "DevicePool::allocate", "size 0 is not allowed", where);
+  FERRY_REQUIRE(bytes <= detail::BlockAllocator::max_request(), "DevicePool::allocate",
           "size " + std::to_string(bytes) + " exceeds the largest supported allocation (2^52 bytes)", where);
   if (d->caps.device_memory_bytes != 0 && bytes > d->caps.device_memory_bytes) {
     // Known not to fit: say so without provoking the driver into an allocation failure.
@@ -388,11 +387,11 @@ DeviceBuffer DevicePool::allocate(std::uint64_t bytes, const Queue& owner, Alloc
                  where);
   }
   detail::QueueState& q = detail::checked_queue(owner, "DevicePool::allocate", where);
-  require(q.device_id == device_, "DevicePool::allocate", "the owner queue belongs to another device", where);
+  FERRY_REQUIRE(q.device_id == device_, "DevicePool::allocate", "the owner queue belongs to another device", where);
   std::shared_ptr<detail::QueueState> writer;
   if (options.first_writer) {
     detail::QueueState& w = detail::checked_queue(options.first_writer, "DevicePool::allocate", where);
-    require(w.device_id == device_, "DevicePool::allocate", "the first writer belongs to another device", where);
+    FERRY_REQUIRE(w.device_id == device_, "DevicePool::allocate", "the first writer belongs to another device", where);
     writer = options.first_writer.state();
   }
   return detail::pool_allocate(*d, d, bytes, owner.state(), writer, options.tag, where);
@@ -448,7 +447,7 @@ void DevicePool::reset_peaks() {
 }
 
 std::uint64_t DevicePool::trim() {
-  require(!device_->closed.load(), "DevicePool::trim", "the device is closed", std::source_location::current());
+  FERRY_REQUIRE(!device_->closed.load(), "DevicePool::trim", "the device is closed", std::source_location::current());
   std::lock_guard lock(device_->pool.mutex);
   return detail::trim_locked(*device_);
 }
@@ -540,8 +539,8 @@ void DevicePool::clear_events() {
 namespace {
 const detail::HostMemory& live_host(const std::shared_ptr<detail::HostAllocation>& s, const char* function) {
   const auto where = std::source_location::current();
-  require(s != nullptr, function, "null or moved-from host buffer", where);
-  require(s->memory != nullptr, function, "the device of this host buffer is closed", where);
+  FERRY_REQUIRE(s != nullptr, function, "null or moved-from host buffer", where);
+  FERRY_REQUIRE(s->memory != nullptr, function, "the device of this host buffer is closed", where);
   return *s->memory;
 }
 }  // namespace
@@ -556,9 +555,9 @@ bool HostBuffer::registered() const { return live_host(state_, "HostBuffer::regi
 
 HostBuffer HostPool::allocate(std::uint64_t bytes, std::source_location where) {
   auto d = device_->shared_from_this();
-  require(!d->closed.load(), "HostPool::allocate", "the device is closed", where);
-  require(bytes > 0, "HostPool::allocate", "size 0 is not allowed", where);
-  require(bytes <= (1ull << 46), "HostPool::allocate",
+  FERRY_REQUIRE(!d->closed.load(), "HostPool::allocate", "the device is closed", where);
+  FERRY_REQUIRE(bytes > 0, "HostPool::allocate", "size 0 is not allowed", where);
+  FERRY_REQUIRE(bytes <= (1ull << 46), "HostPool::allocate",
           "size " + std::to_string(bytes) + " exceeds the largest supported pinned allocation (64 TiB)", where);
   auto a = std::make_shared<detail::HostAllocation>();
   a->device = d;
@@ -577,16 +576,16 @@ HostBuffer HostPool::allocate(std::uint64_t bytes, std::source_location where) {
 
 HostBuffer HostPool::register_memory(std::span<std::byte> memory, std::source_location where) {
   auto d = device_->shared_from_this();
-  require(!d->closed.load(), "HostPool::register_memory", "the device is closed", where);
-  require(!memory.empty() && memory.data() != nullptr, "HostPool::register_memory", "empty span", where);
+  FERRY_REQUIRE(!d->closed.load(), "HostPool::register_memory", "the device is closed", where);
+  FERRY_REQUIRE(!memory.empty() && memory.data() != nullptr, "HostPool::register_memory", "empty span", where);
   const auto start = reinterpret_cast<std::uintptr_t>(memory.data());
   const auto end = start + memory.size();
-  require(end > start, "HostPool::register_memory", "the range wraps around the address space", where);
+  FERRY_REQUIRE(end > start, "HostPool::register_memory", "the range wraps around the address space", where);
   std::lock_guard lock(d->host.mutex);
   auto next = d->host.registered.lower_bound(start);
   const bool overlaps_next = next != d->host.registered.end() && next->first < end;
   const bool overlaps_prev = next != d->host.registered.begin() && std::prev(next)->second > start;
-  require(!overlaps_next && !overlaps_prev, "HostPool::register_memory",
+  FERRY_REQUIRE(!overlaps_next && !overlaps_prev, "HostPool::register_memory",
           "the range overlaps memory registered before", where);
   auto a = std::make_shared<detail::HostAllocation>();
   a->device = d;

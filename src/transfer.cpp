@@ -91,28 +91,36 @@ void use_on(const QueuePtr& user, BlockState& b) {
   b.holder = user;
 }
 
-/// The executor is about to read `b`: the holder releases it and the executor waits for that.
-/// Returns true when an acquire must follow on the executor. Caller holds no queue mutex.
-void prepare_read(const QueuePtr& exec, BlockState& b) {
-  QueuePtr holder = b.holder;
-  if (!holder || holder == exec) {
-    std::lock_guard lock(exec->mutex);
-    enqueue_wait(*exec, b.last_access);
-    return;
-  }
-  TimelinePoint released;
-  {
-    std::lock_guard lock(holder->mutex);
-    enqueue_wait(*holder, b.last_access);
-    holder->backend->release_ownership(ref(b), b.size, *exec->backend);
-    holder->dirty = true;
-    released = enqueue_mark(*holder);
-    holder->backend->flush();
+/// The queue whose work on `b` a later access must follow: the owner, or the queue recorded
+/// as using it (executor_owned uploads consumed by compute). By construction the holder of
+/// the range (queue-family ownership) is null, the executor, or this queue.
+const QueuePtr& last_user(const BlockState& b) { return b.recorded_user ? b.recorded_user : b.owner; }
+
+/// The executor is about to access `b`: order it after the last user's work enqueued so far
+/// and after any other queue's access. When `keep_contents` (a read) and the last user holds
+/// the range, the user releases it to the executor, which acquires it after the wait.
+/// Overwritten contents need no ownership transfer. Caller holds no queue mutex.
+void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents) {
+  const QueuePtr& user = last_user(b);
+  const bool hand_off = keep_contents && b.holder && b.holder != exec;
+  TimelinePoint user_done;
+  if (user != exec) {
+    std::lock_guard lock(user->mutex);
+    enqueue_wait(*user, b.last_access);  // performs an acquire this queue still owes
+    if (hand_off) {
+      user->backend->release_ownership(ref(b), b.size, *exec->backend);
+      user->dirty = true;
+    }
+    user_done = enqueue_mark(*user);
+    user->backend->flush();
   }
   std::lock_guard lock(exec->mutex);
-  enqueue_wait(*exec, released);
-  exec->backend->acquire_ownership(ref(b), b.size, *holder->backend);
-  exec->dirty = true;
+  enqueue_wait(*exec, b.last_access);
+  enqueue_wait(*exec, user_done);
+  if (hand_off) {
+    exec->backend->acquire_ownership(ref(b), b.size, *user->backend);
+    exec->dirty = true;
+  }
 }
 
 /// After the executor accessed `b` (caller holds exec->mutex): hand the range to `next` (the
@@ -138,27 +146,27 @@ void make_owner_wait(const QueuePtr& owner, const TimelinePoint& done) {
 
 BlockState& checked_block(const DeviceBuffer& buffer, DeviceState* device, const char* function,
                           const std::source_location& where) {
-  require(static_cast<bool>(buffer.state()), function, "null or moved-from device buffer", where);
+  FERRY_REQUIRE(static_cast<bool>(buffer.state()), function, "null or moved-from device buffer", where);
   BlockState& b = *buffer.state();
   (void)lock_device(b.device, function, where);
-  require(!b.released, function, "the device buffer was released", where);
-  require(b.device_id == device, function, "the device buffer belongs to another device", where);
+  FERRY_REQUIRE(!b.released, function, "the device buffer was released", where);
+  FERRY_REQUIRE(b.device_id == device, function, "the device buffer belongs to another device", where);
   return b;
 }
 
 HostAllocation& checked_host(const HostBuffer& buffer, DeviceState* device, const char* function,
                              const std::source_location& where) {
-  require(static_cast<bool>(buffer.state()), function, "null or moved-from host buffer", where);
+  FERRY_REQUIRE(static_cast<bool>(buffer.state()), function, "null or moved-from host buffer", where);
   HostAllocation& h = *buffer.state();
-  require(h.memory != nullptr, function, "the host buffer's device is closed", where);
-  require(h.device_id == device, function, "the host buffer belongs to another device", where);
+  FERRY_REQUIRE(h.memory != nullptr, function, "the host buffer's device is closed", where);
+  FERRY_REQUIRE(h.device_id == device, function, "the host buffer belongs to another device", where);
   return h;
 }
 
 void check_range(std::uint64_t offset, std::uint64_t bytes, std::uint64_t size, const char* function,
                  const char* what, const std::source_location& where) {
-  require(bytes > 0, function, std::string(what) + ": size 0 is not allowed", where);
-  require(offset <= size && bytes <= size - offset, function,
+  FERRY_REQUIRE(bytes > 0, function, std::string(what) + ": size 0 is not allowed", where);
+  FERRY_REQUIRE(offset <= size && bytes <= size - offset, function,
           std::string(what) + ": range [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
               ") exceeds the buffer's " + std::to_string(size) + " bytes",
           where);
@@ -167,7 +175,6 @@ void check_range(std::uint64_t offset, std::uint64_t bytes, std::uint64_t size, 
 }  // namespace
 }  // namespace detail
 
-using detail::require;
 
 std::string_view to_string(CopyMode mode) noexcept {
   switch (mode) {
@@ -180,16 +187,16 @@ std::string_view to_string(CopyMode mode) noexcept {
 }
 
 Transfer::Transfer(const Device& device, TransferOptions options, std::source_location where) {
-  require(static_cast<bool>(device) && device.is_open(), "Transfer::Transfer", "null or closed device", where);
-  require(options.staging_chunk_bytes >= 4096 && options.staging_chunk_bytes <= (1ull << 32),
+  FERRY_REQUIRE(static_cast<bool>(device) && device.is_open(), "Transfer::Transfer", "null or closed device", where);
+  FERRY_REQUIRE(options.staging_chunk_bytes >= 4096 && options.staging_chunk_bytes <= (1ull << 32),
           "Transfer::Transfer", "staging_chunk_bytes must be in [4 KiB, 4 GiB]", where);
-  require(options.staging_chunks >= 1 && options.staging_chunks <= 64, "Transfer::Transfer",
+  FERRY_REQUIRE(options.staging_chunks >= 1 && options.staging_chunks <= 64, "Transfer::Transfer",
           "staging_chunks must be in [1, 64]", where);
   state_ = std::make_unique<detail::TransferState>();
   state_->device = device;
   if (options.executor) {
     detail::QueueState& q = detail::checked_queue(options.executor, "Transfer::Transfer", where);
-    require(q.device_id == device.state().get(), "Transfer::Transfer", "the executor queue belongs to another device",
+    FERRY_REQUIRE(q.device_id == device.state().get(), "Transfer::Transfer", "the executor queue belongs to another device",
             where);
     state_->exec = options.executor.state();
   } else {
@@ -211,29 +218,29 @@ Transfer::Transfer(Transfer&&) noexcept = default;
 Transfer& Transfer::operator=(Transfer&&) noexcept = default;
 
 Queue Transfer::executor() const {
-  require(state_ != nullptr, "Transfer::executor", "moved-from transfer", std::source_location::current());
+  FERRY_REQUIRE(state_ != nullptr, "Transfer::executor", "moved-from transfer", std::source_location::current());
   return Queue(state_->exec);
 }
 
 namespace {
 detail::DeviceState& transfer_device(const std::unique_ptr<detail::TransferState>& s, const char* function,
                                      const std::source_location& where) {
-  require(s != nullptr, function, "moved-from transfer", where);
-  require(s->device.is_open(), function, "the device is closed", where);
+  FERRY_REQUIRE(s != nullptr, function, "moved-from transfer", where);
+  FERRY_REQUIRE(s->device.is_open(), function, "the device is closed", where);
   return *s->device.state();
 }
 
 std::shared_ptr<detail::QueueState> checked_owner(const Queue& owner, detail::DeviceState& d, const char* function,
                                                   const std::source_location& where) {
   detail::QueueState& q = detail::checked_queue(owner, function, where);
-  require(q.device_id == &d, function, "the owner queue belongs to another device", where);
+  FERRY_REQUIRE(q.device_id == &d, function, "the owner queue belongs to another device", where);
   return owner.state();
 }
 }  // namespace
 
 Upload Transfer::upload(const HostBuffer& source, const Queue& owner, UploadOptions options,
                         std::source_location where) {
-  require(static_cast<bool>(source.state()), "Transfer::upload", "null or moved-from host buffer", where);
+  FERRY_REQUIRE(static_cast<bool>(source.state()), "Transfer::upload", "null or moved-from host buffer", where);
   return upload(source, 0, source.size(), owner, std::move(options), where);
 }
 
@@ -243,7 +250,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
   auto& host = detail::checked_host(source, &d, "Transfer::upload", where);
   detail::check_range(offset, bytes, host.memory->size, "Transfer::upload", "source", where);
   auto q = checked_owner(owner, d, "Transfer::upload", where);
-  require(options.mode != CopyMode::preallocated, "Transfer::upload",
+  FERRY_REQUIRE(options.mode != CopyMode::preallocated, "Transfer::upload",
           "CopyMode::preallocated needs a destination: use Transfer::upload_into", where);
   std::lock_guard lock(state_->mutex);
   auto self = state_->device.state();
@@ -292,7 +299,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
 
 Upload Transfer::upload(std::span<const std::byte> source, const Queue& owner, UploadOptions options,
                         std::source_location where) {
-  require(!source.empty() && source.data() != nullptr, "Transfer::upload", "empty source span", where);
+  FERRY_REQUIRE(!source.empty() && source.data() != nullptr, "Transfer::upload", "empty source span", where);
   const HostView view{source.data(), source.size()};
   UploadBatch batch = upload(std::span<const HostView>(&view, 1), owner, std::move(options), where);
   return Upload{std::move(batch.buffer), std::move(batch.ready)};
@@ -302,11 +309,11 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
                              std::source_location where) {
   constexpr const char* fn = "Transfer::upload(batch)";
   auto& d = transfer_device(state_, fn, where);
-  require(!views.empty(), fn, "empty span of views", where);
-  require(views.size() <= max_batch_views, fn,
+  FERRY_REQUIRE(!views.empty(), fn, "empty span of views", where);
+  FERRY_REQUIRE(views.size() <= max_batch_views, fn,
           std::to_string(views.size()) + " views exceed the limit of " + std::to_string(max_batch_views), where);
   auto q = checked_owner(owner, d, fn, where);
-  require(options.mode == CopyMode::owner_owned || options.mode == CopyMode::blocking, fn,
+  FERRY_REQUIRE(options.mode == CopyMode::owner_owned || options.mode == CopyMode::blocking, fn,
           "host views support the owner_owned and blocking modes", where);
   // Layout: inputs packed at 256-byte aligned offsets.
   constexpr std::uint64_t align = 256;
@@ -317,15 +324,15 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < views.size(); ++i) {
     const HostView& v = views[i];
-    require(v.data != nullptr && v.size > 0, fn, "view " + std::to_string(i) + " is null or empty", where);
-    require(v.size <= detail::BlockAllocator::max_request() && total <= detail::BlockAllocator::max_request(), fn,
+    FERRY_REQUIRE(v.data != nullptr && v.size > 0, fn, "view " + std::to_string(i) + " is null or empty", where);
+    FERRY_REQUIRE(v.size <= detail::BlockAllocator::max_request() && total <= detail::BlockAllocator::max_request(), fn,
             "the batch exceeds the largest supported allocation (2^52 bytes)", where);
     total = (total + align - 1) / align * align;
     batch.offsets.push_back(total);
     pieces.push_back({total, static_cast<const std::byte*>(v.data), v.size});
     total += v.size;
   }
-  require(total <= detail::BlockAllocator::max_request(), fn,
+  FERRY_REQUIRE(total <= detail::BlockAllocator::max_request(), fn,
           "the batch exceeds the largest supported allocation (2^52 bytes)", where);
   std::lock_guard lock(state_->mutex);
   auto& s = *state_;
@@ -362,26 +369,19 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
   auto& d = transfer_device(state_, "Transfer::upload_into", where);
   auto& host = detail::checked_host(source, &d, "Transfer::upload_into", where);
   auto& b = detail::checked_block(destination, &d, "Transfer::upload_into", where);
-  require(host.memory->size <= b.requested, "Transfer::upload_into",
+  FERRY_REQUIRE(host.memory->size <= b.requested, "Transfer::upload_into",
           "source (" + std::to_string(host.memory->size) + " bytes) is larger than the destination (" +
               std::to_string(b.requested) + " bytes)",
           where);
   std::lock_guard lock(state_->mutex);
   const auto& exec = state_->exec;
-  const auto owner = b.recorded_user ? b.recorded_user : b.owner;
-  // The destination's owner may still read the old contents: the executor waits for its
-  // work enqueued so far. Contents are overwritten, so no ownership acquire is needed.
-  TimelinePoint owner_done;
-  {
-    std::lock_guard olock(owner->mutex);
-    detail::enqueue_wait(*owner, b.last_access);
-    owner_done = detail::enqueue_mark(*owner);
-    owner->backend->flush();
-  }
+  const auto owner = detail::last_user(b);
+  // The owner may still read the old contents: the executor waits for its work so far. A
+  // smaller source leaves the tail as it was, so then the range changes hands properly.
+  detail::prepare_access(exec, b, host.memory->size < b.requested);
   TimelinePoint done;
   {
     std::lock_guard elock(exec->mutex);
-    detail::enqueue_wait(*exec, owner_done);
     exec->backend->copy_h2d(detail::ref(b), detail::HostRef{host.memory.get(), 0}, host.memory->size);
     exec->dirty = true;
     done = detail::finish_access(exec, b, owner);
@@ -400,19 +400,8 @@ TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& d
   detail::check_range(offset, b.requested, host.memory->size, "Transfer::download", "destination", where);
   std::lock_guard lock(state_->mutex);
   const auto& exec = state_->exec;
-  const auto owner = b.recorded_user ? b.recorded_user : b.owner;
-  detail::prepare_read(exec, b);
-  {
-    // The owner's work enqueued so far (e.g. the compute that produced the data) comes first.
-    TimelinePoint owner_done;
-    if (owner != exec) {
-      std::lock_guard olock(owner->mutex);
-      owner_done = detail::enqueue_mark(*owner);
-      owner->backend->flush();
-    }
-    std::lock_guard elock(exec->mutex);
-    detail::enqueue_wait(*exec, owner_done);
-  }
+  const auto owner = detail::last_user(b);
+  detail::prepare_access(exec, b, true);  // after the work that produced the data
   TimelinePoint done;
   {
     std::lock_guard elock(exec->mutex);
@@ -428,9 +417,9 @@ TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& d
 void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destination, std::source_location where) {
   auto& d = transfer_device(state_, "Transfer::download", where);
   auto& b = detail::checked_block(source, &d, "Transfer::download", where);
-  require(!destination.empty() && destination.data() != nullptr, "Transfer::download", "empty destination span",
+  FERRY_REQUIRE(!destination.empty() && destination.data() != nullptr, "Transfer::download", "empty destination span",
           where);
-  require(destination.size() >= b.requested, "Transfer::download",
+  FERRY_REQUIRE(destination.size() >= b.requested, "Transfer::download",
           "destination (" + std::to_string(destination.size()) + " bytes) is smaller than the buffer (" +
               std::to_string(b.requested) + " bytes)",
           where);
@@ -438,18 +427,8 @@ void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destina
   auto& s = *state_;
   s.ensure_staging(d, where);
   const auto& exec = s.exec;
-  const auto owner = b.recorded_user ? b.recorded_user : b.owner;
-  detail::prepare_read(exec, b);
-  {
-    TimelinePoint owner_done;
-    if (owner != exec) {
-      std::lock_guard olock(owner->mutex);
-      owner_done = detail::enqueue_mark(*owner);
-      owner->backend->flush();
-    }
-    std::lock_guard elock(exec->mutex);
-    detail::enqueue_wait(*exec, owner_done);
-  }
+  const auto owner = detail::last_user(b);
+  detail::prepare_access(exec, b, true);  // after the work that produced the data
   // Pipeline: keep up to ring-size chunks in flight, copy each out as it completes.
   const std::uint64_t chunk = s.options.staging_chunk_bytes;
   const std::uint64_t total = b.requested;
@@ -492,29 +471,18 @@ TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& des
   auto& d = transfer_device(state_, "Transfer::copy", where);
   auto& src = detail::checked_block(source, &d, "Transfer::copy", where);
   auto& dst = detail::checked_block(destination, &d, "Transfer::copy", where);
-  require(&src != &dst, "Transfer::copy", "source and destination are the same buffer", where);
+  FERRY_REQUIRE(&src != &dst, "Transfer::copy", "source and destination are the same buffer", where);
   if (bytes == 0) bytes = src.requested;
-  require(bytes <= src.requested && bytes <= dst.requested, "Transfer::copy",
+  FERRY_REQUIRE(bytes <= src.requested && bytes <= dst.requested, "Transfer::copy",
           std::to_string(bytes) + " bytes exceed the source (" + std::to_string(src.requested) +
               ") or destination (" + std::to_string(dst.requested) + ")",
           where);
   std::lock_guard lock(state_->mutex);
   const auto& exec = state_->exec;
-  const auto src_owner = src.recorded_user ? src.recorded_user : src.owner;
-  const auto dst_owner = dst.recorded_user ? dst.recorded_user : dst.owner;
-  detail::prepare_read(exec, src);
-  for (const auto& o : {src_owner, dst_owner}) {
-    if (o == exec) continue;
-    TimelinePoint owner_done;
-    {
-      std::lock_guard olock(o->mutex);
-      if (o == dst_owner) detail::enqueue_wait(*o, dst.last_access);
-      owner_done = detail::enqueue_mark(*o);
-      o->backend->flush();
-    }
-    std::lock_guard elock(exec->mutex);
-    detail::enqueue_wait(*exec, owner_done);
-  }
+  const auto src_owner = detail::last_user(src);
+  const auto dst_owner = detail::last_user(dst);
+  detail::prepare_access(exec, src, true);
+  detail::prepare_access(exec, dst, bytes < dst.requested);  // a partial write keeps the rest
   TimelinePoint done;
   {
     std::lock_guard elock(exec->mutex);
@@ -528,7 +496,7 @@ TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& des
 }
 
 void Transfer::synchronize(std::chrono::nanoseconds timeout, std::source_location where) {
-  require(state_ != nullptr, "Transfer::synchronize", "moved-from transfer", where);
+  FERRY_REQUIRE(state_ != nullptr, "Transfer::synchronize", "moved-from transfer", where);
   if (!state_->device.is_open()) return;
   Queue(state_->exec).synchronize(timeout, where);
   std::lock_guard lock(state_->mutex);
@@ -541,12 +509,12 @@ void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input, const 
   detail::QueueState& q = detail::checked_queue(queue, fn, where);
   auto& in = detail::checked_block(input, q.device_id, fn, where);
   auto& out = detail::checked_block(output, q.device_id, fn, where);
-  require(&in != &out, fn, "input and output must be different buffers", where);
-  require(in.requested == out.requested, fn,
+  FERRY_REQUIRE(&in != &out, fn, "input and output must be different buffers", where);
+  FERRY_REQUIRE(in.requested == out.requested, fn,
           "input (" + std::to_string(in.requested) + " bytes) and output (" + std::to_string(out.requested) +
               " bytes) differ in size",
           where);
-  require(units >= 1 && units <= 1'000'000, fn, "units must be in [1, 1000000]", where);
+  FERRY_REQUIRE(units >= 1 && units <= 1'000'000, fn, "units must be in [1, 1000000]", where);
   auto qs = queue.state();
   std::lock_guard lock(q.mutex);
   detail::use_on(qs, in);
