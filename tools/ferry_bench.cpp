@@ -79,7 +79,12 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
 int bench_main(int argc, char** argv) {
   const auto options = parse_options(argc, argv);
   if (!options) return 0;
-  const DeviceFactory factory{options->backend};
+  DeviceFactory factory{options->backend};
+  if (factory.backend == "auto" && !ferry::Device::open_default().capabilities().is_gpu) {
+    // No GPU (a CPU Vulkan driver such as lavapipe at best): the CPU reference backend is the
+    // meaningful baseline, and much quicker than emulating a GPU.
+    factory.backend = "host";
+  }
   const Progress progress{options->quiet, isatty(STDERR_FILENO) != 0};
 
   Run run = plan(*options, factory);
