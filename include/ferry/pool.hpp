@@ -78,8 +78,11 @@ class DeviceBuffer {
   /// @brief Stream-ordered free on the owner queue (see the pool contract). Releasing twice,
   /// or a moved-from/null buffer, throws `invalid_argument`.
   void release(std::source_location where = std::source_location::current());
-  /// @brief Free once `point` is reached, for the owner's reuse and everyone else's: the
-  /// cross-queue deferral of PyTorch's `record_stream` (used by `CopyMode::executor_owned`).
+  /// @brief Stream-ordered free after `point`: the owner queue waits for `point` (GPU-side,
+  /// host not blocked), then the block is released at the owner's next point, exactly as
+  /// `release()` would. Use it when another queue or the host still uses the buffer up to
+  /// `point`. (`CopyMode::executor_owned` models PyTorch's `record_stream` differently: the
+  /// block stays unusable for its owner until the consuming queue's point is reached.)
   void release_after(const TimelinePoint& point,
                      std::source_location where = std::source_location::current());
   /// @brief Whether this handle holds a live block.
