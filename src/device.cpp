@@ -38,12 +38,11 @@ std::shared_ptr<SemaphoreState> make_semaphore(DeviceState& device, const std::s
   s->max_signal = initial;
   std::lock_guard lock(device.mutex);
   s->timeline_id = device.next_timeline_id++;
-  device.semaphores.push_back(s);
   device.timelines[s->timeline_id] = s;
-  // Forget semaphores that died so the registry does not grow without bound.
-  if (device.semaphores.size() > 64 && device.semaphores.size() % 64 == 0) {
-    std::erase_if(device.semaphores, [](const auto& w) { return w.expired(); });
+  // Forget semaphores that died so the registry does not grow without bound (amortized).
+  if (device.timelines.size() >= device.prune_timelines_at) {
     std::erase_if(device.timelines, [](const auto& kv) { return kv.second.expired(); });
+    device.prune_timelines_at = std::max<std::size_t>(64, 2 * device.timelines.size());
   }
   return s;
 }
@@ -147,7 +146,7 @@ void DeviceState::close() noexcept {
   validation_messages_at_close = backend->validation_messages();
   {
     std::lock_guard lock(mutex);
-    for (auto& w : semaphores) {
+    for (auto& [id, w] : timelines) {
       if (auto s = w.lock()) {
         std::lock_guard slock(s->mutex);
         s->backend.reset();

@@ -136,8 +136,10 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
 
   std::mutex mutex;  // queues, semaphores registries
   std::vector<std::shared_ptr<QueueState>> queues;
-  std::vector<std::weak_ptr<SemaphoreState>> semaphores;
+  /// Every semaphore of the device by timeline id (queue timelines and user semaphores): the
+  /// pool resolves free points through it, close() destroys what is left through it.
   std::unordered_map<std::uint32_t, std::weak_ptr<SemaphoreState>> timelines;
+  std::size_t prune_timelines_at = 64;  // forget dead entries when the map reaches this size
   std::uint32_t next_queue_id = 1;
   std::uint32_t next_timeline_id = 1;
   std::shared_ptr<QueueState> compute;

@@ -401,14 +401,16 @@ PoolBudget DevicePool::get_budget() const {
   std::lock_guard lock(device_->pool.mutex);
   PoolBudget b = device_->pool.budget;
   const auto& free_by = device_->pool.allocator.free_by_timeline();
+  std::unordered_map<std::uint32_t, std::uint32_t> timeline_of;  // queue id -> its timeline
+  {
+    std::lock_guard dl(device_->mutex);
+    for (const auto& q : device_->queues) timeline_of[q->id] = q->timeline->timeline_id;
+  }
   for (const auto& [id, qb] : device_->pool.per_queue) {
     QueueBudget copy = qb;
-    std::lock_guard dl(device_->mutex);
-    for (const auto& q : device_->queues) {
-      if (q->id == id) {
-        auto it = free_by.find(q->timeline->timeline_id);
-        copy.free_bytes = it == free_by.end() ? 0 : it->second;
-      }
+    if (auto t = timeline_of.find(id); t != timeline_of.end()) {
+      auto it = free_by.find(t->second);
+      copy.free_bytes = it == free_by.end() ? 0 : it->second;
     }
     b.queues.push_back(std::move(copy));
   }
