@@ -50,6 +50,13 @@ struct HostMemory {
   bool registered = false;       ///< user memory (vs. allocated by the backend)
 };
 
+/// Interop: device memory exported as an opaque POSIX fd (VK_KHR_external_memory_fd).
+struct ExternalMemory {
+  int fd = -1;               ///< owned by whoever holds the struct until imported
+  std::uint64_t size = 0;    ///< size of the whole allocation (what an importer must map)
+  bool dedicated = false;    ///< a dedicated allocation (CUDA: cudaExternalMemoryDedicated)
+};
+
 /// A range in a segment.
 struct DeviceRef {
   const Segment* segment = nullptr;
@@ -125,7 +132,28 @@ class BackendDevice {
   virtual void wait_idle() = 0;
   /// Vulkan validation message count (0 elsewhere).
   [[nodiscard]] virtual std::uint64_t validation_messages() const { return 0; }
+
+  // ---- Optional interop hooks (src/pair.cpp). Defaults throw `unsupported`. ----
+  /// Exporter: a timeline semaphore whose payload is exported as an opaque fd (`*fd`, owned by
+  /// the caller). Vulkan.
+  virtual std::unique_ptr<BackendSemaphore> create_exported_semaphore(std::uint64_t initial, int* fd);
+  /// Exporter: a segment of device memory exported as an opaque fd (`*out`, fd owned by the
+  /// caller). Vulkan.
+  virtual std::unique_ptr<Segment> allocate_exported_segment(std::uint64_t bytes, ExternalMemory* out);
+  /// Importer: a timeline semaphore imported from an opaque fd. Takes ownership of `fd` on
+  /// success only. Queue signal/wait work; host value/signal/wait may throw `unsupported`
+  /// (the exporter's side answers those). CUDA.
+  virtual std::unique_ptr<BackendSemaphore> import_semaphore(int fd);
+  /// Importer: device memory imported from an opaque fd and mapped whole (takes ownership of
+  /// `memory.fd` on success only); freed with free_segment. CUDA.
+  virtual std::unique_ptr<Segment> import_segment(const ExternalMemory& memory);
+  /// Alignment that register_host needs for pointer and size (1 = any).
+  [[nodiscard]] virtual std::uint64_t host_registration_alignment() const { return 1; }
 };
+
+/// Queue family index standing for "another API" in ownership transfers
+/// (VK_QUEUE_FAMILY_EXTERNAL): what family() of a queue of the other API reports in a pair.
+inline constexpr std::uint32_t kExternalQueueFamily = ~std::uint32_t{0} - 1;
 
 /// What each backend exports (declared here, defined in backends/<name>/).
 /// `count` never throws; `open` throws Error.
@@ -139,5 +167,8 @@ int vulkan_device_count() noexcept;
 /// Vulkan: whether device `ordinal` is a real GPU (not a CPU driver such as lavapipe).
 bool vulkan_device_is_gpu(int ordinal) noexcept;
 std::unique_ptr<BackendDevice> vulkan_open(const DeviceOptions& options);
+/// Interop pairs (src/pair.cpp): `executor_api` is Backend::vulkan for vulkan_cuda.
+int pair_device_count() noexcept;
+std::unique_ptr<BackendDevice> pair_open(const DeviceOptions& options);
 
 }  // namespace ferry::detail

@@ -221,7 +221,15 @@ const BackendEntry& entry(Backend b) {
 #else
       BackendEntry{Backend::vulkan, false, "-Dvulkan=enabled", &none_count, nullptr},
 #endif
+#if FERRY_HAVE_VULKAN && FERRY_HAVE_CUDA
+      BackendEntry{Backend::vulkan_cuda, true, "", &pair_device_count, &pair_open},
+      BackendEntry{Backend::cuda_vulkan, true, "", &pair_device_count, &pair_open},
+#else
+      BackendEntry{Backend::vulkan_cuda, false, "-Dvulkan=enabled -Dcuda=enabled", &none_count, nullptr},
+      BackendEntry{Backend::cuda_vulkan, false, "-Dvulkan=enabled -Dcuda=enabled", &none_count, nullptr},
+#endif
   };
+  static_assert(std::size(entries) == static_cast<std::size_t>(Backend::cuda_vulkan) + 1);
   return entries[static_cast<int>(b)];
 }
 
@@ -236,16 +244,20 @@ std::string_view to_string(Backend backend) noexcept {
     case Backend::cuda: return "cuda";
     case Backend::hip: return "hip";
     case Backend::vulkan: return "vulkan";
+    case Backend::vulkan_cuda: return "vulkan_cuda";
+    case Backend::cuda_vulkan: return "cuda_vulkan";
   }
   return "unknown";
 }
 
 Backend parse_backend(std::string_view name, std::source_location where) {
-  for (Backend b : {Backend::host, Backend::cuda, Backend::hip, Backend::vulkan}) {
+  for (Backend b : {Backend::host, Backend::cuda, Backend::hip, Backend::vulkan, Backend::vulkan_cuda,
+                    Backend::cuda_vulkan}) {
     if (to_string(b) == name) return b;
   }
   fail(ErrorCode::invalid_argument,
-       "parse_backend: unknown backend '" + std::string(name) + "' (expected host, cuda, hip or vulkan)",
+       "parse_backend: unknown backend '" + std::string(name) +
+           "' (expected host, cuda, hip, vulkan, vulkan_cuda or cuda_vulkan)",
        where);
 }
 
@@ -289,6 +301,8 @@ bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds t
     FERRY_REQUIRE(state_->backend != nullptr, "TimelineSemaphore::try_wait", "the device is closed", where);
     backend = state_->backend.get();
   }
+  if (backend->value() >= value) return true;  // reached: not a blocking wait
+  if (auto device = state_->device.lock()) device->host_waits.fetch_add(1, std::memory_order_relaxed);
   // Not holding the mutex while blocked: a host signal from another thread must get through.
   return backend->wait(value, timeout);
 }
@@ -479,6 +493,11 @@ std::uint64_t Device::validation_messages() const {
   FERRY_REQUIRE(state_ != nullptr, "Device::validation_messages", "null device handle", std::source_location::current());
   if (state_->closed.load()) return state_->validation_messages_at_close;
   return state_->backend->validation_messages();
+}
+
+std::uint64_t Device::host_waits() const {
+  FERRY_REQUIRE(state_ != nullptr, "Device::host_waits", "null device handle", std::source_location::current());
+  return state_->host_waits.load(std::memory_order_relaxed);
 }
 
 void Device::close() {

@@ -132,6 +132,7 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
   Capabilities caps;
   std::atomic<bool> closed{false};
   std::uint64_t validation_messages_at_close = 0;  // readable after close
+  std::atomic<std::uint64_t> host_waits{0};        // Device::host_waits
   std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
 
   std::mutex mutex;  // queues, semaphores registries

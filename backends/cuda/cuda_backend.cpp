@@ -113,7 +113,16 @@ void* host_ptr(HostRef r) { return r.memory->ptr + r.offset; }
 // signalling one semaphore must be ordered by waits. A queue write of a smaller value landing
 // after a larger one would move the counter back (value() never goes back: it keeps the max).
 // A semaphore must not be destroyed while queue waits on it are pending.
-class Semaphore final : public BackendSemaphore {
+/// What a queue needs of a semaphore of this backend: the queue-side signal and wait. Own
+/// timelines (Semaphore) and imported ones (ExternalSemaphore) both provide them.
+class GpuSemaphore : public BackendSemaphore {
+ public:
+  /// Called with the queue's context bound.
+  virtual void enqueue_signal(cudaStream_t stream, std::uint64_t value) = 0;
+  virtual void enqueue_wait(cudaStream_t stream, std::uint64_t value) = 0;
+};
+
+class Semaphore final : public GpuSemaphore {
  public:
   Semaphore(std::shared_ptr<Core> core, std::uint64_t initial) : core_(std::move(core)) {
     ContextGuard guard(*core_);
@@ -170,7 +179,7 @@ class Semaphore final : public BackendSemaphore {
   }
 
   /// Queue side of signal (see the class comment). Called with the queue's context bound.
-  void enqueue_signal(cudaStream_t stream, std::uint64_t value) {
+  void enqueue_signal(cudaStream_t stream, std::uint64_t value) override {
     std::lock_guard lock(mutex_);
     if (counter_waited_ > known_ && counter_waited_ > value_locked()) {
       vendor::write_value64(stream, counter_device_, value);
@@ -193,7 +202,7 @@ class Semaphore final : public BackendSemaphore {
   }
 
   /// Queue side of wait (see the class comment). Called with the queue's context bound.
-  void enqueue_wait(cudaStream_t stream, std::uint64_t value) {
+  void enqueue_wait(cudaStream_t stream, std::uint64_t value) override {
     std::lock_guard lock(mutex_);
     if (known_ >= value) return;
     const auto it = std::lower_bound(pending_.begin(), pending_.end(), value,
@@ -250,6 +259,59 @@ class Semaphore final : public BackendSemaphore {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Interop (src/pair.cpp): a timeline semaphore of another API (Vulkan) imported from an opaque
+// fd. Queue signal/wait are GPU-side (cudaSignal/WaitExternalSemaphoresAsync with the timeline
+// value); the host side belongs to the exporting API, so value/signal/wait here refuse.
+// HIP: hipImportExternalSemaphore has no timeline fd type on Linux; the HIP build never makes
+// one (import_semaphore refuses).
+class ExternalSemaphore final : public GpuSemaphore {
+ public:
+#ifndef FERRY_VENDOR_HIP
+  ExternalSemaphore(std::shared_ptr<Core> core, cudaExternalSemaphore_t handle)
+      : core_(std::move(core)), handle_(handle) {}
+  ~ExternalSemaphore() override {
+    ContextGuard guard(*core_);
+    ignore_in_destructor(cudaDestroyExternalSemaphore(handle_));
+  }
+  void enqueue_signal(cudaStream_t stream, std::uint64_t value) override {
+    cudaExternalSemaphoreSignalParams params{};
+    params.params.fence.value = value;
+    FERRY_GPU_CHECK(cudaSignalExternalSemaphoresAsync(&handle_, &params, 1, stream));
+  }
+  void enqueue_wait(cudaStream_t stream, std::uint64_t value) override {
+    cudaExternalSemaphoreWaitParams params{};
+    params.params.fence.value = value;
+    FERRY_GPU_CHECK(cudaWaitExternalSemaphoresAsync(&handle_, &params, 1, stream));
+  }
+#else
+  void enqueue_signal(cudaStream_t, std::uint64_t) override { refuse(); }
+  void enqueue_wait(cudaStream_t, std::uint64_t) override { refuse(); }
+#endif
+  std::uint64_t value() override { refuse(); }
+  void signal(std::uint64_t) override { refuse(); }
+  bool wait(std::uint64_t, std::chrono::nanoseconds) override { refuse(); }
+
+ private:
+  [[noreturn]] static void refuse() {
+    throw Error(ErrorCode::unsupported,
+                FERRY_GPU_LABEL ": an imported timeline semaphore is signalled and queried on the host "
+                "through the API that exported it",
+                {}, std::source_location{});
+  }
+#ifndef FERRY_VENDOR_HIP
+  std::shared_ptr<Core> core_;
+  cudaExternalSemaphore_t handle_;
+#endif
+};
+
+/// An imported segment's CUDA objects (Segment::backend_data; null for cudaMalloc segments).
+struct ImportedMemory {
+#ifndef FERRY_VENDOR_HIP
+  cudaExternalMemory_t handle = nullptr;
+#endif
+};
+
+// ---------------------------------------------------------------------------------------------
 // Queues: one stream each, own (destroyed with the queue) or adopted (never destroyed).
 class Queue final : public BackendQueue {
  public:
@@ -288,12 +350,12 @@ class Queue final : public BackendQueue {
 
   void signal(BackendSemaphore& sem, std::uint64_t value) override {
     ContextGuard guard(*core_);
-    static_cast<Semaphore&>(sem).enqueue_signal(stream_, value);  // same backend: front end checked
+    static_cast<GpuSemaphore&>(sem).enqueue_signal(stream_, value);  // same backend: front end checked
   }
 
   void wait(BackendSemaphore& sem, std::uint64_t value) override {
     ContextGuard guard(*core_);
-    static_cast<Semaphore&>(sem).enqueue_wait(stream_, value);
+    static_cast<GpuSemaphore&>(sem).enqueue_wait(stream_, value);
   }
 
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) override {
@@ -338,6 +400,7 @@ class Device final : public BackendDevice {
     caps_.dedicated_transfer_queue = true;   // its own stream; copies go to the copy engines
     caps_.host_memory_registration = true;   // cudaHostRegister
     caps_.min_alignment = 256;               // cudaMalloc guarantees 256; keeps copies aligned
+    caps_.uuid = features.uuid_bytes;
     auto yes_no = [](bool b) { return b ? "yes" : "no"; };
     caps_.notes = "uuid " + features.uuid + "; " + std::to_string(prop.multiProcessorCount) +
                   " multiprocessors; memory pools: " + yes_no(features.memory_pools) +
@@ -402,8 +465,61 @@ class Device final : public BackendDevice {
 
   void free_segment(std::unique_ptr<Segment> segment) override {
     ContextGuard guard(*core_);
-    FERRY_GPU_CHECK(cudaFree(segment->native));
+    std::unique_ptr<ImportedMemory> imported(static_cast<ImportedMemory*>(segment->backend_data));
+    FERRY_GPU_CHECK(cudaFree(segment->native));  // also for a mapped import (CUDA documents so)
+#ifndef FERRY_VENDOR_HIP
+    if (imported) FERRY_GPU_CHECK(cudaDestroyExternalMemory(imported->handle));
+#endif
   }
+
+#ifndef FERRY_VENDOR_HIP
+  // Interop: a Vulkan timeline semaphore exported as an opaque fd. CUDA owns the fd once the
+  // import succeeded.
+  std::unique_ptr<BackendSemaphore> import_semaphore(int fd) override {
+    ContextGuard guard(*core_);
+    cudaExternalSemaphoreHandleDesc desc{};
+    desc.type = cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd;
+    desc.handle.fd = fd;
+    cudaExternalSemaphore_t handle = nullptr;
+    FERRY_GPU_CHECK(cudaImportExternalSemaphore(&handle, &desc));
+    return std::make_unique<ExternalSemaphore>(core_, handle);
+  }
+
+  // Interop: Vulkan device memory exported as an opaque fd, mapped whole as one buffer.
+  std::unique_ptr<Segment> import_segment(const ExternalMemory& memory) override {
+    ContextGuard guard(*core_);
+    cudaExternalMemoryHandleDesc desc{};
+    desc.type = cudaExternalMemoryHandleTypeOpaqueFd;
+    desc.handle.fd = memory.fd;
+    desc.size = memory.size;
+    desc.flags = memory.dedicated ? cudaExternalMemoryDedicated : 0;
+    auto imported = std::make_unique<ImportedMemory>();
+    FERRY_GPU_CHECK(cudaImportExternalMemory(&imported->handle, &desc));
+    cudaExternalMemoryBufferDesc buffer{};
+    buffer.offset = 0;
+    buffer.size = memory.size;
+    void* p = nullptr;
+    try {
+      FERRY_GPU_CHECK(cudaExternalMemoryGetMappedBuffer(&p, imported->handle, &buffer));
+    } catch (...) {
+      ignore_in_destructor(cudaDestroyExternalMemory(imported->handle));
+      throw;
+    }
+    auto segment = std::make_unique<Segment>();
+    segment->size = memory.size;
+    segment->address = reinterpret_cast<std::uintptr_t>(p);
+    segment->native = p;
+    segment->backend_data = imported.release();
+    return segment;
+  }
+#else
+  std::unique_ptr<BackendSemaphore> import_semaphore(int /*fd*/) override {
+    throw Error(ErrorCode::unsupported,
+                "hip: timeline semaphore import is not supported on Linux (hipImportExternalSemaphore "
+                "has no timeline fd type)",
+                {}, std::source_location{});
+  }
+#endif
 
   std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override {
     ContextGuard guard(*core_);

@@ -116,8 +116,29 @@ void VulkanDevice::open(const DeviceOptions& options) {
   const bool host_import = std::any_of(offered.begin(), offered.end(), [](const auto& e) {
     return std::strcmp(e.extensionName, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME) == 0;
   });
+  auto offers = [&](const char* name) {
+    return std::any_of(offered.begin(), offered.end(),
+                       [&](const auto& e) { return std::strcmp(e.extensionName, name) == 0; });
+  };
   std::vector<const char*> extensions;
   if (host_import) extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+  // Interop (ferry/interop.hpp): opaque-fd export of memory and timeline semaphores, when the
+  // driver offers both and can export a timeline semaphore.
+  bool fd_export = offers(VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME) &&
+                   offers(VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
+  if (fd_export) {
+    VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+    type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    VkPhysicalDeviceExternalSemaphoreInfo info{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_SEMAPHORE_INFO, &type};
+    info.handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
+    VkExternalSemaphoreProperties props{VK_STRUCTURE_TYPE_EXTERNAL_SEMAPHORE_PROPERTIES};
+    vk_.vkGetPhysicalDeviceExternalSemaphoreProperties(physical_, &info, &props);
+    fd_export = (props.externalSemaphoreFeatures & VK_EXTERNAL_SEMAPHORE_FEATURE_EXPORTABLE_BIT) != 0;
+  }
+  if (fd_export) {
+    extensions.push_back(VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
+    extensions.push_back(VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
+  }
 
   // All queues (up to kMaxQueuesPerFamily) of the compute and transfer families, so that
   // create_queue can hand out the rest later. Vulkan fixes priorities at creation: all 1.0.
@@ -143,7 +164,7 @@ void VulkanDevice::open(const DeviceOptions& options) {
   di.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
   di.ppEnabledExtensionNames = extensions.data();
   FERRY_VK_CHECK(vk_.vkCreateDevice(physical_, &di, nullptr, &device_));
-  vk_.load_device(device_, features.synchronization2, host_import);
+  vk_.load_device(device_, features.synchronization2, host_import, fd_export);
 
   // Transfer queue: a transfer-only family's first queue, else a second compute queue, else
   // the compute queue itself.
@@ -151,7 +172,7 @@ void VulkanDevice::open(const DeviceOptions& options) {
   if (transfer_family_ == compute_family_) {
     transfer_index = queues_created_[compute_family_] > 1 ? 1 : kSharedQueue;
   }
-  finish_setup(0, transfer_index, host_import);
+  finish_setup(0, transfer_index, host_import, fd_export);
   if (validation) caps_.notes += "; validation on";
 }
 
@@ -245,12 +266,14 @@ void VulkanDevice::select_families() {
 
 // Common to open and adopt: capabilities, sharing mode, default queues.
 void VulkanDevice::finish_setup(std::uint32_t compute_index, std::uint32_t transfer_index,
-                                bool host_import) {
+                                bool host_import, bool fd_export) {
   host_import_ = host_import;
+  fd_export_ = fd_export;
   VkPhysicalDeviceExternalMemoryHostPropertiesEXT host_props{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
-  VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
-                                            host_import ? &host_props : nullptr};
+  VkPhysicalDeviceIDProperties id{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES,
+                                  host_import ? &host_props : nullptr};
+  VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES, &id};
   VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3};
   vk_.vkGetPhysicalDeviceProperties2(physical_, &p2);
   host_import_alignment_ = host_props.minImportedHostPointerAlignment;
@@ -280,7 +303,9 @@ void VulkanDevice::finish_setup(std::uint32_t compute_index, std::uint32_t trans
   caps_.separate_queue_families = separate;
   caps_.ownership_transfer = separate && !concurrent_;
   caps_.host_memory_registration = host_import_;
-  caps_.timeline_export = false;
+  caps_.timeline_export = fd_export_;
+  static_assert(sizeof(caps_.uuid) == VK_UUID_SIZE);
+  std::memcpy(caps_.uuid.data(), id.deviceUUID, VK_UUID_SIZE);
   caps_.min_alignment = std::max<std::uint64_t>({256, limits.minStorageBufferOffsetAlignment,
                                                  limits.optimalBufferCopyOffsetAlignment});
   caps_.max_allocation_bytes = m3.maxMemoryAllocationSize;
@@ -296,6 +321,7 @@ void VulkanDevice::finish_setup(std::uint32_t compute_index, std::uint32_t trans
   if (separate) caps_.notes += concurrent_ ? "; sharing concurrent" : "; sharing exclusive (ownership transfers)";
   caps_.notes += vk_.vkQueueSubmit2 != nullptr ? "; vkQueueSubmit2" : "; vkQueueSubmit";
   if (host_import_) caps_.notes += "; host import alignment " + std::to_string(host_import_alignment_);
+  if (fd_export_) caps_.notes += "; opaque-fd export of memory and timelines";
 }
 
 VulkanDevice::~VulkanDevice() {
@@ -415,8 +441,8 @@ void VulkanDevice::wait_idle() {
 
 // ---- semaphores ---------------------------------------------------------------------------------
 
-VkSemaphore VulkanDevice::create_timeline(std::uint64_t initial) {
-  VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+VkSemaphore VulkanDevice::create_timeline(std::uint64_t initial, const void* next) {
+  VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO, next};
   type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
   type.initialValue = initial;
   VkSemaphoreCreateInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, &type};
@@ -436,6 +462,24 @@ std::unique_ptr<BackendSemaphore> VulkanDevice::create_semaphore(std::uint64_t i
 
 VulkanSemaphore::VulkanSemaphore(VulkanDevice& device, std::uint64_t initial)
     : device_(device), semaphore_(device.create_timeline(initial)) {}
+
+VulkanSemaphore::VulkanSemaphore(VulkanDevice& device, VkSemaphore semaphore)
+    : device_(device), semaphore_(semaphore) {}
+
+std::unique_ptr<BackendSemaphore> VulkanDevice::create_exported_semaphore(std::uint64_t initial, int* fd) {
+  if (!fd_export_) {
+    vk_fail(ErrorCode::unsupported, caps_.name + ": timeline semaphores cannot be exported as opaque fds "
+                                                 "(VK_KHR_external_semaphore_fd missing or not exportable)");
+  }
+  VkExportSemaphoreCreateInfo exported{VK_STRUCTURE_TYPE_EXPORT_SEMAPHORE_CREATE_INFO};
+  exported.handleTypes = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
+  auto semaphore = std::make_unique<VulkanSemaphore>(*this, create_timeline(initial, &exported));
+  VkSemaphoreGetFdInfoKHR info{VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR};
+  info.semaphore = semaphore->handle();
+  info.handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
+  FERRY_VK_CHECK(vk_.vkGetSemaphoreFdKHR(device_, &info, fd));
+  return semaphore;
+}
 
 VulkanSemaphore::~VulkanSemaphore() {
   if (queued_.load(std::memory_order_relaxed)) {
@@ -492,7 +536,8 @@ std::uint32_t VulkanDevice::pick_memory_type(std::uint32_t type_bits, VkMemoryPr
 // `import_size` != 0: host pointer import of exactly that size (memory_next chains it).
 VulkanAllocation VulkanDevice::make_allocation(VkDeviceSize size, const void* buffer_next, bool host,
                                                const void* memory_next, std::uint32_t type_mask,
-                                               VkDeviceSize import_size) {
+                                               VkDeviceSize import_size, bool dedicated,
+                                               VkDeviceSize* allocated) {
   VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, buffer_next};
   bi.size = size;
   bi.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
@@ -522,10 +567,13 @@ VulkanAllocation VulkanDevice::make_allocation(VkDeviceSize size, const void* bu
       vk_fail(ErrorCode::unsupported, "host import of " + std::to_string(import_size) +
                                           " bytes: the buffer needs " + std::to_string(req.size));
     }
-    VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, memory_next};
+    VkMemoryDedicatedAllocateInfo dedicated_info{VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO, memory_next};
+    dedicated_info.buffer = a.buffer;
+    VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, dedicated ? &dedicated_info : memory_next};
     ai.allocationSize = import_size != 0 ? import_size : req.size;
     ai.memoryTypeIndex = type;
     FERRY_VK_CHECK(vk_.vkAllocateMemory(device_, &ai, nullptr, &a.memory));
+    if (allocated != nullptr) *allocated = ai.allocationSize;
     FERRY_VK_CHECK(vk_.vkBindBufferMemory(device_, a.buffer, a.memory, 0));
   } catch (...) {
     destroy_allocation(a);
@@ -554,6 +602,48 @@ std::unique_ptr<Segment> VulkanDevice::allocate_segment(std::uint64_t bytes) {
   // Vulkan buffers have no address without bufferDeviceAddress; snapshots still need distinct,
   // stable addresses, so segments get synthetic ones from a 2 MiB-aligned range starting at
   // 1 TiB (never dereferenced).
+  segment->address = next_address_.fetch_add(round_up(bytes, 2u << 20), std::memory_order_relaxed);
+  segment->backend_data = record.release();
+  return segment;
+}
+
+// Interop: a dedicated, exportable allocation (opaque fd) with an EXCLUSIVE (or CONCURRENT,
+// per concurrent_) buffer created for external memory, so queue-family ownership can be
+// released to and acquired from VK_QUEUE_FAMILY_EXTERNAL (the importing API).
+std::unique_ptr<Segment> VulkanDevice::allocate_exported_segment(std::uint64_t bytes, ExternalMemory* out) {
+  if (!fd_export_) {
+    vk_fail(ErrorCode::unsupported, caps_.name + ": memory cannot be exported as opaque fds "
+                                                 "(VK_KHR_external_memory_fd missing)");
+  }
+  if (caps_.max_allocation_bytes != 0 && bytes > caps_.max_allocation_bytes) {
+    vk_fail(ErrorCode::out_of_memory, "segment of " + std::to_string(bytes) +
+                                          " bytes exceeds maxMemoryAllocationSize " +
+                                          std::to_string(caps_.max_allocation_bytes));
+  }
+  constexpr auto kHandle = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+  VkExternalMemoryBufferCreateInfo external{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
+  external.handleTypes = kHandle;
+  VkExportMemoryAllocateInfo exported{VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO};
+  exported.handleTypes = kHandle;
+  VkDeviceSize allocated = 0;
+  auto record = std::make_unique<VulkanAllocation>(
+      make_allocation(round_up(bytes, 256), &external, false, &exported, ~0u, 0, true, &allocated));
+  VkMemoryGetFdInfoKHR info{VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR};
+  info.memory = record->memory;
+  info.handleType = kHandle;
+  int fd = -1;
+  try {
+    FERRY_VK_CHECK(vk_.vkGetMemoryFdKHR(device_, &info, &fd));
+  } catch (...) {
+    destroy_allocation(*record);
+    throw;
+  }
+  out->fd = fd;
+  out->size = allocated;
+  out->dedicated = true;
+  auto segment = std::make_unique<Segment>();
+  segment->size = bytes;
+  segment->native = record->buffer;
   segment->address = next_address_.fetch_add(round_up(bytes, 2u << 20), std::memory_order_relaxed);
   segment->backend_data = record.release();
   return segment;

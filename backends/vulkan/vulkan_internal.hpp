@@ -43,7 +43,8 @@ ErrorCode vk_classify(VkResult result) noexcept;
   X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)   \
   X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2)                     \
   X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties)    \
-  X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+  X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)       \
+  X(vkGetPhysicalDeviceExternalSemaphoreProperties)
 
 #define FERRY_VK_DEVICE_FUNCTIONS(X)                                                      \
   X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkDeviceWaitIdle) X(vkQueueSubmit)             \
@@ -76,11 +77,14 @@ struct VulkanApi {
   PFN_vkDestroyDebugUtilsMessengerEXT vkDestroyDebugUtilsMessengerEXT = nullptr;
   PFN_vkQueueSubmit2 vkQueueSubmit2 = nullptr;
   PFN_vkGetMemoryHostPointerPropertiesEXT vkGetMemoryHostPointerPropertiesEXT = nullptr;
+  // Optional: interop export (VK_KHR_external_memory_fd, VK_KHR_external_semaphore_fd).
+  PFN_vkGetMemoryFdKHR vkGetMemoryFdKHR = nullptr;
+  PFN_vkGetSemaphoreFdKHR vkGetSemaphoreFdKHR = nullptr;
 
   /// Resolve instance-level entry points; throws `unsupported` naming a missing one.
   void load_instance(VkInstance instance);
   /// Resolve device-level entry points (optional ones as requested), all or none.
-  void load_device(VkDevice device, bool submit2, bool host_import);
+  void load_device(VkDevice device, bool submit2, bool host_import, bool fd_export = false);
 };
 
 /// Create an instance (Vulkan 1.3 when the loader has it, else 1.2; `unsupported` below 1.2).
@@ -109,6 +113,8 @@ class VulkanDevice;
 class VulkanSemaphore final : public BackendSemaphore {
  public:
   VulkanSemaphore(VulkanDevice& device, std::uint64_t initial);
+  /// Wraps (and owns) a timeline semaphore made by the device (an exportable one).
+  VulkanSemaphore(VulkanDevice& device, VkSemaphore semaphore);
   /// Destroys the VkSemaphore at once if no queue ever used it, else hands it to the device,
   /// which destroys it at the next wait_idle() or at close (queued work may still use it).
   ~VulkanSemaphore() override;
@@ -239,6 +245,12 @@ class VulkanDevice final : public BackendDevice {
   std::uint64_t validation_messages() const override {
     return validation_messages_.load(std::memory_order_relaxed);
   }
+  // Interop export (src/pair.cpp): opaque fds of a timeline semaphore and of a segment.
+  std::unique_ptr<BackendSemaphore> create_exported_semaphore(std::uint64_t initial, int* fd) override;
+  std::unique_ptr<Segment> allocate_exported_segment(std::uint64_t bytes, ExternalMemory* out) override;
+  std::uint64_t host_registration_alignment() const override {
+    return host_import_ ? host_import_alignment_ : 1;
+  }
 
   // For queues and semaphores.
   [[nodiscard]] const VulkanApi& vk() const noexcept { return vk_; }
@@ -253,18 +265,19 @@ class VulkanDevice final : public BackendDevice {
   const SyntheticPipeline& synthetic();
   void release_queue_index(std::uint32_t family, std::uint32_t index);
   void retire_semaphore(VkSemaphore semaphore);
-  VkSemaphore create_timeline(std::uint64_t initial);
+  VkSemaphore create_timeline(std::uint64_t initial, const void* next = nullptr);
 
  private:
   void select_families();
   void finish_setup(std::uint32_t compute_index, std::uint32_t transfer_index,
-                    bool host_import);
+                    bool host_import, bool fd_export = false);
   std::uint32_t pick_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags required,
                                  VkMemoryPropertyFlags preferred,
                                  VkMemoryPropertyFlags avoided) const;
   VulkanAllocation make_allocation(VkDeviceSize size, const void* buffer_next, bool host,
                                    const void* memory_next, std::uint32_t type_mask,
-                                   VkDeviceSize import_size);
+                                   VkDeviceSize import_size, bool dedicated = false,
+                                   VkDeviceSize* allocated = nullptr);
   void destroy_allocation(const VulkanAllocation& allocation) noexcept;
   std::unique_ptr<VulkanQueue> make_queue(std::uint32_t family, std::uint32_t index,
                                           bool owns_index);
@@ -285,6 +298,7 @@ class VulkanDevice final : public BackendDevice {
   std::vector<std::uint32_t> sharing_families_;   // families a CONCURRENT buffer is shared by
   bool concurrent_ = false;                       // segments use CONCURRENT sharing
   bool host_import_ = false;
+  bool fd_export_ = false;  // VK_KHR_external_{memory,semaphore}_fd enabled, timelines exportable
   VkDeviceSize host_import_alignment_ = 0;
   Capabilities caps_;
   std::mutex own_submit_mutex_;

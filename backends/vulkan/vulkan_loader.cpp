@@ -90,7 +90,7 @@ void VulkanApi::load_instance(VkInstance instance) {
       vkGetInstanceProcAddr(instance, "vkDestroyDebugUtilsMessengerEXT"));
 }
 
-void VulkanApi::load_device(VkDevice device, bool submit2, bool host_import) {
+void VulkanApi::load_device(VkDevice device, bool submit2, bool host_import, bool fd_export) {
   VulkanApi api = *this;  // assigned back only when every entry point resolved
   auto get = [&](const char* name) {
     auto fn = api.vkGetDeviceProcAddr(device, name);
@@ -107,6 +107,10 @@ void VulkanApi::load_device(VkDevice device, bool submit2, bool host_import) {
   if (host_import) {
     api.vkGetMemoryHostPointerPropertiesEXT =
         reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(get("vkGetMemoryHostPointerPropertiesEXT"));
+  }
+  if (fd_export) {
+    api.vkGetMemoryFdKHR = reinterpret_cast<PFN_vkGetMemoryFdKHR>(get("vkGetMemoryFdKHR"));
+    api.vkGetSemaphoreFdKHR = reinterpret_cast<PFN_vkGetSemaphoreFdKHR>(get("vkGetSemaphoreFdKHR"));
   }
   *this = api;
 }

@@ -253,9 +253,15 @@ void VulkanQueue::flush() {
 // queue are the same barrier; a semaphore signal/wait pair must order them, which the front
 // end's protocol provides. Stage masks are ALL_COMMANDS on both sides so the barrier chains
 // with the ALL_COMMANDS semaphore waits and signals.
+static_assert(kExternalQueueFamily == VK_QUEUE_FAMILY_EXTERNAL);
+
 void VulkanQueue::ownership_barrier(DeviceRef range, std::uint64_t bytes, std::uint32_t src_family,
                                     std::uint32_t dst_family, bool release) {
-  if (src_family == dst_family || device_.concurrent_sharing()) return;
+  if (src_family == dst_family) return;
+  // CONCURRENT buffers need no transfer between ferry's families, but one to or from another
+  // API (VK_QUEUE_FAMILY_EXTERNAL, interop pairs) is required either way.
+  const bool external = src_family == VK_QUEUE_FAMILY_EXTERNAL || dst_family == VK_QUEUE_FAMILY_EXTERNAL;
+  if (device_.concurrent_sharing() && !external) return;
   std::lock_guard lock(mutex_);
   order({});
   VkBufferMemoryBarrier bb{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};
@@ -263,6 +269,10 @@ void VulkanQueue::ownership_barrier(DeviceRef range, std::uint64_t bytes, std::u
   bb.dstAccessMask = release ? 0 : VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
   bb.srcQueueFamilyIndex = src_family;
   bb.dstQueueFamilyIndex = dst_family;
+  if (device_.concurrent_sharing()) {  // external transfer of a CONCURRENT buffer: own side IGNORED
+    if (src_family != VK_QUEUE_FAMILY_EXTERNAL) bb.srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
+    if (dst_family != VK_QUEUE_FAMILY_EXTERNAL) bb.dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
+  }
   bb.buffer = buffer_of(range.segment);
   bb.offset = range.offset;
   bb.size = bytes;

@@ -17,6 +17,7 @@
 /// Work enqueued on one queue from several threads is ordered by the order of the calls.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -43,9 +44,16 @@ enum class Backend : std::uint8_t {
   cuda,    ///< NVIDIA CUDA runtime
   hip,     ///< AMD HIP (built from the CUDA backend's sources)
   vulkan,  ///< Vulkan 1.2+ with timeline semaphores
+  /// Interop pair (see interop.hpp): one GPU seen through Vulkan and CUDA. Copies execute on
+  /// a Vulkan transfer queue; compute (owner) queues are CUDA streams; pool memory is Vulkan
+  /// memory exported to CUDA, semaphores Vulkan timelines imported into CUDA.
+  vulkan_cuda,
+  /// Interop pair, the other way round: copies execute on CUDA streams, owner queues are
+  /// Vulkan queues (same memory and semaphores as `vulkan_cuda`).
+  cuda_vulkan,
 };
 
-/// @brief Lower-case backend name ("host", "cuda", "hip", "vulkan").
+/// @brief Lower-case backend name ("host", "cuda", "hip", "vulkan", "vulkan_cuda", "cuda_vulkan").
 std::string_view to_string(Backend backend) noexcept;
 
 /// @brief Parse a backend name; throws `invalid_argument` for an unknown name.
@@ -73,6 +81,10 @@ struct Capabilities {
   bool synthetic_compute = false;           ///< `run_synthetic_compute` has a kernel here
   std::uint64_t min_alignment = 256;        ///< pool sub-allocation alignment in bytes
   std::uint64_t max_allocation_bytes = 0;   ///< largest single segment (0 = unknown)
+  /// Device UUID as the vendor reports it (CUDA `cudaDeviceProp::uuid`, Vulkan
+  /// `VkPhysicalDeviceIDProperties::deviceUUID`): the same GPU has the same UUID in every API.
+  /// All zero when unknown (host backend).
+  std::array<std::uint8_t, 16> uuid{};
   std::string notes;                        ///< backend-specific facts ("transfer family 1 x2")
 };
 
@@ -89,6 +101,10 @@ struct DeviceOptions {
   bool validation = false;
   /// Record pool events for snapshots (cheap; on by default).
   bool record_events = true;
+  /// Interop pairs only (`vulkan_cuda`, `cuda_vulkan`): the CUDA device ordinal. -1 (default)
+  /// picks the CUDA device whose UUID equals the Vulkan device's (`ordinal`); an explicit
+  /// ordinal of another GPU is `invalid_argument` (the UUIDs are named in the message).
+  int peer_ordinal = -1;
 };
 
 class TimelineSemaphore;
@@ -234,6 +250,12 @@ class Device {
   /// @brief Vulkan with validation: number of validation messages seen so far (0 elsewhere).
   /// Readable after `close()` too (then it includes messages raised during teardown).
   [[nodiscard]] std::uint64_t validation_messages() const;
+  /// @brief How many times a host wait on this device's timelines actually blocked: explicit
+  /// waits (`TimelinePoint::wait`, `TimelineSemaphore::wait`/`try_wait`, `synchronize`) and
+  /// ferry's own (staging slots, `blocking` copies, pageable downloads) that found their point
+  /// not yet reached. Waits on reached points do not count. Lets a loop check that its steady
+  /// state never stalls the host. Readable after `close()`.
+  [[nodiscard]] std::uint64_t host_waits() const;
   /// @brief Wait for all work, free everything, invalidate handles. Idempotent.
   /// Like vkDeviceWaitIdle, it waits for every queue: a queue blocked on a semaphore value
   /// that nobody will signal keeps it waiting. Signal or abandon such waits first.

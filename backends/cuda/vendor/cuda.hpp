@@ -13,7 +13,9 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <mutex>
 #include <optional>
@@ -181,6 +183,7 @@ inline DeviceContext device_context(int ordinal) {
 /// Device facts that need vendor-specific queries.
 struct Features {
   std::string uuid;              ///< "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints
+  std::array<std::uint8_t, 16> uuid_bytes{};  ///< the same, raw (Capabilities::uuid)
   std::uint32_t copy_engines = 0;
   bool memory_pools = false;     ///< cudaMallocAsync family usable
   bool stream_mem_ops64 = false; ///< cuStreamWaitValue64/WriteValue64 usable
@@ -194,6 +197,7 @@ inline Features query_features(int ordinal, const cudaDeviceProp& prop) {
                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
                 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
   f.uuid = buf;
+  std::memcpy(f.uuid_bytes.data(), u, f.uuid_bytes.size());
   int v = 0;
   FERRY_CHECK_GEN(cudaDeviceGetAttribute(&v, cudaDevAttrAsyncEngineCount, ordinal), cudaSuccess,
                   describe, classify);

@@ -18,7 +18,9 @@
 #endif
 #include <hip/hip_runtime_api.h>
 
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -116,6 +118,7 @@ inline DeviceContext device_context(int ordinal) { return ordinal; }
 
 struct Features {
   std::string uuid;
+  std::array<std::uint8_t, 16> uuid_bytes{};
   std::uint32_t copy_engines = 0;  ///< unknown on HIP 5.2 (see the file comment)
   bool memory_pools = false;
   bool stream_mem_ops64 = false;
@@ -133,6 +136,7 @@ inline Features query_features(int ordinal, const hipDeviceProp_t& /*prop*/) {
     if (i == 3 || i == 5 || i == 7 || i == 9) text += '-';
   }
   f.uuid = text;
+  std::memcpy(f.uuid_bytes.data(), uuid.bytes, f.uuid_bytes.size());
   int v = 0;
   FERRY_HIP_CHECK(hipDeviceGetAttribute(&v, hipDeviceAttributeMemoryPoolsSupported, ordinal));
   f.memory_pools = v != 0;

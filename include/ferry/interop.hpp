@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+/// @file interop.hpp
+/// @brief Vulkan <-> CUDA interop: copies executed by one API's queue into memory owned by
+/// the other API's queue, ordered on the GPU by shared timeline semaphores.
+///
+/// An interop pair is one ferry `Device` that sees one GPU through two APIs:
+///  - **pool memory** is Vulkan device memory exported as an opaque POSIX fd
+///    (`VK_KHR_external_memory_fd`, dedicated allocations) and imported into CUDA
+///    (`cudaImportExternalMemory` + `cudaExternalMemoryGetMappedBuffer`): every block is a
+///    `VkBuffer` range for Vulkan queues and a device pointer for CUDA streams;
+///  - **timeline semaphores** (the queues' private timelines and `create_semaphore`) are Vulkan
+///    timeline semaphores exported as opaque fds (`VK_KHR_external_semaphore_fd`) and imported
+///    into CUDA as `cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd`: a CUDA stream waits on
+///    a Vulkan queue's signal (and the reverse) on the GPU, without a host wait;
+///  - **pinned host memory** is page-aligned memory registered with both APIs
+///    (`cudaHostRegister` and `VK_EXT_external_memory_host`);
+///  - **queues**: in `Backend::vulkan_cuda` transfer-role queues are Vulkan queues (the default
+///    transfer queue is a transfer-only family's queue) and compute-role queues are CUDA
+///    streams (`adopt_queue(QueueRole::compute, {stream})` adopts an engine's `cudaStream_t`,
+///    e.g. PyTorch's current stream); `Backend::cuda_vulkan` is the other way round.
+///  - **ownership**: pool buffers are EXCLUSIVE (unless FERRY_VULKAN_SHARING=concurrent); a
+///    Vulkan queue releases a range to `VK_QUEUE_FAMILY_EXTERNAL` when a CUDA stream uses it
+///    next and acquires it back from there, in the same protocol as between Vulkan families.
+///
+/// Everything else (the pool, upload modes, batches, staging, snapshots) is the same front end
+/// as on one API; `Device::host_waits()` shows that a steady-state loop never blocks the host.
+///
+/// Devices are matched by UUID (`Capabilities::uuid`): a pair is always one physical GPU.
+///
+/// Not supported (typed `unsupported` errors): HIP pairings (HIP on Linux does not import
+/// timeline semaphores: `hipImportExternalSemaphore` documents no timeline fd type there, so a
+/// HIP stream cannot wait on a Vulkan timeline without a host round trip, which ferry does not
+/// hide behind this API); adopting an engine's `VkDevice` into a pair; Vulkan drivers without
+/// `VK_KHR_external_memory_fd`, `VK_KHR_external_semaphore_fd` (timeline export) or
+/// `VK_EXT_external_memory_host`.
+///
+/// Thread-safety and handle semantics: those of `Device` (device.hpp).
+#pragma once
+
+#include <source_location>
+
+#include "ferry/device.hpp"
+
+namespace ferry::interop {
+
+/// @brief Which two APIs to pair, and the devices.
+struct PairOptions {
+  Backend executor = Backend::vulkan;  ///< the API whose queues execute copies (transfer role)
+  Backend owner = Backend::cuda;       ///< the API whose queues own the memory (compute role)
+  int vulkan_ordinal = 0;              ///< the Vulkan device (ordinal within that backend)
+  int cuda_ordinal = -1;               ///< the CUDA device; -1 = the one with the same UUID
+  bool validation = false;             ///< Vulkan validation (see DeviceOptions::validation)
+  bool record_events = true;           ///< see DeviceOptions::record_events
+};
+
+/// @brief The pair backend for two APIs: `vulkan_cuda` for (vulkan, cuda), `cuda_vulkan` for
+/// (cuda, vulkan). Errors: any pairing with HIP: `unsupported` (see the file comment); the
+/// same API twice, or a pairing without Vulkan: `invalid_argument`.
+Backend pair_backend(Backend executor, Backend owner,
+                     std::source_location where = std::source_location::current());
+
+/// @brief Open an interop pair: `Device::open` with `pair_backend(executor, owner)`,
+/// `ordinal = vulkan_ordinal` and `peer_ordinal = cuda_ordinal`.
+/// Errors: those of `pair_backend`; `unsupported` when either backend was not built, no such
+/// device is present or the driver lacks an extension listed above; `invalid_argument` when
+/// the two devices are different GPUs (UUIDs differ; both are named) or an ordinal is out of
+/// range.
+Device open_pair(const PairOptions& options = {},
+                 std::source_location where = std::source_location::current());
+
+}  // namespace ferry::interop

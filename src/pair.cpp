@@ -1,0 +1,428 @@
+// SPDX-License-Identifier: MIT
+// Interop pairs (ferry/interop.hpp): one BackendDevice made of a Vulkan device and the CUDA
+// device that is the same GPU. Vendor-free: it composes the two backends through their
+// interface (backend.hpp) and its optional interop hooks (export on Vulkan, import on CUDA).
+//
+// Objects:
+//  - PairSegment: Vulkan memory exported as an fd, imported into CUDA; a pair Segment whose
+//    backend_data points to both sides. Queues translate refs to their own side's segment.
+//  - PairHost: page-aligned memory registered with both (cudaHostRegister, Vulkan import).
+//  - PairSemaphore: a Vulkan timeline exported as an fd, imported into CUDA. The host side
+//    (value, signal, wait) is the Vulkan semaphore's.
+//  - PairQueue: a queue of one side. family() is the Vulkan family for Vulkan queues and
+//    kExternalQueueFamily (VK_QUEUE_FAMILY_EXTERNAL) for CUDA streams, so the Vulkan
+//    backend's queue-family ownership transfers release to / acquire from the external API.
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <unistd.h>
+
+#include "ferry/config.hpp"
+#include "ferry/interop.hpp"
+#include "internal.hpp"
+
+namespace ferry::detail {
+
+// Defaults of the optional interop hooks (backend.hpp).
+std::unique_ptr<BackendSemaphore> BackendDevice::create_exported_semaphore(std::uint64_t, int*) {
+  throw Error(ErrorCode::unsupported, capabilities().name + ": timeline semaphore export is not supported",
+              {}, std::source_location{});
+}
+std::unique_ptr<Segment> BackendDevice::allocate_exported_segment(std::uint64_t, ExternalMemory*) {
+  throw Error(ErrorCode::unsupported, capabilities().name + ": device memory export is not supported", {},
+              std::source_location{});
+}
+std::unique_ptr<BackendSemaphore> BackendDevice::import_semaphore(int) {
+  throw Error(ErrorCode::unsupported, capabilities().name + ": timeline semaphore import is not supported",
+              {}, std::source_location{});
+}
+std::unique_ptr<Segment> BackendDevice::import_segment(const ExternalMemory&) {
+  throw Error(ErrorCode::unsupported, capabilities().name + ": device memory import is not supported", {},
+              std::source_location{});
+}
+
+namespace {
+
+[[noreturn]] void pair_fail(ErrorCode code, const std::string& message) {
+  throw Error(code, "interop: " + message, {}, std::source_location{});
+}
+
+std::string uuid_text(const std::array<std::uint8_t, 16>& u) {
+  std::string s;
+  char byte[3];
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    std::snprintf(byte, sizeof byte, "%02x", u[i]);
+    s += byte;
+  }
+  return s;
+}
+
+[[maybe_unused]] bool uuid_known(const std::array<std::uint8_t, 16>& u) {
+  return std::any_of(u.begin(), u.end(), [](std::uint8_t b) { return b != 0; });
+}
+
+void close_fd(int fd) noexcept {
+  if (fd >= 0) ::close(fd);
+}
+
+/// Which API a side is.
+enum Side : int { kVulkan = 0, kCuda = 1 };
+
+struct PairSegment {
+  std::unique_ptr<Segment> side[2];
+};
+
+struct PairHost {
+  std::unique_ptr<HostMemory> side[2];
+  bool owns_memory = false;  // allocated here (vs. user memory registered)
+};
+
+class PairSemaphore final : public BackendSemaphore {
+ public:
+  PairSemaphore(std::unique_ptr<BackendSemaphore> vulkan, std::unique_ptr<BackendSemaphore> cuda)
+      : side_{std::move(vulkan), std::move(cuda)} {}
+  ~PairSemaphore() override {
+    side_[kCuda].reset();  // the import goes before the exported semaphore
+  }
+  std::uint64_t value() override { return side_[kVulkan]->value(); }
+  void signal(std::uint64_t value) override { side_[kVulkan]->signal(value); }
+  bool wait(std::uint64_t value, std::chrono::nanoseconds timeout) override {
+    return side_[kVulkan]->wait(value, timeout);
+  }
+  BackendSemaphore& side(Side s) { return *side_[s]; }
+
+ private:
+  std::unique_ptr<BackendSemaphore> side_[2];
+};
+
+class PairQueue final : public BackendQueue {
+ public:
+  /// `inner` is owned when `owned` is set (created or adopted through the pair).
+  PairQueue(Side side, BackendQueue* inner, std::unique_ptr<BackendQueue> owned)
+      : side_(side), owned_(std::move(owned)), inner_(owned_ ? owned_.get() : inner) {}
+
+  void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) override {
+    inner_->copy_h2d(mine(dst), mine(src), bytes);
+  }
+  void copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) override {
+    inner_->copy_d2h(mine(dst), mine(src), bytes);
+  }
+  void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) override {
+    inner_->copy_d2d(mine(dst), mine(src), bytes);
+  }
+  void signal(BackendSemaphore& sem, std::uint64_t value) override {
+    inner_->signal(static_cast<PairSemaphore&>(sem).side(side_), value);
+  }
+  void wait(BackendSemaphore& sem, std::uint64_t value) override {
+    inner_->wait(static_cast<PairSemaphore&>(sem).side(side_), value);
+  }
+  // `to`/`from` are PairQueues: the Vulkan backend only asks them for family().
+  void release_ownership(DeviceRef range, std::uint64_t bytes, BackendQueue& to) override {
+    inner_->release_ownership(mine(range), bytes, to);
+  }
+  void acquire_ownership(DeviceRef range, std::uint64_t bytes, BackendQueue& from) override {
+    inner_->acquire_ownership(mine(range), bytes, from);
+  }
+  bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) override {
+    return inner_->synthetic_compute(mine(in), mine(out), bytes, units);
+  }
+  void flush() override { inner_->flush(); }
+  [[nodiscard]] std::uint32_t family() const override {
+    return side_ == kVulkan ? inner_->family() : kExternalQueueFamily;
+  }
+
+ private:
+  DeviceRef mine(DeviceRef r) const {
+    return DeviceRef{static_cast<const PairSegment*>(r.segment->backend_data)->side[side_].get(), r.offset};
+  }
+  HostRef mine(HostRef r) const {
+    return HostRef{static_cast<const PairHost*>(r.memory->backend_data)->side[side_].get(), r.offset};
+  }
+
+  Side side_;
+  std::unique_ptr<BackendQueue> owned_;
+  BackendQueue* inner_;
+};
+
+class PairDevice final : public BackendDevice {
+ public:
+  PairDevice(std::unique_ptr<BackendDevice> vulkan, std::unique_ptr<BackendDevice> cuda, Side executor,
+             Backend backend)
+      : executor_(executor) {
+    side_[kVulkan] = std::move(vulkan);
+    side_[kCuda] = std::move(cuda);
+    const Capabilities& vk = side_[kVulkan]->capabilities();
+    const Capabilities& cu = side_[kCuda]->capabilities();
+    const Capabilities& ex = side_[executor]->capabilities();
+    const Capabilities& ow = side_[owner()]->capabilities();
+    caps_.name = vk.name + (executor == kVulkan ? " (Vulkan copies, CUDA owners)" : " (CUDA copies, Vulkan owners)");
+    caps_.backend = backend;
+    caps_.is_gpu = true;
+    caps_.device_memory_bytes = cu.device_memory_bytes;
+    caps_.copy_engines = ex.copy_engines;
+    caps_.dedicated_transfer_queue = ex.dedicated_transfer_queue;
+    caps_.separate_queue_families = true;
+    caps_.ownership_transfer = vk.ownership_transfer || !vk.separate_queue_families;
+    caps_.host_memory_registration = true;
+    caps_.timeline_export = true;
+    caps_.synthetic_compute = ow.synthetic_compute;
+    caps_.min_alignment = std::max(vk.min_alignment, cu.min_alignment);
+    caps_.max_allocation_bytes = vk.max_allocation_bytes;
+    caps_.uuid = vk.uuid;
+    caps_.notes = "uuid " + uuid_text(vk.uuid) + "; vulkan: " + vk.notes + "; cuda: " + cu.notes;
+    host_alignment_ = std::max<std::uint64_t>({side_[kVulkan]->host_registration_alignment(),
+                                               side_[kCuda]->host_registration_alignment(),
+                                               static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE))});
+    defaults_[0] = std::make_unique<PairQueue>(side_of(QueueRole::compute),
+                                               &side_[side_of(QueueRole::compute)]->default_queue(QueueRole::compute),
+                                               nullptr);
+    defaults_[1] = std::make_unique<PairQueue>(side_of(QueueRole::transfer),
+                                               &side_[side_of(QueueRole::transfer)]->default_queue(QueueRole::transfer),
+                                               nullptr);
+  }
+
+  ~PairDevice() override {
+    defaults_[0].reset();
+    defaults_[1].reset();
+    side_[kCuda].reset();  // imports first, then the exporting device
+    side_[kVulkan].reset();
+  }
+
+  const Capabilities& capabilities() const override { return caps_; }
+
+  BackendQueue& default_queue(QueueRole role) override {
+    return *defaults_[role == QueueRole::compute ? 0 : 1];
+  }
+
+  std::unique_ptr<BackendQueue> create_queue(QueueRole role, int priority) override {
+    const Side s = side_of(role);
+    return std::make_unique<PairQueue>(s, nullptr, side_[s]->create_queue(role, priority));
+  }
+
+  std::unique_ptr<BackendQueue> adopt_queue(QueueRole role, const NativeQueue& native) override {
+    const Side s = side_of(role);
+    return std::make_unique<PairQueue>(s, nullptr, side_[s]->adopt_queue(role, native));
+  }
+
+  std::unique_ptr<BackendSemaphore> create_semaphore(std::uint64_t initial) override {
+    int fd = -1;
+    auto vulkan = side_[kVulkan]->create_exported_semaphore(initial, &fd);
+    std::unique_ptr<BackendSemaphore> cuda;
+    try {
+      cuda = side_[kCuda]->import_semaphore(fd);
+    } catch (...) {
+      close_fd(fd);
+      throw;
+    }
+    return std::make_unique<PairSemaphore>(std::move(vulkan), std::move(cuda));
+  }
+
+  std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) override {
+    auto pair = std::make_unique<PairSegment>();
+    ExternalMemory exported;
+    pair->side[kVulkan] = side_[kVulkan]->allocate_exported_segment(bytes, &exported);
+    try {
+      pair->side[kCuda] = side_[kCuda]->import_segment(exported);
+    } catch (...) {
+      close_fd(exported.fd);
+      side_[kVulkan]->free_segment(std::move(pair->side[kVulkan]));
+      throw;
+    }
+    auto segment = std::make_unique<Segment>();
+    segment->size = bytes;
+    segment->address = pair->side[kCuda]->address;  // the CUDA device address: real, distinct
+    segment->native = pair->side[kCuda]->native;
+    segment->backend_data = pair.release();
+    return segment;
+  }
+
+  void free_segment(std::unique_ptr<Segment> segment) override {
+    std::unique_ptr<PairSegment> pair(static_cast<PairSegment*>(segment->backend_data));
+    side_[kCuda]->free_segment(std::move(pair->side[kCuda]));
+    side_[kVulkan]->free_segment(std::move(pair->side[kVulkan]));
+  }
+
+  std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override {
+    const std::uint64_t size = round_up(bytes, host_alignment_);
+    void* ptr = std::aligned_alloc(host_alignment_, size);
+    if (ptr == nullptr) pair_fail(ErrorCode::out_of_memory, "host allocation of " + std::to_string(size) + " bytes failed");
+    try {
+      auto memory = register_both(static_cast<std::byte*>(ptr), size);
+      static_cast<PairHost*>(memory->backend_data)->owns_memory = true;
+      memory->registered = false;
+      return memory;
+    } catch (...) {
+      std::free(ptr);
+      throw;
+    }
+  }
+
+  std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) override {
+    if (reinterpret_cast<std::uintptr_t>(ptr) % host_alignment_ != 0 || bytes % host_alignment_ != 0) {
+      pair_fail(ErrorCode::invalid_argument,
+                "register_host: pointer and size (" + std::to_string(bytes) + ") must be multiples of " +
+                    std::to_string(host_alignment_) + " bytes (both APIs register the range)");
+    }
+    return register_both(ptr, bytes);
+  }
+
+  void free_host(std::unique_ptr<HostMemory> memory) override {
+    std::unique_ptr<PairHost> pair(static_cast<PairHost*>(memory->backend_data));
+    side_[kVulkan]->free_host(std::move(pair->side[kVulkan]));
+    side_[kCuda]->free_host(std::move(pair->side[kCuda]));
+    if (pair->owns_memory) std::free(memory->ptr);
+  }
+
+  void wait_idle() override {
+    side_[kCuda]->wait_idle();
+    side_[kVulkan]->wait_idle();
+  }
+
+  std::uint64_t validation_messages() const override { return side_[kVulkan]->validation_messages(); }
+  std::uint64_t host_registration_alignment() const override { return host_alignment_; }
+
+ private:
+  static std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+  Side owner() const { return executor_ == kVulkan ? kCuda : kVulkan; }
+  Side side_of(QueueRole role) const { return role == QueueRole::transfer ? executor_ : owner(); }
+
+  std::unique_ptr<HostMemory> register_both(std::byte* ptr, std::uint64_t bytes) {
+    auto pair = std::make_unique<PairHost>();
+    pair->side[kCuda] = side_[kCuda]->register_host(ptr, bytes);
+    try {
+      pair->side[kVulkan] = side_[kVulkan]->register_host(ptr, bytes);
+    } catch (...) {
+      side_[kCuda]->free_host(std::move(pair->side[kCuda]));
+      throw;
+    }
+    auto memory = std::make_unique<HostMemory>();
+    memory->ptr = ptr;
+    memory->size = bytes;
+    memory->registered = true;
+    memory->backend_data = pair.release();
+    return memory;
+  }
+
+  Side executor_;
+  std::unique_ptr<BackendDevice> side_[2];
+  std::unique_ptr<PairQueue> defaults_[2];
+  Capabilities caps_;
+  std::uint64_t host_alignment_ = 4096;
+};
+
+[[maybe_unused]] bool is_pair(Backend b) { return b == Backend::vulkan_cuda || b == Backend::cuda_vulkan; }
+
+}  // namespace
+
+int pair_device_count() noexcept {
+#if FERRY_HAVE_VULKAN && FERRY_HAVE_CUDA
+  // A pair needs a Vulkan GPU and a CUDA device; whether they are the same GPU and the driver
+  // exports what a pair needs is only known at open (which says why when it is not).
+  if (cuda_device_count() == 0) return 0;
+  int gpus = 0;
+  for (int i = 0, n = vulkan_device_count(); i < n; ++i) gpus += vulkan_device_is_gpu(i) ? 1 : 0;
+  return std::min(gpus, cuda_device_count());
+#else
+  return 0;
+#endif
+}
+
+std::unique_ptr<BackendDevice> pair_open(const DeviceOptions& options) {
+#if FERRY_HAVE_VULKAN && FERRY_HAVE_CUDA
+  if (!is_pair(options.backend)) pair_fail(ErrorCode::invalid_argument, "not a pair backend");
+  DeviceOptions vk_options = options;
+  vk_options.backend = Backend::vulkan;
+  auto vulkan = vulkan_open(vk_options);
+  const auto uuid = vulkan->capabilities().uuid;
+  if (!uuid_known(uuid)) {
+    pair_fail(ErrorCode::unsupported, vulkan->capabilities().name + " reports no device UUID");
+  }
+  const int cuda_count = cuda_device_count();
+  if (cuda_count == 0) pair_fail(ErrorCode::unsupported, "no CUDA device present");
+  int peer = options.peer_ordinal;
+  std::unique_ptr<BackendDevice> cuda;
+  if (peer >= 0) {
+    if (peer >= cuda_count) {
+      pair_fail(ErrorCode::invalid_argument, "CUDA ordinal " + std::to_string(peer) + " out of range (" +
+                                                 std::to_string(cuda_count) + " CUDA devices)");
+    }
+    DeviceOptions cu_options = options;
+    cu_options.backend = Backend::cuda;
+    cu_options.ordinal = peer;
+    cuda = cuda_open(cu_options);
+    if (cuda->capabilities().uuid != uuid) {
+      pair_fail(ErrorCode::invalid_argument,
+                "Vulkan device " + std::to_string(options.ordinal) + " (" + vulkan->capabilities().name +
+                    ", uuid " + uuid_text(uuid) + ") and CUDA device " + std::to_string(peer) + " (" +
+                    cuda->capabilities().name + ", uuid " + uuid_text(cuda->capabilities().uuid) +
+                    ") are different GPUs");
+    }
+  } else {
+    for (int i = 0; i < cuda_count && !cuda; ++i) {
+      DeviceOptions cu_options = options;
+      cu_options.backend = Backend::cuda;
+      cu_options.ordinal = i;
+      auto candidate = cuda_open(cu_options);
+      if (candidate->capabilities().uuid == uuid) cuda = std::move(candidate);
+    }
+    if (!cuda) {
+      pair_fail(ErrorCode::unsupported, "no CUDA device has the UUID of Vulkan device " +
+                                            std::to_string(options.ordinal) + " (" +
+                                            vulkan->capabilities().name + ", uuid " + uuid_text(uuid) + ")");
+    }
+  }
+  if (!vulkan->capabilities().timeline_export) {
+    pair_fail(ErrorCode::unsupported, vulkan->capabilities().name +
+                                          ": the Vulkan driver cannot export timeline semaphores and "
+                                          "memory as opaque fds (VK_KHR_external_semaphore_fd, "
+                                          "VK_KHR_external_memory_fd)");
+  }
+  if (!vulkan->capabilities().host_memory_registration) {
+    pair_fail(ErrorCode::unsupported, vulkan->capabilities().name +
+                                          ": the Vulkan driver lacks VK_EXT_external_memory_host, "
+                                          "needed to share pinned host memory with CUDA");
+  }
+  const Side executor = options.backend == Backend::vulkan_cuda ? kVulkan : kCuda;
+  return std::make_unique<PairDevice>(std::move(vulkan), std::move(cuda), executor, options.backend);
+#else
+  (void)options;
+  pair_fail(ErrorCode::unsupported, "interop pairs need ferry built with both the vulkan and the cuda backend");
+#endif
+}
+
+}  // namespace ferry::detail
+
+namespace ferry::interop {
+
+Backend pair_backend(Backend executor, Backend owner, std::source_location where) {
+  if (executor == Backend::hip || owner == Backend::hip) {
+    detail::fail(ErrorCode::unsupported,
+                 "interop::pair_backend: HIP pairings are not supported: on Linux, HIP cannot import a "
+                 "timeline semaphore (hipImportExternalSemaphore has no timeline fd type there), so a "
+                 "HIP stream cannot wait on another API's queue on the GPU",
+                 where);
+  }
+  if (executor == Backend::vulkan && owner == Backend::cuda) return Backend::vulkan_cuda;
+  if (executor == Backend::cuda && owner == Backend::vulkan) return Backend::cuda_vulkan;
+  detail::fail(ErrorCode::invalid_argument,
+               "interop::pair_backend: (" + std::string(to_string(executor)) + ", " +
+                   std::string(to_string(owner)) + ") is not a pairing: one API must be Vulkan, the other CUDA",
+               where);
+}
+
+Device open_pair(const PairOptions& options, std::source_location where) {
+  DeviceOptions o;
+  o.backend = pair_backend(options.executor, options.owner, where);
+  o.ordinal = options.vulkan_ordinal;
+  o.peer_ordinal = options.cuda_ordinal;
+  o.validation = options.validation;
+  o.record_events = options.record_events;
+  return Device::open(o, where);
+}
+
+}  // namespace ferry::interop
