@@ -679,12 +679,15 @@ void Probe::create_buffers() {
 
   std::string why;
   const std::vector<std::uint32_t> primary_only{primary_->index};
-  dev_.label = "t" + std::to_string(dev_type_) + " " + mem_short(mem_.memoryTypes[dev_type_].propertyFlags);
+  auto type_label = [&](std::uint32_t t) {
+    return "t" + std::to_string(t) + "/h" + std::to_string(mem_.memoryTypes[t].heapIndex) + " " +
+           mem_short(mem_.memoryTypes[t].propertyFlags);
+  };
+  dev_.label = type_label(dev_type_);
   if (!make_buffer(dev_, max_size_, 1u << dev_type_, false, family_indices_, nullptr, 0, &why)) {
     throw std::runtime_error("device buffer: " + why);
   }
-  host_base_.label = "t" + std::to_string(base_host_type_) + " " +
-                     mem_short(mem_.memoryTypes[base_host_type_].propertyFlags);
+  host_base_.label = type_label(base_host_type_);
   if (!make_buffer(host_base_, max_size_, 1u << base_host_type_, false, family_indices_, nullptr, 0, &why)) {
     throw std::runtime_error("host buffer: " + why);
   }
@@ -706,7 +709,7 @@ void Probe::create_buffers() {
     const auto f = mem_.memoryTypes[t].propertyFlags;
     if (!(f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) || t == base_host_type_) continue;
     Buffer b;
-    b.label = "t" + std::to_string(t) + " " + mem_short(f);
+    b.label = type_label(t);
     const VkDeviceSize heap = mem_.memoryHeaps[mem_.memoryTypes[t].heapIndex].size;
     if (heap < max_size_ + max_size_ / 4) {
       notes_.push_back("host type " + std::to_string(t) + " skipped: heap " + std::to_string(heap >> 20) +
@@ -779,8 +782,7 @@ void Probe::create_buffers() {
           }
         }
         Buffer b;
-        b.label = std::string("import ") + k.name + " t" + std::to_string(t) + " " +
-                  mem_short(mem_.memoryTypes[t].propertyFlags);
+        b.label = std::string("import ") + k.name + " " + type_label(t);
         b.free_fn = free_fn;
         if (make_buffer(b, max_size_, 1u << t, false, family_indices_, p, bytes, &why)) {
           host_imports_.push_back(std::move(b));
@@ -1032,6 +1034,14 @@ void Probe::run_direction(bool h2d, std::uint64_t size) {
     add(measure(dir, "split-2queues", size, lanes, host_base_, dev_, 1));
   } else {
     skip("split-2queues", "no transfer-only family with 2 queues");
+    // Same two-lane path (two submits, two fences, timestamps merged) on the primary queue alone.
+    std::vector<LaneSpec> lanes(2);
+    const VkDeviceSize half = (size / 2 + 255) & ~255ull;
+    for (std::uint32_t q = 0; q < 2; ++q) {
+      lanes[q].family = primary_;
+      lanes[q].cbs = {{q == 0 ? VkBufferCopy{0, 0, half} : VkBufferCopy{half, half, size - half}}};
+    }
+    add(measure(dir, "split-2lanes-1queue", size, lanes, host_base_, dev_, 1));
   }
   // Halves across two families (transfer-only q0 + compute-only q0, or with graphics).
   {
