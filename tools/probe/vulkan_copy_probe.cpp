@@ -999,10 +999,15 @@ void Probe::run_direction(bool h2d, std::uint64_t size) {
     l.cbs = {{whole}};
     return std::vector<LaneSpec>{l};
   };
-  double base = 0;
+  double base_gpu = 0, base_host = 0;
   auto add = [&](Result r) {
-    if (base == 0 && r.skipped.empty()) base = r.gpu_timed ? r.gpu_med_gbps : r.host_med_gbps;
-    if (base > 0) r.vs_base = (r.gpu_timed ? r.gpu_med_gbps : r.host_med_gbps) / base;
+    if (base_host == 0 && r.skipped.empty()) {
+      base_gpu = r.gpu_timed ? r.gpu_med_gbps : 0;
+      base_host = r.host_med_gbps;
+    }
+    // GPU-timed against the GPU-timed baseline; otherwise host time against host time.
+    if (r.skipped.empty() && r.gpu_timed && base_gpu > 0) r.vs_base = r.gpu_med_gbps / base_gpu;
+    else if (r.skipped.empty() && base_host > 0) r.vs_base = r.host_med_gbps / base_host;
     print_result(r);
     results_.push_back(std::move(r));
   };
@@ -1186,7 +1191,7 @@ void Probe::run() {
     std::printf("notes:\n");
     for (auto& n : notes_) std::printf("  - %s\n", n.c_str());
   }
-  std::printf("\nreps %d (median), warmup %d; GB/s = 1e9 B/s; vs = median GB/s / baseline (gpu if timed)\n",
+  std::printf("\nreps %d (median), warmup %d; GB/s = 1e9 B/s; vs = gpu-med / baseline gpu-med (host-med / host-med where a row has no timestamps)\n",
               opt_.reps, opt_.warmup);
   std::printf("%-4s %5s  %-20s %-28s %-38s %-24s %3s %3s %3s  %8s %8s %8s  %9s %9s  %5s\n", "dir", "size",
               "variant", "queue", "host mem", "dev mem", "reg", "cbs", "sub", "gpu-med", "gpu-best", "host-med",
