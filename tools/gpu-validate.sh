@@ -4,8 +4,9 @@
 # synchronization validation), ferry-bench on CUDA and Vulkan, and compute-sanitizer over the
 # CUDA suite. Logs and results go to OUTDIR.
 #   bash tools/gpu-validate.sh OUTDIR [STEP...]
-# STEPs: build test-cuda test-vulkan bench-cuda bench-vulkan memcheck racecheck synccheck
-# initcheck (default: all, in that order). FERRY_GPU_DEADLINE (seconds, default 570) bounds
+# STEPs: build test-cuda test-vulkan test-pair bench-cuda bench-vulkan bench-pair memcheck
+# racecheck synccheck initcheck (default: all, in that order), and on request probe-vulkan,
+# probe-cuda (tools/probe experiments) and memcheck-pair (memcheck over the vulkan_cuda suite). FERRY_GPU_DEADLINE (seconds, default 570) bounds
 # the whole run; each step gets its own limit within it, so one slow step cannot eat the rest.
 # FERRY_BENCH_SIZES (default 64M,512M) sets the benchmark sizes.
 set -uo pipefail
@@ -14,7 +15,7 @@ cd "$root"
 out=${1:?usage: gpu-validate.sh OUTDIR [STEP...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(build test-cuda test-vulkan bench-cuda bench-vulkan memcheck racecheck synccheck initcheck)
+[ ${#steps[@]} -gt 0 ] || steps=(build test-cuda test-vulkan test-pair bench-cuda bench-vulkan bench-pair memcheck racecheck synccheck initcheck)
 deadline=$((SECONDS + ${FERRY_GPU_DEADLINE:-570}))
 sizes=${FERRY_BENCH_SIZES:-64M,512M}
 build=build-gpu
@@ -50,6 +51,12 @@ for s in "${steps[@]}"; do
       run_step build 240 ninja -C "$build" ;;
     test-cuda) run_step test-cuda 150 meson test -C "$build" --suite conformance-cuda --print-errorlogs ;;
     test-vulkan) run_step test-vulkan 150 meson test -C "$build" --suite conformance-vulkan --print-errorlogs ;;
+    test-pair) run_step test-pair 200 meson test -C "$build" --suite conformance-vulkan_cuda --suite conformance-cuda_vulkan --print-errorlogs ;;
+    bench-pair) run_step bench-pair 150 "$build/tools/ferry-bench" --backend vulkan_cuda --sizes "$sizes" --quiet --out "$out/bench-pair" --snapshot "$out/snapshot-pair" ;;
+    probe-vulkan) run_step probe-vulkan 90 "$build/tools/probe/ferry-probe-vulkan" --json "$out/probe-vulkan.json" ;;
+    probe-cuda) run_step probe-cuda 90 "$build/tools/probe/ferry-probe-cuda" --json "$out/probe-cuda.json" ;;
+    memcheck-pair)
+      run_step "$s" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/conformance-vulkan_cuda" "$skip" ;;
     bench-cuda) run_step bench-cuda 150 "$build/tools/ferry-bench" --backend cuda --sizes "$sizes" --quiet --out "$out/bench-cuda" --snapshot "$out/snapshot-cuda" ;;
     bench-vulkan) run_step bench-vulkan 150 "$build/tools/ferry-bench" --backend vulkan --sizes "$sizes" --quiet --out "$out/bench-vulkan" --snapshot "$out/snapshot-vulkan" ;;
     memcheck|racecheck|synccheck)

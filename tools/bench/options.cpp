@@ -76,7 +76,8 @@ std::string usage() {
   return R"(ferry-bench: copy strategies side by side (footprint, bandwidth, host cost, overlap)
 
 usage: ferry-bench [options]
-  --backend NAME        host | cuda | vulkan | hip | auto (default auto: the best GPU present,
+  --backend NAME        host | cuda | vulkan | hip | vulkan_cuda | cuda_vulkan | auto (default
+                        auto: the best GPU present,
                         else the CPU reference backend)
   --sizes LIST          batch sizes, K/M/G binary units (default 64M,512M; host backend 16M,64M)
   --steps N             steps per footprint run (default 30)

@@ -33,9 +33,10 @@ const RawCopy* find_raw(const Run& run, std::uint64_t bytes) {
 }
 
 // The bars of ANCHORS.md. Bandwidth and overlap bars are GPU bars; elsewhere informational.
+// Interop pairs are judged by their executing API's bar (Vulkan copies: 95%, CUDA: 98%).
 double bandwidth_bar(const std::string& backend) {
-  if (backend == "cuda" || backend == "hip") return 0.98;
-  if (backend == "vulkan") return 0.95;
+  if (backend == "cuda" || backend == "hip" || backend == "cuda_vulkan") return 0.98;
+  if (backend == "vulkan" || backend == "vulkan_cuda") return 0.95;
   return 0;
 }
 constexpr double reserved_bar = 1.02;
@@ -82,7 +83,7 @@ std::vector<Verdict> verdicts(const Run& run) {
     }
     if (owner && raw && raw->vendor.measured && raw->vendor.h2d_gbps > 0) {
       const double v = owner->copy_gbps / raw->vendor.h2d_gbps;
-      const double bar = run.backend == "vulkan" ? 0.95 : 0.98;
+      const double bar = bandwidth_bar(run.backend) > 0 ? bandwidth_bar(run.backend) : 0.98;
       out.push_back({bytes, "owner_owned_h2d_vs_vendor", v, bytes >= (16u << 20) ? bar : 0, false,
                      size + ": owner_owned upload = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " (" +
                          fmt("%.2f", raw->vendor.h2d_gbps) + " GB/s)" +
@@ -90,7 +91,7 @@ std::vector<Verdict> verdicts(const Run& run) {
     }
     if (raw && raw->vendor.measured && raw->vendor.d2h_gbps > 0) {
       const double v = raw->d2h_gbps / raw->vendor.d2h_gbps;
-      const double bar = run.backend == "vulkan" ? 0.95 : 0.98;
+      const double bar = bandwidth_bar(run.backend) > 0 ? bandwidth_bar(run.backend) : 0.98;
       out.push_back({bytes, "download_d2h_vs_vendor", v, bytes >= (16u << 20) ? bar : 0, false,
                      size + ": download = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " d2h (" +
                          fmt("%.2f", raw->vendor.d2h_gbps) + " GB/s)" +
