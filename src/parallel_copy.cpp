@@ -56,11 +56,7 @@ void ParallelCopier::worker(unsigned index) {
   }
 }
 
-void ParallelCopier::run(const std::function<void(unsigned, unsigned)>& job, unsigned parts) {
-  if (parts <= 1 || workers_.empty()) {
-    job(0, 1);
-    return;
-  }
+void ParallelCopier::start(const std::function<void(unsigned, unsigned)>& job, unsigned parts) {
   {
     std::lock_guard lock(mutex_);
     job_ = &job;
@@ -69,10 +65,22 @@ void ParallelCopier::run(const std::function<void(unsigned, unsigned)>& job, uns
     ++generation_;
   }
   wake_.notify_all();
-  job(0, parts);  // the caller does part 0
+}
+
+void ParallelCopier::finish() {
   std::unique_lock lock(mutex_);
   done_.wait(lock, [&] { return remaining_ == 0; });
   job_ = nullptr;
+}
+
+void ParallelCopier::run(const std::function<void(unsigned, unsigned)>& job, unsigned parts) {
+  if (parts <= 1 || workers_.empty()) {
+    job(0, 1);
+    return;
+  }
+  start(job, parts);
+  job(0, parts);  // the caller does part 0
+  finish();
 }
 
 void ParallelCopier::gather(const std::vector<GatherPiece>& pieces, std::uint64_t begin, std::uint64_t end,
@@ -90,6 +98,79 @@ void ParallelCopier::gather(const std::vector<GatherPiece>& pieces, std::uint64_
 
 void ParallelCopier::copy(std::byte* dst, const std::byte* src, std::uint64_t bytes) {
   gather({GatherPiece{0, src, bytes}}, 0, bytes, dst);
+}
+
+PipelinedCopy::PipelinedCopy(ParallelCopier& copier, const CopyPlan& plan)
+    : copier_(copier), plan_(plan), chunk_end_(plan.chunks, 0),
+      remaining_(new std::atomic<std::uint32_t>[plan.chunks]) {
+  for (std::uint32_t k = 0; k < plan.chunks; ++k) remaining_[k].store(0, std::memory_order_relaxed);
+  for (std::size_t u = 0; u < plan.units.size(); ++u) {
+    const std::uint32_t k = plan.units[u].chunk;
+    remaining_[k].fetch_add(1, std::memory_order_relaxed);
+    chunk_end_[k] = static_cast<std::uint32_t>(u + 1);
+  }
+  for (std::uint32_t k = 1; k < plan.chunks; ++k) chunk_end_[k] = std::max(chunk_end_[k], chunk_end_[k - 1]);
+  // One wake-up per job, and only when there is more than one unit to share.
+  if (copier_.threads() > 0 && plan.units.size() > 1) {
+    job_ = [this](unsigned, unsigned) { helper(); };
+    const unsigned helpers = static_cast<unsigned>(std::min<std::size_t>(copier_.threads(), plan.units.size() - 1));
+    copier_.start(job_, helpers + 1);
+    started_ = true;
+  }
+}
+
+PipelinedCopy::~PipelinedCopy() {
+  if (!started_) return;
+  // Wake helpers sleeping on `released_` (the value must change for atomic::wait to return);
+  // they see `stop_` and leave without running anything more.
+  stop_.store(true, std::memory_order_release);
+  released_.store(plan_.units.size() + 1, std::memory_order_release);
+  released_.notify_all();
+  copier_.finish();
+}
+
+void PipelinedCopy::release_through(std::uint32_t chunk) {
+  const std::uint64_t upto = chunk_end_[chunk];
+  if (upto > released_.load(std::memory_order_relaxed)) {
+    released_.store(upto, std::memory_order_release);
+    released_.notify_all();
+  }
+}
+
+void PipelinedCopy::run_unit(std::size_t u) {
+  const CopyUnit& unit = plan_.units[u];
+  for (std::uint32_t i = unit.begin; i < unit.end; ++i) {
+    const CopyItem& it = plan_.items[i];
+    std::memcpy(it.dst, it.src, it.size);
+  }
+  remaining_[unit.chunk].fetch_sub(1, std::memory_order_acq_rel);
+  finished_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+bool PipelinedCopy::run_one() {
+  std::uint64_t n = next_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (n >= released_.load(std::memory_order_acquire)) return false;
+    if (next_.compare_exchange_weak(n, n + 1, std::memory_order_acq_rel)) break;
+  }
+  run_unit(n);
+  return true;
+}
+
+void PipelinedCopy::helper() {
+  const std::uint64_t total = plan_.units.size();
+  for (;;) {
+    const std::uint64_t u = next_.fetch_add(1, std::memory_order_acq_rel);
+    if (u >= total) return;
+    // Sleep (futex) until the caller releases this unit's chunk or stops the job.
+    for (std::uint64_t r = released_.load(std::memory_order_acquire); u >= r;
+         r = released_.load(std::memory_order_acquire)) {
+      if (stop_.load(std::memory_order_acquire)) return;
+      released_.wait(r, std::memory_order_acquire);
+    }
+    if (stop_.load(std::memory_order_acquire)) return;
+    run_unit(u);
+  }
 }
 
 }  // namespace ferry::detail

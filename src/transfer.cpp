@@ -40,6 +40,7 @@ struct TransferState {
   std::unique_ptr<ParallelCopier> copier;  // started on first staged copy
 
   void ensure_staging(DeviceState& d, const std::source_location& where) {
+    FERRY_REQUIRE(options.staging, "Transfer", "staging is disabled (TransferOptions::staging = false)", where);
     if (ring.empty()) {
       for (std::uint32_t i = 0; i < options.staging_chunks; ++i) {
         ring.push_back({d.host_pool_api.allocate(options.staging_chunk_bytes, where), {}});
@@ -52,24 +53,225 @@ struct TransferState {
     }
   }
 
-  /// Pack `pieces` (total `total` bytes) through the staging ring into block `b`, one DMA
-  /// per chunk on the executor; host packing of chunk k+1 overlaps the DMA of chunk k.
-  /// Caller holds `mutex` and has made the executor wait for b.ready_after.
-  void staged_h2d(const std::vector<GatherPiece>& pieces, std::uint64_t total, const BlockState& b,
-                  const std::source_location& where) {
-    const std::uint64_t chunk = options.staging_chunk_bytes;
-    for (std::uint64_t at = 0; at < total; at += chunk) {
-      const std::uint64_t n = std::min(chunk, total - at);
-      Slot& slot = ring[next_slot];
-      next_slot = (next_slot + 1) % ring.size();
-      slot.free.wait(std::chrono::hours(1), where);  // the slot's previous DMA has read it
-      copier->gather(pieces, at, at + n, slot.buffer.data());
-      std::lock_guard elock(exec->mutex);
-      exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + at}, HostRef{slot.buffer.state()->memory.get(), 0}, n);
-      exec->dirty = true;
-      slot.free = enqueue_mark(*exec);
-      exec->backend->flush();
+  // ---- Pipelined staging -------------------------------------------------------------------
+  //
+  // A staged copy moves a "stream" of `total` bytes (a batch upload's packed layout, or the
+  // coalesced source ranges of a batch download) through the ring in chunks of `chunk` bytes.
+  // The ring keeps its configured buffers (staging_chunks x staging_chunk_bytes: the cap is
+  // never exceeded); a call may cut each buffer into several smaller chunks.
+  //
+  // Why smaller chunks: with 4 x 16 MiB and a 64 MiB batch, chunk k's DMA cannot start before
+  // all of chunk k is packed, so the first 16 MiB of packing and the last 16 MiB of DMA do not
+  // overlap anything: on the H200 (16 threads, 42.6 GB/s memcpy, 55.5 GB/s DMA) that is
+  // ~0.4 ms + ~0.3 ms on top of ~1.6 ms of packing. Aiming at >= kTargetChunks chunks per call
+  // (2 MiB for 64 MiB) leaves ~40 us of fill and drain. The floor kMinChunk keeps DMAs large
+  // enough for the copy engine to reach full rate (per-copy launch ~5-10 us is hidden behind
+  // the previous DMA of >= 1 MiB, ~20 us at 55 GB/s). Chunks are the buffer size divided by a
+  // power of two, so they tile every buffer exactly.
+  //
+  // Host side: the whole call's memcpys are planned up front (CopyPlan) and split into units
+  // of about kUnitBytes, cut at 4 KiB boundaries of the stream (two threads never write one
+  // cache line of staging), balanced by bytes (views are grouped contiguously, not
+  // dispatched one by one). The helpers are woken once per call and claim units in order, so
+  // all threads work on the oldest chunks first; the calling thread issues each chunk's DMA
+  // the moment its last unit finishes and packs units in between.
+  static constexpr std::uint64_t kMinChunk = 1ull << 20;
+  static constexpr std::uint64_t kTargetChunks = 32;
+  static constexpr std::uint64_t kUnitBytes = 256ull << 10;
+
+  struct Geometry {
+    std::uint64_t chunk = 0;       // bytes per chunk
+    std::uint64_t per_buffer = 0;  // chunks per ring buffer
+    std::uint64_t ring_chunks = 0; // chunks the ring holds at once
+    std::size_t first = 0;         // ring buffer of chunk 0
+    std::uint64_t chunks = 0;      // chunks in this call
+    [[nodiscard]] std::size_t buffer(std::uint64_t k, std::size_t n) const {
+      return (first + (k % ring_chunks) / per_buffer) % n;
     }
+    [[nodiscard]] std::uint64_t offset(std::uint64_t k) const { return (k % ring_chunks) % per_buffer * chunk; }
+  };
+
+  Geometry geometry(std::uint64_t total) const {
+    Geometry g;
+    g.chunk = options.staging_chunk_bytes;
+    while (g.chunk % 2 == 0 && g.chunk / 2 >= kMinChunk && (total + g.chunk - 1) / g.chunk < kTargetChunks) g.chunk /= 2;
+    g.per_buffer = options.staging_chunk_bytes / g.chunk;
+    g.ring_chunks = g.per_buffer * ring.size();
+    g.first = next_slot;
+    g.chunks = (total + g.chunk - 1) / g.chunk;
+    return g;
+  }
+
+  /// A piece of the stream: `size` bytes at stream position `at` correspond to `host`.
+  struct StreamPiece {
+    std::uint64_t at = 0;
+    std::byte* host = nullptr;  // written only by downloads (uploads never write through it)
+    std::uint64_t size = 0;
+  };
+
+  std::byte* stage(const Geometry& g, std::uint64_t k) const {
+    return ring[g.buffer(k, ring.size())].buffer.data() + g.offset(k);
+  }
+
+  /// Plan the host memcpys of a staged copy: `to_staging` packs (upload), else scatters.
+  CopyPlan plan_copies(const std::vector<StreamPiece>& pieces, std::uint64_t total, const Geometry& g,
+                       bool to_staging) const {
+    CopyPlan plan;
+    plan.chunks = static_cast<std::uint32_t>(g.chunks);
+    const std::uint64_t workers = copier->threads() + 1;
+    std::vector<std::uint64_t> unit_begin;  // stream position where unit u starts
+    for (std::uint64_t k = 0; k < g.chunks; ++k) {
+      const std::uint64_t cb = k * g.chunk, n = std::min(g.chunk, total - cb);
+      const std::uint64_t parts = std::clamp<std::uint64_t>(n / kUnitBytes, 1, workers);
+      std::uint64_t prev = cb;
+      for (std::uint64_t i = 1; i <= parts; ++i) {
+        const std::uint64_t e = i == parts ? cb + n : cb + (n * i / parts) / 4096 * 4096;
+        if (e <= prev) continue;
+        unit_begin.push_back(prev);
+        plan.units.push_back({0, 0, static_cast<std::uint32_t>(k)});
+        prev = e;
+      }
+    }
+    const std::size_t units = plan.units.size();
+    auto unit_end = [&](std::size_t u) { return u + 1 < units ? unit_begin[u + 1] : total; };
+    // Visit the fragments of every piece, cut at unit boundaries.
+    auto for_each_fragment = [&](auto&& fn) {
+      for (const StreamPiece& p : pieces) {
+        std::size_t u = static_cast<std::size_t>(
+            std::upper_bound(unit_begin.begin(), unit_begin.end(), p.at) - unit_begin.begin() - 1);
+        for (; u < units && unit_begin[u] < p.at + p.size; ++u) {
+          const std::uint64_t a = std::max(p.at, unit_begin[u]), b = std::min(p.at + p.size, unit_end(u));
+          if (a < b) fn(u, p, a, b);
+        }
+      }
+    };
+    std::vector<std::uint32_t> count(units + 1, 0);
+    for_each_fragment([&](std::size_t u, const StreamPiece&, std::uint64_t, std::uint64_t) { ++count[u + 1]; });
+    for (std::size_t u = 0; u < units; ++u) count[u + 1] += count[u];
+    for (std::size_t u = 0; u < units; ++u) plan.units[u].begin = plan.units[u].end = count[u];
+    plan.items.resize(count[units]);
+    for_each_fragment([&](std::size_t u, const StreamPiece& p, std::uint64_t a, std::uint64_t b) {
+      const std::uint64_t k = plan.units[u].chunk;
+      std::byte* staged = stage(g, k) + (a - k * g.chunk);
+      std::byte* host = p.host + (a - p.at);
+      plan.items[plan.units[u].end++] = to_staging ? CopyItem{staged, host, b - a} : CopyItem{host, staged, b - a};
+    });
+    return plan;
+  }
+
+  /// Spin briefly, then yield: the caller waits for helpers finishing a unit (tens of us).
+  static void pause(unsigned& idle) {
+    if (++idle > 64) std::this_thread::yield();
+  }
+
+  /// Upload: pack `pieces` (stream = the batch layout, `total` bytes) through the ring into
+  /// block `b`, one DMA per chunk. Caller holds `mutex` and made the executor wait for
+  /// b.ready_after.
+  void staged_h2d(const std::vector<StreamPiece>& pieces, std::uint64_t total, const BlockState& b,
+                  const std::source_location& where) {
+    const Geometry g = geometry(total);
+    const CopyPlan plan = plan_copies(pieces, total, g, true);
+    const std::uint64_t K = g.chunks, R = g.ring_chunks;
+    std::vector<TimelinePoint> before(ring.size());  // last use of each buffer before this call
+    for (std::size_t i = 0; i < ring.size(); ++i) before[i] = ring[i].free;
+    std::vector<TimelinePoint> dma(K);
+    // Chunk k's staging may be written once its previous reader is done: a DMA of an earlier
+    // call (first lap) or of chunk k - R of this call.
+    auto gate = [&](std::uint64_t k) -> const TimelinePoint& {
+      return k < R ? before[g.buffer(k, ring.size())] : dma[k - R];
+    };
+    PipelinedCopy job(*copier, plan);
+    std::uint64_t released = 0, issued = 0;
+    unsigned idle = 0;
+    while (issued < K) {
+      bool progress = false;
+      while (released < K && (released < R || released - R < issued) && gate(released).reached()) {
+        job.release_through(static_cast<std::uint32_t>(released++));
+        progress = true;
+      }
+      while (issued < released && job.chunk_done(static_cast<std::uint32_t>(issued))) {
+        const std::uint64_t at = issued * g.chunk, n = std::min(g.chunk, total - at);
+        Slot& slot = ring[g.buffer(issued, ring.size())];
+        std::lock_guard elock(exec->mutex);
+        exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + at},
+                                HostRef{slot.buffer.state()->memory.get(), g.offset(issued)}, n);
+        exec->dirty = true;
+        dma[issued] = slot.free = enqueue_mark(*exec);
+        exec->backend->flush();
+        ++issued;
+        progress = true;
+      }
+      if (issued == K) break;
+      if (job.run_one() || progress) {
+        idle = 0;
+        continue;
+      }
+      if (issued == released) {
+        gate(released).wait(std::chrono::hours(1), where);  // DMA-bound: sleep on the queue
+      } else {
+        pause(idle);  // helpers are finishing the oldest chunk
+      }
+    }
+    next_slot = (g.buffer(K - 1, ring.size()) + 1) % ring.size();
+  }
+
+  /// A run of the source buffer copied as one contiguous part of the stream.
+  struct Run {
+    std::uint64_t stream = 0;  // stream position of the run's first byte
+    std::uint64_t source = 0;  // offset in the source buffer
+    std::uint64_t size = 0;
+  };
+
+  /// Download: DMA the stream (`runs` of `b`, `total` bytes) through the ring chunk by chunk
+  /// and scatter each chunk into `pieces` as soon as its DMA completes. Returns when every
+  /// byte is in host memory. Caller holds `mutex` and ordered the executor after the
+  /// source's producers.
+  void staged_d2h(const std::vector<StreamPiece>& pieces, const std::vector<Run>& runs, std::uint64_t total,
+                  const BlockState& b, const std::source_location& where) {
+    const Geometry g = geometry(total);
+    const CopyPlan plan = plan_copies(pieces, total, g, false);
+    const std::uint64_t K = g.chunks, R = g.ring_chunks;
+    std::vector<TimelinePoint> dma(K);
+    PipelinedCopy job(*copier, plan);
+    std::uint64_t released = 0, issued = 0;
+    std::size_t run = 0;
+    unsigned idle = 0;
+    while (!job.all_done()) {
+      bool progress = false;
+      // DMA ahead while the ring has room: chunk k reuses the staging of chunk k - R, whose
+      // scatter must be complete; in the first lap, wait for earlier calls' use of the buffer.
+      while (issued < K && (issued < R || job.chunk_done(static_cast<std::uint32_t>(issued - R)))) {
+        Slot& slot = ring[g.buffer(issued, ring.size())];
+        if (issued < R && g.offset(issued) == 0) slot.free.wait(std::chrono::hours(1), where);
+        const std::uint64_t cb = issued * g.chunk, ce = std::min(total, cb + g.chunk);
+        std::lock_guard elock(exec->mutex);
+        while (run < runs.size() && runs[run].stream + runs[run].size <= cb) ++run;
+        for (std::size_t r = run; r < runs.size() && runs[r].stream < ce; ++r) {
+          const std::uint64_t a = std::max(cb, runs[r].stream), e = std::min(ce, runs[r].stream + runs[r].size);
+          exec->backend->copy_d2h(HostRef{slot.buffer.state()->memory.get(), g.offset(issued) + (a - cb)},
+                                  DeviceRef{b.segment, b.offset + runs[r].source + (a - runs[r].stream)}, e - a);
+        }
+        exec->dirty = true;
+        dma[issued] = slot.free = enqueue_mark(*exec);
+        exec->backend->flush();
+        ++issued;
+        progress = true;
+      }
+      while (released < issued && dma[released].reached()) {
+        job.release_through(static_cast<std::uint32_t>(released++));
+        progress = true;
+      }
+      if (job.run_one() || progress) {
+        idle = 0;
+        continue;
+      }
+      if (released < issued) {
+        dma[released].wait(std::chrono::hours(1), where);  // DMA-bound: sleep on the queue
+      } else {
+        pause(idle);  // helpers are finishing units
+      }
+    }
+    next_slot = (g.buffer(K - 1, ring.size()) + 1) % ring.size();
   }
 
   void keep(const TimelinePoint& done, const std::shared_ptr<HostAllocation>& host) {
@@ -319,17 +521,24 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   constexpr std::uint64_t align = 256;
   UploadBatch batch;
   batch.offsets.reserve(views.size());
-  std::vector<detail::GatherPiece> pieces;
+  std::vector<detail::TransferState::StreamPiece> pieces;
   pieces.reserve(views.size());
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < views.size(); ++i) {
     const HostView& v = views[i];
-    FERRY_REQUIRE(v.data != nullptr && v.size > 0, fn, "view " + std::to_string(i) + " is null or empty", where);
+    FERRY_REQUIRE(v.data != nullptr, fn, "view " + std::to_string(i) + " has a null data pointer", where);
+    FERRY_REQUIRE(v.size > 0, fn, "view " + std::to_string(i) + " is empty (size 0)", where);
+    FERRY_REQUIRE(state_->options.staging, fn,
+                  "view " + std::to_string(i) + " (" + std::to_string(v.size) +
+                      " bytes of host memory) is larger than the staging cap of 0 bytes: staging is disabled "
+                      "(TransferOptions::staging = false); upload a HostBuffer instead",
+                  where);
     FERRY_REQUIRE(v.size <= detail::BlockAllocator::max_request() && total <= detail::BlockAllocator::max_request(), fn,
             "the batch exceeds the largest supported allocation (2^52 bytes)", where);
     total = (total + align - 1) / align * align;
     batch.offsets.push_back(total);
-    pieces.push_back({total, static_cast<const std::byte*>(v.data), v.size});
+    // const_cast: an upload only reads through StreamPiece::host.
+    pieces.push_back({total, const_cast<std::byte*>(static_cast<const std::byte*>(v.data)), v.size});
     total += v.size;
   }
   FERRY_REQUIRE(total <= detail::BlockAllocator::max_request(), fn,
@@ -423,47 +632,104 @@ void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destina
           "destination (" + std::to_string(destination.size()) + " bytes) is smaller than the buffer (" +
               std::to_string(b.requested) + " bytes)",
           where);
+  const DownloadView view{0, destination.data(), b.requested};
+  download(source, std::span<const DownloadView>(&view, 1), where);
+}
+
+void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView> views, std::source_location where) {
+  constexpr const char* fn = "Transfer::download(batch)";
+  auto& d = transfer_device(state_, fn, where);
+  auto& b = detail::checked_block(source, &d, fn, where);
+  FERRY_REQUIRE(!views.empty(), fn, "empty span of views", where);
+  FERRY_REQUIRE(views.size() <= max_batch_views, fn,
+                std::to_string(views.size()) + " views exceed the limit of " + std::to_string(max_batch_views), where);
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const DownloadView& v = views[i];
+    FERRY_REQUIRE(v.data != nullptr, fn, "view " + std::to_string(i) + " has a null data pointer", where);
+    FERRY_REQUIRE(v.size > 0, fn, "view " + std::to_string(i) + " is empty (size 0)", where);
+    FERRY_REQUIRE(v.offset <= b.requested && v.size <= b.requested - v.offset, fn,
+                  "view " + std::to_string(i) + ": range [" + std::to_string(v.offset) + ", +" +
+                      std::to_string(v.size) + ") exceeds the source buffer's " + std::to_string(b.requested) +
+                      " bytes",
+                  where);
+    FERRY_REQUIRE(reinterpret_cast<std::uintptr_t>(v.data) <= UINTPTR_MAX - v.size, fn,
+                  "view " + std::to_string(i) + ": destination range wraps around the address space", where);
+    FERRY_REQUIRE(state_->options.staging, fn,
+                  "view " + std::to_string(i) + " (" + std::to_string(v.size) +
+                      " bytes) is larger than the staging cap of 0 bytes: staging is disabled "
+                      "(TransferOptions::staging = false); download into a HostBuffer instead",
+                  where);
+  }
+  // Destinations must not overlap: sort by address, compare neighbours.
+  std::vector<std::uint32_t> order(views.size());
+  for (std::size_t i = 0; i < views.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+  auto addr = [&](std::uint32_t i) { return reinterpret_cast<std::uintptr_t>(views[i].data); };
+  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) { return addr(x) < addr(y); });
+  for (std::size_t j = 1; j < order.size(); ++j) {
+    const std::uint32_t p = order[j - 1], c = order[j];
+    FERRY_REQUIRE(addr(p) + views[p].size <= addr(c), fn,
+                  "the destinations of views " + std::to_string(std::min(p, c)) + " and " +
+                      std::to_string(std::max(p, c)) + " overlap",
+                  where);
+  }
+  // The stream: source ranges sorted by offset, coalesced into runs (a gap of up to kGap bytes
+  // is downloaded rather than paying another DMA), concatenated.
+  constexpr std::uint64_t kGap = 64 << 10;
+  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
+    return views[x].offset < views[y].offset || (views[x].offset == views[y].offset && x < y);
+  });
+  std::vector<detail::TransferState::Run> runs;
+  std::vector<detail::TransferState::StreamPiece> pieces;
+  pieces.reserve(views.size());
+  std::uint64_t total = 0;
+  for (const std::uint32_t i : order) {
+    const DownloadView& v = views[i];
+    if (runs.empty() || v.offset > runs.back().source + runs.back().size + kGap) {
+      runs.push_back({total, v.offset, 0});
+    }
+    auto& r = runs.back();
+    const std::uint64_t end = std::max(r.source + r.size, v.offset + v.size);
+    total += end - (r.source + r.size);
+    r.size = end - r.source;
+    pieces.push_back({r.stream + (v.offset - r.source), static_cast<std::byte*>(v.data), v.size});
+  }
   std::lock_guard lock(state_->mutex);
   auto& s = *state_;
   s.ensure_staging(d, where);
   const auto& exec = s.exec;
   const auto owner = detail::last_user(b);
   detail::prepare_access(exec, b, true);  // after the work that produced the data
-  // Pipeline: keep up to ring-size chunks in flight, copy each out as it completes.
-  const std::uint64_t chunk = s.options.staging_chunk_bytes;
-  const std::uint64_t total = b.requested;
-  struct Pending {
-    std::size_t slot;
-    std::uint64_t at;
-    std::uint64_t n;
-  };
-  std::deque<Pending> pending;
-  auto drain_one = [&] {
-    const Pending p = pending.front();
-    pending.pop_front();
-    s.ring[p.slot].free.wait(std::chrono::hours(1), where);
-    s.copier->copy(destination.data() + p.at, s.ring[p.slot].buffer.data(), p.n);
-  };
-  for (std::uint64_t at = 0; at < total; at += chunk) {
-    if (pending.size() == s.ring.size()) drain_one();
-    const std::uint64_t n = std::min(chunk, total - at);
-    const std::size_t slot = s.next_slot;
-    s.next_slot = (s.next_slot + 1) % s.ring.size();
-    std::lock_guard elock(exec->mutex);
-    exec->backend->copy_d2h(detail::HostRef{s.ring[slot].buffer.state()->memory.get(), 0},
-                            detail::DeviceRef{b.segment, b.offset + at}, n);
-    exec->dirty = true;
-    s.ring[slot].free = detail::enqueue_mark(*exec);
-    exec->backend->flush();
-    pending.push_back({slot, at, n});
-  }
   TimelinePoint done;
+  try {
+    s.staged_d2h(pieces, runs, total, b, where);
+  } catch (...) {
+    std::lock_guard elock(exec->mutex);
+    (void)detail::finish_access(exec, b, owner);  // keep the block's ordering consistent
+    throw;
+  }
   {
     std::lock_guard elock(exec->mutex);
     done = detail::finish_access(exec, b, owner);
   }
-  while (!pending.empty()) drain_one();
   detail::record_activity(d, *exec, "copy d2h (staged)", total, done);
+}
+
+void Transfer::download(const UploadBatch& batch, std::span<const HostSpan> destinations, std::source_location where) {
+  constexpr const char* fn = "Transfer::download(batch)";
+  FERRY_REQUIRE(destinations.size() == batch.offsets.size() && batch.views.size() == batch.offsets.size(), fn,
+                std::to_string(destinations.size()) + " destinations for a batch of " +
+                    std::to_string(batch.offsets.size()) + " inputs",
+                where);
+  std::vector<DownloadView> views(destinations.size());
+  for (std::size_t i = 0; i < destinations.size(); ++i) {
+    FERRY_REQUIRE(destinations[i].size == batch.views[i].size, fn,
+                  "destination " + std::to_string(i) + " has " + std::to_string(destinations[i].size) +
+                      " bytes, input " + std::to_string(i) + " of the batch has " +
+                      std::to_string(batch.views[i].size),
+                  where);
+    views[i] = {batch.offsets[i], destinations[i].data, destinations[i].size};
+  }
+  download(batch.buffer, std::span<const DownloadView>(views), where);
 }
 
 TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& destination, std::uint64_t bytes,

@@ -69,9 +69,12 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
   const std::uint64_t batch_bytes = o.batch_bytes.value_or(run.backend == "host" ? 256ull << 20 : 1ull << 30);
   if (batch_bytes > 0) {
     // The pinned-DMA side of the ceiling: the vendor's raw copy where measured, else ferry's.
-    double dma = 0;
-    for (const auto& r : run.raw) dma = std::max(dma, r.vendor.measured ? r.vendor.h2d_gbps : r.gbps);
-    run.batch = run_batch_study(factory, batch_bytes, dma, progress);
+    double dma = 0, dma_d2h = 0;
+    for (const auto& r : run.raw) {
+      dma = std::max(dma, r.vendor.measured ? r.vendor.h2d_gbps : r.gbps);
+      dma_d2h = std::max(dma_d2h, r.vendor.measured ? r.vendor.d2h_gbps : r.d2h_gbps);
+    }
+    run.batch = run_batch_study(factory, batch_bytes, dma, dma_d2h, progress);
   }
   progress.done();
 }

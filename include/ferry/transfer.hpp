@@ -60,9 +60,20 @@ struct TransferOptions {
   /// The executing queue; null = the device's transfer queue.
   Queue executor;
   /// Pinned staging used for pageable sources/destinations: chunk size and number of chunks
-  /// in the ring. The ring is allocated on first use and bounded by chunk * chunks bytes.
+  /// in the ring. The ring is allocated on first use and bounded by chunk * chunks bytes (the
+  /// staging cap): a Transfer never holds more pinned staging than that, whatever the size of
+  /// a call. A call may cut each ring buffer into smaller chunks (a power-of-two fraction, at
+  /// least 1 MiB) so that a batch of a few buffers' worth still pipelines packing and DMA.
   std::uint64_t staging_chunk_bytes = 16ull << 20;
   std::uint32_t staging_chunks = 4;
+  /// false: staging disabled. The Transfer allocates no staging ring and starts no helper
+  /// threads; its staging cap is 0 bytes. Every path that needs staging -- pageable uploads
+  /// (`upload(span<const std::byte>)`, batch uploads of HostViews) and pageable or batch
+  /// downloads -- then fails with `invalid_argument` naming the offending view, its size and
+  /// the cap, before anything is enqueued. Pinned paths (HostBuffer uploads and downloads,
+  /// `upload_into`, `copy`) are unaffected. Use it to guarantee that a Transfer never pins
+  /// memory of its own or copies on the host.
+  bool staging = true;
   /// Helper threads packing host memory into staging (persistent, started on first use).
   /// -1 = one less than the hardware threads, at most 15; 0 = pack on the calling thread.
   int staging_threads = -1;
@@ -82,7 +93,21 @@ struct UploadBatch {
   TimelinePoint ready;                 ///< every copy complete once reached
 };
 
-/// @brief Most views one batch upload accepts.
+/// @brief A destination of a batch download: `size` bytes of the source buffer starting at
+/// `offset` are written to host memory at `data` (pageable or pinned).
+struct DownloadView {
+  std::uint64_t offset = 0;  ///< start of the range in the source buffer
+  void* data = nullptr;      ///< destination; must not be null
+  std::uint64_t size = 0;    ///< bytes; must be > 0
+};
+
+/// @brief A writable range of host memory (pageable or pinned).
+struct HostSpan {
+  void* data = nullptr;    ///< start; must not be null
+  std::uint64_t size = 0;  ///< bytes; must be > 0
+};
+
+/// @brief Most views one batch upload or batch download accepts.
 inline constexpr std::size_t max_batch_views = std::size_t{1} << 20;
 
 /// @brief Options of one upload.
@@ -158,7 +183,31 @@ class Transfer {
                          std::uint64_t offset = 0,
                          std::source_location where = std::source_location::current());
   /// @brief Copy a device buffer into pageable memory; blocks until the data is there.
+  /// Goes through the staging ring (`invalid_argument` when staging is disabled).
   void download(const DeviceBuffer& source, std::span<std::byte> destination,
+                std::source_location where = std::source_location::current());
+  /// @brief Batch download, the mirror of the batch upload: for every view, `size` bytes of
+  /// `source` at `offset` are copied to `data`. The source ranges are coalesced (sorted by
+  /// offset, nearby ranges merged) and moved through the pinned staging ring with one DMA per
+  /// chunk and run; helper threads scatter each chunk into the destinations as soon as its DMA
+  /// completes.
+  ///  - Blocking: returns once every byte is in host memory; the destinations may then be read.
+  ///  - Ordering: the copy follows the source owner's work enqueued before the call (e.g. a
+  ///    `run_synthetic_compute` that wrote it); the owner's later work (including a release)
+  ///    is ordered after the read.
+  ///  - Ownership: the caller owns the destinations and must keep them alive and untouched by
+  ///    other threads during the call; nothing is retained after it returns. Source ranges may
+  ///    overlap each other (the same bytes downloaded twice); destinations may not.
+  ///  - Thread-safety: like every Transfer call, serialized with the Transfer's other calls.
+  /// Errors (`invalid_argument`, naming the view index; nothing is enqueued): an empty span,
+  /// more than `max_batch_views` views, a null destination, a zero size, a range outside the
+  /// source buffer, two destination ranges that overlap, staging disabled.
+  void download(const DeviceBuffer& source, std::span<const DownloadView> views,
+                std::source_location where = std::source_location::current());
+  /// @brief Download a batch upload's inputs back into `destinations` (destination i receives
+  /// input i, `batch.offsets[i]`; its size must equal input i's size). Same contract as the
+  /// DownloadView overload, plus `invalid_argument` when the counts or a size differ.
+  void download(const UploadBatch& batch, std::span<const HostSpan> destinations,
                 std::source_location where = std::source_location::current());
   /// @brief Device-to-device copy of `bytes` (0 = all of `source`) on the executor; both
   /// owners are ordered around it like `download`.

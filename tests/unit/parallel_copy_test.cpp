@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "parallel_copy.hpp"
@@ -80,5 +81,50 @@ TEST_CASE("parallel copy: a large contiguous copy is exact and reusable many tim
     std::vector<std::byte> dst(src.size());
     copier.copy(dst.data(), src.data(), src.size());
     REQUIRE(dst == src);
+  }
+}
+
+TEST_CASE("pipelined copy: chunks released in order, helpers and caller run every unit once") {
+  using ferry::detail::CopyItem;
+  using ferry::detail::CopyPlan;
+  using ferry::detail::CopyUnit;
+  using ferry::detail::PipelinedCopy;
+  std::mt19937_64 rng(5);
+  for (unsigned threads : {0u, 1u, 3u}) {
+    CAPTURE(threads);
+    ParallelCopier copier(threads);
+    for (int round = 0; round < 20; ++round) {
+      // 1..9 chunks of 1..6 units of 1..5 items each.
+      CopyPlan plan;
+      plan.chunks = 1 + static_cast<std::uint32_t>(rng() % 9);
+      std::vector<std::vector<std::byte>> src, dst;
+      for (std::uint32_t k = 0; k < plan.chunks; ++k) {
+        const int units = 1 + static_cast<int>(rng() % 6);
+        for (int u = 0; u < units; ++u) {
+          CopyUnit unit{static_cast<std::uint32_t>(plan.items.size()), 0, k};
+          const int items = 1 + static_cast<int>(rng() % 5);
+          for (int i = 0; i < items; ++i) {
+            src.emplace_back(1 + rng() % 5000);
+            for (auto& b : src.back()) b = static_cast<std::byte>(rng());
+            dst.emplace_back(src.back().size(), std::byte{0});
+          }
+          unit.end = static_cast<std::uint32_t>(unit.begin + items);
+          for (std::uint32_t i = unit.begin; i < unit.end; ++i) {
+            plan.items.push_back({dst[i].data(), src[i].data(), src[i].size()});
+          }
+          plan.units.push_back(unit);
+        }
+      }
+      PipelinedCopy job(copier, plan);
+      for (std::uint32_t k = 0; k < plan.chunks; ++k) {
+        CHECK_FALSE(job.chunk_done(k));  // nothing of chunk k may run before its release
+        job.release_through(k);
+        while (!job.chunk_done(k)) {
+          if (!job.run_one()) std::this_thread::yield();
+        }
+      }
+      CHECK(job.all_done());
+      CHECK(src == dst);
+    }
   }
 }

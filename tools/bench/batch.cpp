@@ -45,7 +45,7 @@ double parallel_memcpy_gbps(std::byte* dst, const std::byte* src, std::uint64_t 
 }  // namespace
 
 BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_bytes, double dma_gbps,
-                           const Progress& progress) {
+                           double dma_d2h_gbps, const Progress& progress) {
   BatchStudy s;
   ferry::Device dev = factory.open();
   ferry::Queue compute = dev.queue(ferry::QueueRole::compute);
@@ -58,9 +58,12 @@ BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_
     ferry::HostBuffer pinned = dev.host_pool().allocate(pageable_bytes);
     s.memcpy_threads = std::max(1u, std::thread::hardware_concurrency());
     s.memcpy_gbps = parallel_memcpy_gbps(pinned.data(), pageable.data(), pageable_bytes, s.memcpy_threads);
+    s.memcpy_out_gbps = parallel_memcpy_gbps(pageable.data(), pinned.data(), pageable_bytes, s.memcpy_threads);
   }
   s.dma_gbps = dma_gbps;
   s.ceiling_gbps = dma_gbps > 0 ? std::min(s.memcpy_gbps, dma_gbps) : s.memcpy_gbps;
+  s.dma_d2h_gbps = dma_d2h_gbps;
+  s.ceiling_down_gbps = dma_d2h_gbps > 0 ? std::min(s.memcpy_out_gbps, dma_d2h_gbps) : s.memcpy_out_gbps;
 
   progress.phase("batch study: 4096 x 16K scattered pageable buffers");
   s.scattered_count = 4096;
@@ -76,6 +79,20 @@ BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_
     if (rep > 0) gbps.push_back(static_cast<double>(s.scattered_count * s.scattered_each) / seconds_since(t0) / 1e9);
   }
   s.scattered_gbps = median(gbps);
+
+  progress.phase("batch study: batch download into 4096 x 16K scattered pageable buffers");
+  {
+    ferry::UploadBatch b = xfer.upload(std::span<const ferry::HostView>(views), compute);
+    std::vector<ferry::DownloadView> down;
+    for (std::size_t i = 0; i < views.size(); ++i) down.push_back({b.offsets[i], pieces[i].data(), pieces[i].size()});
+    gbps.clear();
+    for (int rep = 0; rep < 6; ++rep) {
+      const auto t0 = clock_type::now();
+      xfer.download(b.buffer, std::span<const ferry::DownloadView>(down));  // blocking
+      if (rep > 0) gbps.push_back(static_cast<double>(s.scattered_count * s.scattered_each) / seconds_since(t0) / 1e9);
+    }
+    s.scattered_down_gbps = median(gbps);
+  }
 
   progress.phase("batch study: one pageable buffer");
   s.pageable_bytes = pageable_bytes;

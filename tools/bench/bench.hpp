@@ -114,9 +114,14 @@ struct BatchStudy {
   double scattered_gbps = 0;     ///< one Transfer::upload(span<HostView>) of the scattered buffers
   std::uint64_t pageable_bytes = 0;
   double pageable_gbps = 0;      ///< one Transfer::upload(span<const std::byte>)
+  /// Downloads: ceiling min(parallel memcpy pinned -> pageable, pinned D2H DMA).
+  double memcpy_out_gbps = 0;    ///< pinned -> pageable, all threads
+  double dma_d2h_gbps = 0;       ///< pinned D2H DMA (vendor where measured, else ferry's); 0 = unknown
+  double ceiling_down_gbps = 0;
+  double scattered_down_gbps = 0;  ///< one Transfer::download(buffer, span<DownloadView>) into the scattered buffers
 };
 BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_bytes, double dma_gbps,
-                           const Progress& progress);
+                           double dma_d2h_gbps, const Progress& progress);
 
 /// Everything the report needs.
 struct Run {

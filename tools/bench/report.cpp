@@ -131,6 +131,12 @@ std::vector<Verdict> verdicts(const Run& run) {
                    size_label(b.pageable_bytes) + " pageable upload = " +
                        fmt("%.1f", 100 * b.pageable_gbps / b.ceiling_gbps) + "% of the host-staging ceiling" +
                        bar_text});
+    if (b.ceiling_down_gbps > 0) {
+      out.push_back({0, "scattered_download_vs_ceiling", b.scattered_down_gbps / b.ceiling_down_gbps, bar, false,
+                     "4096 x 16K scattered pageable download = " +
+                         fmt("%.1f", 100 * b.scattered_down_gbps / b.ceiling_down_gbps) +
+                         "% of the host-staging ceiling (" + fmt("%.2f", b.ceiling_down_gbps) + " GB/s)" + bar_text});
+    }
   }
   return out;
 }
@@ -208,6 +214,11 @@ void print_table(const Run& run) {
                 b.scattered_gbps, b.ceiling_gbps > 0 ? 100 * b.scattered_gbps / b.ceiling_gbps : 0);
     std::printf("  one %s pageable buffer: %.2f GB/s (%.1f%% of the ceiling)\n", size_label(b.pageable_bytes).c_str(),
                 b.pageable_gbps, b.ceiling_gbps > 0 ? 100 * b.pageable_gbps / b.ceiling_gbps : 0);
+    std::printf("  download ceiling: min(host memcpy out %.2f GB/s with %u threads, pinned D2H DMA %.2f GB/s) = %.2f GB/s\n",
+                b.memcpy_out_gbps, b.memcpy_threads, b.dma_d2h_gbps, b.ceiling_down_gbps);
+    std::printf("  %llu x %s scattered pageable buffers, one batch download: %.2f GB/s (%.1f%% of the ceiling)\n",
+                static_cast<unsigned long long>(b.scattered_count), size_label(b.scattered_each).c_str(),
+                b.scattered_down_gbps, b.ceiling_down_gbps > 0 ? 100 * b.scattered_down_gbps / b.ceiling_down_gbps : 0);
   }
   std::printf("\n");
 }
@@ -264,7 +275,9 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
       << ", \"dma_gbps\": " << num(b.dma_gbps) << ", \"ceiling_gbps\": " << num(b.ceiling_gbps)
       << ", \"scattered_count\": " << b.scattered_count << ", \"scattered_each_bytes\": " << b.scattered_each
       << ", \"scattered_gbps\": " << num(b.scattered_gbps) << ", \"pageable_bytes\": " << b.pageable_bytes
-      << ", \"pageable_gbps\": " << num(b.pageable_gbps) << "}";
+      << ", \"pageable_gbps\": " << num(b.pageable_gbps) << ", \"memcpy_out_gbps\": " << num(b.memcpy_out_gbps)
+      << ", \"dma_d2h_gbps\": " << num(b.dma_d2h_gbps) << ", \"ceiling_down_gbps\": " << num(b.ceiling_down_gbps)
+      << ", \"scattered_down_gbps\": " << num(b.scattered_down_gbps) << "}";
   } else {
     o << "null";
   }

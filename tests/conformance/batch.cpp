@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: MIT
+// Batch transfers (issue 6): batch downloads into many host ranges, their ordering after owner
+// work, reuse of the staging ring across calls with its cap respected, staging disabled, and
+// every bad input of the batch paths.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "conformance.hpp"
+
+using namespace ferry;
+using conformance::expect_error;
+using conformance::fill_pattern;
+using conformance::first_mismatch;
+
+namespace {
+
+constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB;
+constexpr auto kInvalid = ErrorCode::invalid_argument;
+constexpr std::byte kGuard{0xA5};
+
+/// Expect invalid_argument whose message contains every string of `needles`.
+template <class Fn>
+void expect_invalid(Fn&& fn, std::initializer_list<std::string> needles, const char* what) {
+  try {
+    fn();
+    FAIL_CHECK((std::string(what) + ": expected invalid_argument, nothing was thrown"));
+  } catch (const Error& e) {
+    CHECK_MESSAGE(e.code() == kInvalid, what << ": " << e.what());
+    for (const auto& n : needles) {
+      CHECK_MESSAGE(std::string(e.what()).find(n) != std::string::npos, what << ": '" << n << "' missing in " << e.what());
+    }
+  }
+}
+
+/// A device buffer holding pattern `seed` (uploaded from pinned memory).
+DeviceBuffer patterned(Device& dev, Transfer& xfer, std::uint64_t n, std::uint64_t seed) {
+  HostBuffer src = dev.host_pool().allocate(n);
+  fill_pattern(src.span(), seed);
+  Upload up = xfer.upload(src, dev.queue(QueueRole::compute));
+  up.ready.wait();
+  return std::move(up.buffer);
+}
+
+/// Random download views of a `source_bytes` source into one host arena: destinations at
+/// random places with guard gaps (never overlapping), source ranges random (may overlap).
+struct RandomViews {
+  std::vector<DownloadView> views;
+  std::vector<std::uint64_t> arena_at;  // where view i lands in the arena
+};
+
+RandomViews random_views(std::mt19937_64& rng, std::byte* arena, std::uint64_t arena_bytes, std::uint64_t source_bytes,
+                         std::size_t count, std::uint64_t max_size) {
+  RandomViews r;
+  std::uint64_t at = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t size = 1 + rng() % max_size;
+    at += rng() % 300;  // guard gap, sometimes 0: adjacent destinations are allowed
+    if (at + size > arena_bytes || size > source_bytes) break;
+    const std::uint64_t offset = rng() % (source_bytes - size + 1);
+    r.views.push_back({offset, arena + at, size});
+    r.arena_at.push_back(at);
+    at += size;
+  }
+  // Submit in random order: neither sources nor destinations are sorted.
+  std::vector<std::size_t> perm(r.views.size());
+  std::iota(perm.begin(), perm.end(), std::size_t{0});
+  std::shuffle(perm.begin(), perm.end(), rng);
+  RandomViews shuffled;
+  for (std::size_t i : perm) {
+    shuffled.views.push_back(r.views[i]);
+    shuffled.arena_at.push_back(r.arena_at[i]);
+  }
+  return shuffled;
+}
+
+/// Every view holds source bytes [offset, +size) of pattern `seed` (+ add); every other byte
+/// of the arena still holds the guard.
+void check_views(const RandomViews& r, std::span<const std::byte> arena, std::uint64_t seed, int add = 0) {
+  std::vector<char> covered(arena.size(), 0);
+  int bad = 0;
+  for (std::size_t i = 0; i < r.views.size(); ++i) {
+    const DownloadView& v = r.views[i];
+    for (std::uint64_t j = 0; j < v.size; ++j) {
+      const auto want = static_cast<std::byte>(static_cast<unsigned>(conformance::pattern_byte(seed, v.offset + j)) + add);
+      if (arena[r.arena_at[i] + j] != want) {
+        ++bad;
+        break;
+      }
+    }
+    std::fill(covered.begin() + static_cast<std::ptrdiff_t>(r.arena_at[i]),
+              covered.begin() + static_cast<std::ptrdiff_t>(r.arena_at[i] + v.size), 1);
+  }
+  CHECK_MESSAGE(bad == 0, bad << " of " << r.views.size() << " views arrived wrong");
+  std::int64_t stray = -1;
+  for (std::size_t i = 0; i < arena.size() && stray < 0; ++i) {
+    if (!covered[i] && arena[i] != kGuard) stray = static_cast<std::int64_t>(i);
+  }
+  CHECK_MESSAGE(stray == -1, "a batch download wrote outside its destinations at arena byte " << stray);
+}
+
+}  // namespace
+
+CONFORMANCE_CASE("batch: download into many views, random sizes and offsets, pageable and pinned") {
+  Device dev = conformance::open_device();
+  std::mt19937_64 rng(42);
+  // Small ring (3 x 1 MiB): the calls below wrap it many times.
+  TransferOptions topt;
+  topt.staging_chunk_bytes = MiB;
+  topt.staging_chunks = 3;
+  for (const TransferOptions& o : {topt, TransferOptions{}}) {
+    CAPTURE(o.staging_chunk_bytes);
+    Transfer xfer(dev, o);
+    const std::uint64_t source_bytes = conformance::small() ? 3 * MiB + 77 : 9 * MiB + 77;
+    DeviceBuffer src = patterned(dev, xfer, source_bytes, 7);
+    // Pageable arena.
+    for (std::size_t count : {std::size_t{1}, std::size_t{17}, std::size_t{700}}) {
+      CAPTURE(count);
+      std::vector<std::byte> arena(12 * MiB, kGuard);
+      RandomViews r = random_views(rng, arena.data(), arena.size(), source_bytes, count, count == 1 ? 5 * MiB : 40 * KiB);
+      REQUIRE(!r.views.empty());
+      xfer.download(src, std::span<const DownloadView>(r.views));
+      check_views(r, arena, 7);
+    }
+    // Pinned arena, one view spanning the whole source (a run larger than the ring).
+    HostBuffer pinned = dev.host_pool().allocate(source_bytes + 512);
+    std::fill(pinned.span().begin(), pinned.span().end(), kGuard);
+    RandomViews whole;
+    whole.views.push_back({0, pinned.data() + 100, source_bytes});
+    whole.arena_at.push_back(100);
+    xfer.download(src, std::span<const DownloadView>(whole.views));
+    check_views(whole, pinned.span(), 7);
+  }
+}
+
+CONFORMANCE_CASE("batch: download of an UploadBatch back into host ranges (the mirror of the upload)") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  TransferOptions topt;
+  topt.staging_chunk_bytes = 2 * MiB;
+  topt.staging_chunks = 2;
+  Transfer xfer(dev, topt);
+  std::mt19937_64 rng(7);
+  std::vector<std::vector<std::byte>> inputs;
+  for (int i = 0; i < 400; ++i) {
+    inputs.emplace_back(1 + rng() % 30000);
+    fill_pattern(inputs.back(), 300 + static_cast<std::uint64_t>(i));
+  }
+  std::vector<HostView> views;
+  for (auto& in : inputs) views.push_back({in.data(), in.size()});
+  UploadBatch batch = xfer.upload(std::span<const HostView>(views), owner);
+  std::vector<std::vector<std::byte>> outputs;
+  std::vector<HostSpan> spans;
+  for (auto& in : inputs) outputs.emplace_back(in.size(), std::byte{0});
+  for (auto& out : outputs) spans.push_back({out.data(), out.size()});
+  xfer.download(batch, std::span<const HostSpan>(spans));
+  int bad = 0;
+  for (std::size_t i = 0; i < outputs.size(); ++i) bad += first_mismatch(outputs[i], 300 + i) != -1;
+  CHECK_MESSAGE(bad == 0, bad << " of " << outputs.size() << " inputs came back wrong");
+}
+
+CONFORMANCE_CASE("batch: a batch download after owner compute sees its result") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  TransferOptions topt;
+  topt.staging_chunk_bytes = MiB;
+  topt.staging_chunks = 2;
+  Transfer xfer(dev, topt);
+  std::mt19937_64 rng(3);
+  for (std::uint64_t round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    std::vector<std::vector<std::byte>> inputs;
+    for (int i = 0; i < 64; ++i) {
+      inputs.emplace_back(1 + rng() % 70000);
+      fill_pattern(inputs.back(), 500 + round * 100 + static_cast<std::uint64_t>(i));
+    }
+    std::vector<HostView> views;
+    for (auto& in : inputs) views.push_back({in.data(), in.size()});
+    UploadBatch batch = xfer.upload(std::span<const HostView>(views), owner);
+    DeviceBuffer out = dev.pool().allocate(batch.buffer.size(), owner);
+    // Enough passes that a download not ordered after the compute would see stale bytes.
+    run_synthetic_compute(owner, batch.buffer, out, 20);
+    std::vector<std::vector<std::byte>> results;
+    std::vector<DownloadView> down;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      results.emplace_back(inputs[i].size(), std::byte{0});
+      down.push_back({batch.offsets[i], results.back().data(), inputs[i].size()});
+    }
+    xfer.download(out, std::span<const DownloadView>(down));
+    int bad = 0;
+    for (std::size_t i = 0; i < results.size(); ++i) bad += first_mismatch(results[i], 500 + round * 100 + i, 1) != -1;
+    CHECK_MESSAGE(bad == 0, bad << " of " << results.size() << " views missed the compute's result");
+    batch.buffer.release();  // stream-ordered after the download's read
+    out.release();
+  }
+}
+
+CONFORMANCE_CASE("batch: staging ring reused across many calls, the cap respected") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  TransferOptions topt;
+  topt.staging_chunk_bytes = MiB;
+  topt.staging_chunks = 2;
+  const std::uint64_t cap = topt.staging_chunk_bytes * topt.staging_chunks;
+  Transfer xfer(dev, topt);
+  const std::uint64_t pinned_before = dev.host_pool().pinned_bytes();
+  std::mt19937_64 rng(11);
+  std::uint64_t largest = 0;
+  const int calls = conformance::small() ? 12 : 40;
+  for (int call = 0; call < calls; ++call) {
+    CAPTURE(call);
+    // From a few bytes to 2.5x the cap: calls alternate between fitting and wrapping.
+    const std::size_t count = 1 + rng() % 40;
+    std::vector<std::vector<std::byte>> inputs;
+    std::vector<HostView> views;
+    for (std::size_t i = 0; i < count; ++i) {
+      inputs.emplace_back(1 + rng() % (5 * cap / 2 / count + 1));
+      fill_pattern(inputs.back(), static_cast<std::uint64_t>(call) * 1000 + i);
+    }
+    for (auto& in : inputs) views.push_back({in.data(), in.size()});
+    UploadBatch batch = xfer.upload(std::span<const HostView>(views), owner);
+    largest = std::max(largest, batch.buffer.size());
+    std::vector<std::vector<std::byte>> outputs;
+    std::vector<HostSpan> spans;
+    for (auto& in : inputs) outputs.emplace_back(in.size());
+    for (auto& out : outputs) spans.push_back({out.data(), out.size()});
+    xfer.download(batch, std::span<const HostSpan>(spans));
+    int bad = 0;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      bad += first_mismatch(outputs[i], static_cast<std::uint64_t>(call) * 1000 + i) != -1;
+    }
+    CHECK_MESSAGE(bad == 0, bad << " of " << outputs.size() << " views came back wrong");
+    // The ring is exactly the cap, allocated once, whatever the size of the call.
+    CHECK(dev.host_pool().pinned_bytes() - pinned_before == cap);
+  }
+  CHECK(largest > cap);  // some calls were larger than the ring
+}
+
+CONFORMANCE_CASE("batch: staging disabled") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  TransferOptions topt;
+  topt.staging = false;
+  Transfer xfer(dev, topt);
+  const std::uint64_t pinned_before = dev.host_pool().pinned_bytes();
+  std::vector<std::byte> pageable(3 * MiB);
+  fill_pattern(pageable, 1);
+  std::vector<HostView> views{{pageable.data(), 100}, {pageable.data() + 100, pageable.size() - 100}};
+  expect_invalid([&] { (void)xfer.upload(std::span<const HostView>(views), owner); },
+                 {"view 0", "100 bytes", "staging cap of 0 bytes"}, "batch upload, staging disabled");
+  expect_invalid([&] { (void)xfer.upload(std::span<const std::byte>(pageable), owner); },
+                 {std::to_string(pageable.size()) + " bytes", "staging cap of 0 bytes"},
+                 "pageable upload, staging disabled");
+  // Pinned paths still work, without a ring.
+  HostBuffer pinned = dev.host_pool().allocate(MiB);
+  fill_pattern(pinned.span(), 2);
+  Upload up = xfer.upload(pinned, owner);
+  std::vector<std::byte> back(MiB);
+  expect_invalid([&] { xfer.download(up.buffer, std::span<std::byte>(back)); },
+                 {std::to_string(MiB) + " bytes", "staging cap of 0 bytes"}, "pageable download, staging disabled");
+  std::vector<DownloadView> down{{0, back.data(), 10}};
+  expect_invalid([&] { xfer.download(up.buffer, std::span<const DownloadView>(down)); },
+                 {"view 0", "staging cap of 0 bytes"}, "batch download, staging disabled");
+  HostBuffer pinned_back = dev.host_pool().allocate(MiB);
+  xfer.download(up.buffer, pinned_back).wait();
+  CHECK(first_mismatch(pinned_back.span(), 2) == -1);
+  // The Transfer pinned nothing of its own.
+  CHECK(dev.host_pool().pinned_bytes() - pinned_before == 2 * MiB);
+}
+
+CONFORMANCE_CASE("batch: bad input of batch downloads and uploads") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  const std::uint64_t n = 64 * KiB;
+  DeviceBuffer src = patterned(dev, xfer, n, 9);
+  std::vector<std::byte> host(4 * n, kGuard);
+  std::byte* h = host.data();
+  using Views = std::vector<DownloadView>;
+  auto down = [&](const Views& v) { xfer.download(src, std::span<const DownloadView>(v)); };
+
+  expect_invalid([&] { down({}); }, {"empty span"}, "no views");
+  expect_invalid([&] { down({{0, h, 10}, {0, nullptr, 10}}); }, {"view 1", "null"}, "null destination");
+  expect_invalid([&] { down({{0, h, 10}, {20, h + 20, 0}}); }, {"view 1", "size 0"}, "zero-length view");
+  expect_invalid([&] { down({{n - 10, h, 11}}); }, {"view 0", "exceeds the source buffer"}, "range past the end");
+  expect_invalid([&] { down({{0, h, 1}, {n + 1, h + 8, 1}}); }, {"view 1", "exceeds"}, "offset past the end");
+  expect_invalid([&] { down({{1, h, ~std::uint64_t{0}}}); }, {"view 0", "exceeds"}, "size overflows");
+  // Overlapping destinations, in any order; the indices are named.
+  expect_invalid([&] { down({{0, h + 100, 50}, {0, h + 1000, 10}, {0, h + 149, 10}}); }, {"views 0 and 2", "overlap"},
+                 "overlapping destinations");
+  expect_invalid([&] { down({{0, h + 500, 10}, {0, h + 500, 10}}); }, {"overlap"}, "identical destinations");
+  {
+    Views too_many(max_batch_views + 1, DownloadView{0, h, 1});
+    expect_invalid([&] { down(too_many); }, {std::to_string(max_batch_views + 1), "exceed the limit"},
+                   "more views than max_batch_views");
+    std::vector<HostView> up_many(max_batch_views + 1, HostView{h, 1});
+    expect_invalid([&] { (void)xfer.upload(std::span<const HostView>(up_many), owner); },
+                   {"exceed the limit"}, "batch upload with more views than max_batch_views");
+  }
+  // Nothing was written by the failed calls.
+  CHECK(std::all_of(host.begin(), host.end(), [](std::byte b) { return b == kGuard; }));
+  // Adjacent destinations and overlapping sources are fine.
+  down({{0, h, 100}, {50, h + 100, 100}});
+  CHECK(first_mismatch(std::span<const std::byte>(h, 100), 9) == -1);
+  std::vector<std::byte> want(100);
+  for (std::uint64_t i = 0; i < 100; ++i) want[i] = conformance::pattern_byte(9, 50 + i);
+  CHECK(std::memcmp(h + 100, want.data(), 100) == 0);
+
+  // The UploadBatch mirror: count and size mismatches.
+  std::vector<std::byte> a(300), b(500);
+  std::vector<HostView> views{{a.data(), a.size()}, {b.data(), b.size()}};
+  UploadBatch batch = xfer.upload(std::span<const HostView>(views), owner);
+  std::vector<HostSpan> one{{a.data(), a.size()}};
+  expect_invalid([&] { xfer.download(batch, std::span<const HostSpan>(one)); }, {"1 destinations", "2 inputs"},
+                 "mirror download, count mismatch");
+  std::vector<HostSpan> wrong{{a.data(), a.size()}, {b.data(), 499}};
+  expect_invalid([&] { xfer.download(batch, std::span<const HostSpan>(wrong)); }, {"destination 1", "499"},
+                 "mirror download, size mismatch");
+  std::vector<HostSpan> overlapping{{b.data(), a.size()}, {b.data(), b.size()}};
+  expect_invalid([&] { xfer.download(batch, std::span<const HostSpan>(overlapping)); }, {"overlap"},
+                 "mirror download, overlapping destinations");
+  // Released source.
+  DeviceBuffer gone = dev.pool().allocate(100, owner);
+  gone.release();
+  expect_error(kInvalid, [&] { xfer.download(gone, std::span<const DownloadView>(Views{{0, h, 10}})); },
+               "batch download from a released buffer");
+  conformance::check_round_trip(dev, xfer);
+}
