@@ -147,6 +147,9 @@ class BackendDevice {
   /// Importer: device memory imported from an opaque fd and mapped whole (takes ownership of
   /// `memory.fd` on success only); freed with free_segment. CUDA.
   virtual std::unique_ptr<Segment> import_segment(const ExternalMemory& memory);
+  /// Interop: another API also signals and waits on this device's semaphores (Vulkan: the
+  /// validation layer cannot see those operations; see vulkan_device.cpp). Default: nothing.
+  virtual void note_external_signals() {}
   /// Alignment that register_host needs for pointer and size (1 = any).
   [[nodiscard]] virtual std::uint64_t host_registration_alignment() const { return 1; }
 };

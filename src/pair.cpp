@@ -387,6 +387,7 @@ std::unique_ptr<BackendDevice> pair_open(const DeviceOptions& options) {
                                           ": the Vulkan driver lacks VK_EXT_external_memory_host, "
                                           "needed to share pinned host memory with CUDA");
   }
+  vulkan->note_external_signals();
   const Side executor = options.backend == Backend::vulkan_cuda ? kVulkan : kCuda;
   return std::make_unique<PairDevice>(std::move(vulkan), std::move(cuda), executor, options.backend);
 #else

@@ -219,6 +219,12 @@ struct SyntheticPipeline {
   VkPipeline pipeline = VK_NULL_HANDLE;
 };
 
+/// The debug messenger's user data (see on_validation_message in vulkan_device.cpp).
+struct ValidationCounter {
+  std::atomic<std::uint64_t> counted{0};
+  std::atomic<bool> external_signals{false};  // interop pair: see note_external_signals
+};
+
 class VulkanDevice final : public BackendDevice {
  public:
   VulkanDevice() = default;
@@ -243,8 +249,9 @@ class VulkanDevice final : public BackendDevice {
   void free_host(std::unique_ptr<HostMemory> memory) override;
   void wait_idle() override;
   std::uint64_t validation_messages() const override {
-    return validation_messages_.load(std::memory_order_relaxed);
+    return validation_.counted.load(std::memory_order_relaxed);
   }
+  void note_external_signals() override { validation_.external_signals.store(true); }
   // Interop export (src/pair.cpp): opaque fds of a timeline semaphore and of a segment.
   std::unique_ptr<BackendSemaphore> create_exported_semaphore(std::uint64_t initial, int* fd) override;
   std::unique_ptr<Segment> allocate_exported_segment(std::uint64_t bytes, ExternalMemory* out) override;
@@ -283,7 +290,7 @@ class VulkanDevice final : public BackendDevice {
                                           bool owns_index);
 
   VulkanApi vk_;
-  std::atomic<std::uint64_t> validation_messages_{0};
+  ValidationCounter validation_;
   VkInstance instance_ = VK_NULL_HANDLE;
   VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
