@@ -296,6 +296,10 @@ class Queue final : public BackendQueue {
     static_cast<Semaphore&>(sem).enqueue_wait(stream_, value);
   }
 
+  /// cudaStreamWaitEvent and cuStreamWaitValue64 are stream operations: all later work of the
+  /// stream starts after them.
+  [[nodiscard]] bool wait_orders_later_work() const override { return true; }
+
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) override {
 #if FERRY_GPU_HAS_KERNELS
     ContextGuard guard(*core_);
