@@ -98,6 +98,10 @@ class BackendQueue {
   /// Make enqueued work start (Vulkan: submit the recorded batch). Called by the front end
   /// after each public call. Default: work starts when enqueued.
   virtual void flush() {}
+  /// Whether a wait orders *all* later work of this queue after the waited value (a stream
+  /// operation: CUDA, HIP, host), so the front end may skip a wait for a value this queue has
+  /// waited for already. Default false: a wait may cover one submission only (Vulkan).
+  [[nodiscard]] virtual bool wait_orders_later_work() const { return false; }
   /// Queue family index (Vulkan); 0 elsewhere.
   [[nodiscard]] virtual std::uint32_t family() const { return 0; }
 };

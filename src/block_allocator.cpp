@@ -28,7 +28,7 @@ bool BlockAllocator::mergeable(const Block& a, const Block& b) noexcept {
 
 void BlockAllocator::index_free(std::uint64_t segment, const Block& block) {
   auto& index = segments_.at(segment).small ? free_small_ : free_large_;
-  index.emplace(block.size, segment, block.offset);
+  index.emplace(Key{block.size, segment, block.offset}, block.free_point);
   free_bytes_ += block.size;
   free_by_timeline_[block.free_point.timeline] += block.size;
   if (block.free_point.pending()) pending_.emplace(segment, block.offset);
@@ -99,6 +99,46 @@ BlockAllocator::Placement BlockAllocator::take(std::uint64_t segment, std::uint6
   return p;
 }
 
+namespace {
+
+/// What one allocate() call learnt about each timeline: values known reached / not reached.
+/// See BlockAllocator::Reached for the monotonicity this relies on.
+class ReachedMemo {
+ public:
+  explicit ReachedMemo(const BlockAllocator::Reached& reached) : reached_(reached) {}
+
+  bool operator()(const FreePoint& fp) {
+    Entry* e = nullptr;
+    for (auto& x : entries_) {
+      if (x.timeline == fp.timeline) e = &x;
+    }
+    if (e == nullptr) e = &entries_.emplace_back(Entry{fp.timeline});
+    if (e->any_reached && fp.value <= e->max_reached) return true;
+    if (e->any_unreached && fp.value >= e->min_unreached) return false;
+    if (reached_(fp)) {
+      e->max_reached = e->any_reached ? std::max(e->max_reached, fp.value) : fp.value;
+      e->any_reached = true;
+      return true;
+    }
+    e->min_unreached = e->any_unreached ? std::min(e->min_unreached, fp.value) : fp.value;
+    e->any_unreached = true;
+    return false;
+  }
+
+ private:
+  struct Entry {
+    std::uint32_t timeline = 0;
+    bool any_reached = false;
+    bool any_unreached = false;
+    std::uint64_t max_reached = 0;
+    std::uint64_t min_unreached = 0;
+  };
+  const BlockAllocator::Reached& reached_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace
+
 std::optional<BlockAllocator::Placement> BlockAllocator::allocate(const Request& request,
                                                                   const Reached& reached) {
   const std::uint64_t rounded = round_size(request.bytes);
@@ -107,16 +147,16 @@ std::optional<BlockAllocator::Placement> BlockAllocator::allocate(const Request&
   // Large requests do not carve up segments much bigger than they are (PyTorch: a request
   // >= 1 MiB never takes a block more than 20 MiB bigger), so big segments stay whole.
   const std::uint64_t max_waste = small ? UINT64_MAX : config_.medium_segment;
+  ReachedMemo memo(reached);
   std::optional<Key> pending_choice;
   for (auto it = index.lower_bound(Key{rounded, 0, 0}); it != index.end(); ++it) {
-    const auto [size, segment, offset] = *it;
+    const auto& [key, fp] = *it;
+    const auto [size, segment, offset] = key;
     if (size - rounded > max_waste) break;  // sizes only grow from here
-    const Block& block = segments_.at(segment).blocks.at(offset);
-    const FreePoint& fp = block.free_point;
-    if (!fp.pending() || fp.timeline == request.first_user || reached(fp)) {
+    if (!fp.pending() || fp.timeline == request.first_user || memo(fp)) {
       return take(segment, offset, rounded, request, false);
     }
-    if (request.allow_pending && !pending_choice) pending_choice = *it;
+    if (request.allow_pending && !pending_choice) pending_choice = key;
   }
   if (pending_choice) {
     const auto [size, segment, offset] = *pending_choice;
@@ -226,7 +266,12 @@ std::string BlockAllocator::validate() const {
         free_total += b.size;
         by_timeline[b.free_point.timeline] += b.size;
         const auto& index = info.small ? free_small_ : free_large_;
-        if (!index.contains(Key{b.size, id, b.offset})) err << "segment " << id << ": free block at " << b.offset << " not indexed; ";
+        const auto indexed = index.find(Key{b.size, id, b.offset});
+        if (indexed == index.end()) {
+          err << "segment " << id << ": free block at " << b.offset << " not indexed; ";
+        } else if (indexed->second.timeline != b.free_point.timeline || indexed->second.value != b.free_point.value) {
+          err << "segment " << id << ": free block at " << b.offset << " indexed with a stale free point; ";
+        }
         if (b.free_point.pending()) {
           ++pending_count;
           if (!pending_.contains({id, b.offset})) err << "segment " << id << ": pending block at " << b.offset << " not in pending set; ";

@@ -78,6 +78,11 @@ class BlockAllocator {
   };
 
   /// Asks whether a free point has been reached (queries a semaphore; never blocks).
+  /// Contract: monotone per timeline for the duration of one allocator call (a timeline only
+  /// grows): allocate() infers the answer for a point from answers it already has for the same
+  /// timeline in that call (a lower value was reached: reached; a value at or below one that
+  /// was not reached: not reached) instead of asking again. The inference may only miss a
+  /// point that was reached during the call, which is then used at a later call.
   using Reached = std::function<bool(const FreePoint&)>;
 
   BlockAllocator() = default;
@@ -96,7 +101,10 @@ class BlockAllocator {
   }
 
   /// Find a block: first the best fit usable without waiting, then (allow_pending) the best
-  /// fit still pending. Returns nullopt when the pool must grow.
+  /// fit still pending. Returns nullopt when the pool must grow. Walks the free blocks of the
+  /// size class from the best fit up; `reached` is asked only about pending blocks of other
+  /// timelines than the first user's, and not when an earlier answer of this call for the same
+  /// timeline decides it (see Reached).
   std::optional<Placement> allocate(const Request& request, const Reached& reached);
   /// Add a segment (one free clean block). `id` must be new.
   void add_segment(std::uint64_t id, std::uint64_t size, std::uint32_t queue, bool small);
@@ -127,8 +135,10 @@ class BlockAllocator {
   [[nodiscard]] std::uint64_t pending_blocks() const noexcept { return pending_.size(); }
 
  private:
-  // Free index key: (size, segment, offset): best fit by lower_bound.
+  // Free index key: (size, segment, offset): best fit by lower_bound. The value is the block's
+  // free point, so the allocation walk reads it without looking the block up.
   using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;
+  using FreeIndex = std::map<Key, FreePoint>;
 
   void index_free(std::uint64_t segment, const Block& block);
   void unindex_free(std::uint64_t segment, const Block& block);
@@ -140,8 +150,8 @@ class BlockAllocator {
 
   Config config_;
   std::map<std::uint64_t, SegmentInfo> segments_;
-  std::set<Key> free_small_;
-  std::set<Key> free_large_;
+  FreeIndex free_small_;
+  FreeIndex free_large_;
   std::set<std::pair<std::uint64_t, std::uint64_t>> pending_;  // (segment, offset)
   std::unordered_map<std::uint32_t, std::uint64_t> free_by_timeline_;
   std::uint64_t free_bytes_ = 0;

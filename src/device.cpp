@@ -36,6 +36,7 @@ std::shared_ptr<SemaphoreState> make_semaphore(DeviceState& device, const std::s
   s->device_id = &device;
   s->backend = device.backend->create_semaphore(initial);
   s->max_signal = initial;
+  s->reached.store(initial, std::memory_order_relaxed);
   std::lock_guard lock(device.mutex);
   s->timeline_id = device.next_timeline_id++;
   device.timelines[s->timeline_id] = s;
@@ -66,23 +67,62 @@ std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_pt
   return q;
 }
 
-void enqueue_wait(QueueState& q, const TimelinePoint& point) {
+std::uint64_t query_value(SemaphoreState& s) {
+  std::lock_guard lock(s.mutex);
+  const std::uint64_t v = s.backend == nullptr ? UINT64_MAX : s.backend->value();
+  s.note_reached(v);
+  return v;
+}
+
+namespace {
+
+/// Whether q has a wait enqueued for `timeline` at `value` or later (caller holds q.mutex).
+bool already_waited(const QueueState& q, std::uint32_t timeline, std::uint64_t value) {
+  for (const auto& w : q.waited) {
+    if (w.timeline == timeline) return w.value >= value;
+  }
+  return false;
+}
+
+void note_waited(QueueState& q, std::uint32_t timeline, std::uint64_t value) {
+  for (auto& w : q.waited) {
+    if (w.timeline == timeline) {
+      w.value = std::max(w.value, value);
+      return;
+    }
+  }
+  q.waited[q.waited_next] = {timeline, value};
+  q.waited_next = (q.waited_next + 1) % q.waited.size();
+}
+
+}  // namespace
+
+void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
   if (point.empty()) return;
   SemaphoreState& s = *point.semaphore;
-  if (s.backend == nullptr) return;  // closed: nothing left to wait for
-  // A queue is already ordered after points of its own timeline, and reached points need no
-  // wait (their work is complete).
-  if (&s != q.timeline.get() && s.backend->value() < point.value) {
-    q.backend->wait(*s.backend, point.value);
-    q.dirty = true;
+  // A queue is already ordered after points of its own timeline and after values it waited
+  // for (stream-ordered backends); reached points need no wait (their work is complete).
+  // Cheapest test first: only the last one asks the backend.
+  if (&s != q.timeline.get() && !s.known_reached(point.value) && !already_waited(q, s.timeline_id, point.value)) {
+    std::lock_guard lock(s.mutex);  // one lock: the query and the wait
+    std::uint64_t value = UINT64_MAX;  // closed: all done
+    if (s.backend != nullptr) value = query ? s.backend->value() : s.reached.load(std::memory_order_acquire);
+    s.note_reached(value);
+    if (value < point.value) {
+      q.backend->wait(*s.backend, point.value);
+      q.dirty = true;
+      if (q.backend->wait_orders_later_work()) note_waited(q, s.timeline_id, point.value);
+    }
   }
   // Ownership acquires whose release is ordered before this point are recorded now.
-  std::erase_if(q.pending_acquires, [&](const QueueState::PendingAcquire& a) {
-    if (a.point.semaphore != point.semaphore || a.point.value > point.value) return false;
-    q.backend->acquire_ownership(a.range, a.bytes, *a.from);
-    q.dirty = true;
-    return true;
-  });
+  if (!q.pending_acquires.empty()) {
+    std::erase_if(q.pending_acquires, [&](const QueueState::PendingAcquire& a) {
+      if (a.point.semaphore != point.semaphore || a.point.value > point.value) return false;
+      q.backend->acquire_ownership(a.range, a.bytes, *a.from);
+      q.dirty = true;
+      return true;
+    });
+  }
 }
 
 TimelinePoint enqueue_mark(QueueState& q) {
@@ -99,16 +139,23 @@ TimelinePoint enqueue_mark(QueueState& q) {
 bool point_reached(const TimelinePoint& point) {
   if (point.empty()) return true;
   SemaphoreState& s = *point.semaphore;
-  std::lock_guard lock(s.mutex);
-  return s.backend == nullptr || s.backend->value() >= point.value;
+  return s.known_reached(point.value) || query_value(s) >= point.value;
 }
 
 void resolve_activity(DeviceState& device) {
+  if (device.unresolved_activity.empty()) return;
   const std::uint64_t now = device.now_ns();
-  std::erase_if(device.unresolved_activity, [&](const auto& entry) {
-    if (!point_reached(entry.second)) return false;
-    device.activity[entry.first].end_ns = now;
-    return true;
+  // Spans of one semaphore are kept in increasing end value: one query per semaphore, and
+  // the first span not reached ends the scan of that semaphore.
+  std::erase_if(device.unresolved_activity, [&](DeviceState::UnresolvedSpans& u) {
+    SemaphoreState& s = *u.semaphore;
+    std::uint64_t value = s.reached.load(std::memory_order_acquire);
+    if (value < u.spans.front().first) value = query_value(s);
+    while (!u.spans.empty() && u.spans.front().first <= value) {
+      device.activity[u.spans.front().second].end_ns = now;
+      u.spans.pop_front();
+    }
+    return u.spans.empty();
   });
 }
 
@@ -120,11 +167,23 @@ void record_activity(DeviceState& device, const QueueState& q, std::string name,
   if (device.activity.size() >= (1u << 20)) return;  // bounded: a million spans
   const std::uint64_t now = device.now_ns();
   device.activity.push_back(QueueActivity{q.id, std::move(name), now, 0, bytes});
-  if (point_reached(done)) {
+  const std::size_t index = device.activity.size() - 1;
+  // Only the watermark is consulted: `done` was just enqueued, a query would rarely find it
+  // reached, and a later call resolves it (the end is an upper bound either way).
+  if (done.empty() || done.semaphore->known_reached(done.value)) {
     device.activity.back().end_ns = device.now_ns();
-  } else {
-    device.unresolved_activity.emplace_back(device.activity.size() - 1, done);
+    return;
   }
+  auto it = std::find_if(device.unresolved_activity.begin(), device.unresolved_activity.end(),
+                         [&](const DeviceState::UnresolvedSpans& u) { return u.semaphore == done.semaphore; });
+  if (it == device.unresolved_activity.end()) {
+    it = device.unresolved_activity.insert(device.unresolved_activity.end(), {done.semaphore, {}});
+  }
+  // Usually the greatest value so far (a queue's marks grow); callers racing on one queue may
+  // record out of order by a few: insert from the back.
+  auto pos = it->spans.end();
+  while (pos != it->spans.begin() && std::prev(pos)->first > done.value) --pos;
+  it->spans.insert(pos, {done.value, index});
 }
 
 DeviceState::~DeviceState() { close(); }
@@ -275,7 +334,9 @@ std::uint64_t TimelineSemaphore::value() const {
   FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::value", "null semaphore handle", where);
   std::lock_guard lock(state_->mutex);
   FERRY_REQUIRE(state_->backend != nullptr, "TimelineSemaphore::value", "the device is closed", where);
-  return state_->backend->value();
+  const std::uint64_t v = state_->backend->value();
+  state_->note_reached(v);
+  return v;
 }
 
 void TimelineSemaphore::signal(std::uint64_t value, std::source_location where) {
@@ -290,6 +351,7 @@ void TimelineSemaphore::signal(std::uint64_t value, std::source_location where) 
           where);
   state_->backend->signal(value);
   state_->max_signal = value;
+  state_->note_reached(value);  // a host signal takes effect at once
 }
 
 bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds timeout) const {
@@ -304,7 +366,10 @@ bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds t
   if (backend->value() >= value) return true;  // reached: not a blocking wait
   if (auto device = state_->device.lock()) device->host_waits.fetch_add(1, std::memory_order_relaxed);
   // Not holding the mutex while blocked: a host signal from another thread must get through.
-  return backend->wait(value, timeout);
+  if (state_->known_reached(value)) return true;
+  if (!backend->wait(value, timeout)) return false;
+  state_->note_reached(value);
+  return true;
 }
 
 void TimelineSemaphore::wait(std::uint64_t value, std::chrono::nanoseconds timeout,

@@ -9,8 +9,10 @@
 #pragma once
 
 #include <atomic>
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,7 +51,27 @@ struct SemaphoreState {
   std::mutex mutex;
   std::unique_ptr<BackendSemaphore> backend;  // null once the device closed
   std::uint64_t max_signal = 0;               // highest value signalled or enqueued for signal
+  /// Greatest value seen reached: raised by every query through query_value(), by host
+  /// signals and by successful host waits; never lowered (timelines only grow). A point at or
+  /// below it is reached without asking the backend (lock-free). UINT64_MAX once closed.
+  std::atomic<std::uint64_t> reached{0};
+
+  /// Whether `value` is known reached, without a backend query.
+  [[nodiscard]] bool known_reached(std::uint64_t value) const noexcept {
+    return reached.load(std::memory_order_acquire) >= value;
+  }
+  /// Raise `reached` to `value` (no-op when lower).
+  void note_reached(std::uint64_t value) noexcept {
+    std::uint64_t seen = reached.load(std::memory_order_relaxed);
+    while (seen < value && !reached.compare_exchange_weak(seen, value, std::memory_order_release,
+                                                          std::memory_order_relaxed)) {
+    }
+  }
 };
+
+/// One backend query of the current value (takes s.mutex); raises s.reached. UINT64_MAX once
+/// the device closed (everything is complete then).
+std::uint64_t query_value(SemaphoreState& s);
 
 struct QueueState {
   std::weak_ptr<DeviceState> device;
@@ -72,6 +94,16 @@ struct QueueState {
     BackendQueue* from = nullptr;
   };
   std::vector<PendingAcquire> pending_acquires;
+  /// Waits enqueued on this queue, (timeline id, greatest value): on a backend whose waits
+  /// order all later work (BackendQueue::wait_orders_later_work), a wait at or below is
+  /// redundant. A small cache: forgetting an entry only costs a redundant wait. Ids are never
+  /// reused, so an entry cannot be mistaken for another semaphore's.
+  struct Waited {
+    std::uint32_t timeline = 0;  ///< 0 = unused slot
+    std::uint64_t value = 0;
+  };
+  std::array<Waited, 8> waited{};
+  std::size_t waited_next = 0;  ///< slot replaced next when the timeline is not cached
 };
 
 struct HostAllocation {
@@ -115,7 +147,9 @@ struct PoolState {
     std::uint32_t queue = 0;
     std::string tag;
   };
-  std::vector<PendingFree> pending_frees;
+  /// Pending frees per timeline id, each list in increasing point value, so that checking them
+  /// queries a timeline at most once and stops at its first point not reached.
+  std::unordered_map<std::uint32_t, std::deque<PendingFree>> pending_frees;
   std::map<std::pair<std::uint64_t, std::uint64_t>, BlockState*> live;  // (segment, offset)
 };
 
@@ -152,7 +186,14 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
   HostPool host_pool_api{this};
   std::mutex activity_mutex;
   std::vector<QueueActivity> activity;
-  std::vector<std::pair<std::size_t, TimelinePoint>> unresolved_activity;
+  /// Spans not seen complete yet, per semaphore, in increasing value of their end point:
+  /// resolve_activity queries each semaphore at most once and stops at its first span not
+  /// reached. (index into `activity`, end point value).
+  struct UnresolvedSpans {
+    std::shared_ptr<SemaphoreState> semaphore;
+    std::deque<std::pair<std::uint64_t, std::size_t>> spans;  // (value, index)
+  };
+  std::vector<UnresolvedSpans> unresolved_activity;
 
   ~DeviceState();
   void close() noexcept;
@@ -186,10 +227,17 @@ Device wrap_backend_device(std::unique_ptr<BackendDevice> backend, const DeviceO
                            std::source_location where);
 
 // Enqueue helpers; caller holds q.mutex. They mark the queue dirty.
-void enqueue_wait(QueueState& q, const TimelinePoint& point);
+/// Make q's later work wait for `point`. Nothing is enqueued when the point is of q's own
+/// timeline, known reached (watermark, else one query), or (stream-ordered backends) already
+/// waited for by q. Also performs the ownership acquires q owes up to `point`.
+/// `query` false: trust the watermark alone (for a point just enqueued, or one queried moments
+/// ago in the same call), saving a backend query that would almost always answer "not yet";
+/// the cost of a stale watermark is a wait for a point already reached, which is harmless.
+void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query = true);
 /// Signal the queue's own timeline if work was enqueued since the last mark; returns the point.
 TimelinePoint enqueue_mark(QueueState& q);
-/// Whether `point` is reached (empty = reached; closed device = reached).
+/// Whether `point` is reached (empty = reached; closed device = reached): the semaphore's
+/// watermark, else one backend query.
 bool point_reached(const TimelinePoint& point);
 /// Record queue activity for traces: begins now (enqueue), ends when `done` is observed
 /// reached by a later record_activity/resolve_activity call (an upper bound on completion).

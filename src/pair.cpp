@@ -132,6 +132,7 @@ class PairQueue final : public BackendQueue {
     return inner_->synthetic_compute(mine(in), mine(out), bytes, units);
   }
   void flush() override { inner_->flush(); }
+  [[nodiscard]] bool wait_orders_later_work() const override { return inner_->wait_orders_later_work(); }
   [[nodiscard]] std::uint32_t family() const override {
     return side_ == kVulkan ? inner_->family() : kExternalQueueFamily;
   }

@@ -35,28 +35,51 @@ std::uint64_t segment_address(const PoolState& p, std::uint64_t id) {
   return s.address != 0 ? s.address : (id << 40);
 }
 
-// The Reached callback: query the timeline's semaphore (cached per call; never blocks).
+// The Reached callback of one pool call. Per timeline: the semaphore is looked up once (one
+// device.mutex), its watermark answers points at or below it, and the backend is queried at
+// most once (DESIGN §5: by querying, never blocking). Only for the duration of one call: a
+// reached value older than the call could hide completed work, never claim incomplete work.
 struct ReachedQuery {
   DeviceState& device;
-  std::unordered_map<std::uint32_t, std::uint64_t> cache;
+  struct Known {
+    std::uint32_t timeline = 0;
+    std::uint64_t value = 0;  // a value known reached
+    bool queried = false;     // `value` is this call's backend query (or the timeline is gone)
+    std::shared_ptr<SemaphoreState> semaphore;
+  };
+  std::vector<Known> known{};  // a few timelines per call: linear search
+
+  explicit ReachedQuery(DeviceState& d) : device(d) {}
+
+  Known& entry(std::uint32_t timeline) {
+    for (auto& k : known) {
+      if (k.timeline == timeline) return k;
+    }
+    Known k;
+    k.timeline = timeline;
+    {
+      std::lock_guard lock(device.mutex);
+      auto t = device.timelines.find(timeline);
+      if (t != device.timelines.end()) k.semaphore = t->second.lock();
+    }
+    if (k.semaphore) {
+      k.value = k.semaphore->reached.load(std::memory_order_acquire);
+    } else {
+      k.value = UINT64_MAX;  // a timeline that died with its queue is complete
+      k.queried = true;
+    }
+    known.push_back(std::move(k));
+    return known.back();
+  }
+
   bool operator()(const FreePoint& fp) {
     if (!fp.pending()) return true;
-    auto it = cache.find(fp.timeline);
-    if (it == cache.end()) {
-      std::uint64_t value = UINT64_MAX;  // a timeline that died with its queue is complete
-      std::shared_ptr<SemaphoreState> s;
-      {
-        std::lock_guard lock(device.mutex);
-        auto t = device.timelines.find(fp.timeline);
-        if (t != device.timelines.end()) s = t->second.lock();
-      }
-      if (s) {
-        std::lock_guard lock(s->mutex);
-        if (s->backend) value = s->backend->value();
-      }
-      it = cache.emplace(fp.timeline, value).first;
+    Known& k = entry(fp.timeline);
+    if (k.value < fp.value && !k.queried) {
+      k.value = query_value(*k.semaphore);
+      k.queried = true;
     }
-    return it->second >= fp.value;
+    return k.value >= fp.value;
   }
 };
 
@@ -66,14 +89,19 @@ std::shared_ptr<SemaphoreState> timeline_state(DeviceState& d, std::uint32_t id)
   return t == d.timelines.end() ? nullptr : t->second.lock();
 }
 
-// Record free_completed for released blocks whose free point has been reached.
+// Record free_completed for released blocks whose free point has been reached. The frees of
+// one timeline are in increasing value: the first one not reached ends that timeline's scan.
 template <class Reached>
 void complete_frees(DeviceState& d, Reached& reached) {
-  std::erase_if(d.pool.pending_frees, [&](const PoolState::PendingFree& f) {
-    if (!reached(f.point)) return false;
-    record(d, PoolEventKind::free_completed, f.address, f.size, f.queue, f.tag);
-    return true;
-  });
+  for (auto it = d.pool.pending_frees.begin(); it != d.pool.pending_frees.end();) {
+    auto& frees = it->second;
+    while (!frees.empty() && reached(frees.front().point)) {
+      const PoolState::PendingFree& f = frees.front();
+      record(d, PoolEventKind::free_completed, f.address, f.size, f.queue, f.tag);
+      frees.pop_front();
+    }
+    it = frees.empty() ? d.pool.pending_frees.erase(it) : std::next(it);
+  }
 }
 
 void note_peaks(PoolBudget& b) {
@@ -84,7 +112,7 @@ void note_peaks(PoolBudget& b) {
 
 std::uint64_t trim_locked(DeviceState& d) {
   PoolState& p = d.pool;
-  ReachedQuery reached{d, {}};
+  ReachedQuery reached(d);
   p.allocator.refresh(std::ref(reached));
   complete_frees(d, reached);
   std::uint64_t returned = 0;
@@ -131,7 +159,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   const QueueState& first = first_writer ? *first_writer : *owner;
   BlockAllocator::Request request{bytes, owner->id, first.timeline->timeline_id,
                                   allow_pending_reuse && first_writer != nullptr && first_writer != owner};
-  ReachedQuery reached{d, {}};
+  ReachedQuery reached(d);
   complete_frees(d, reached);
   auto placement = p.allocator.allocate(request, std::ref(reached));
   if (!placement && p.allocator.refresh(std::ref(reached)) > 0) {
@@ -213,8 +241,12 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
 void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
   PoolState& p = d.pool;
   std::lock_guard lock(p.mutex);
+  // The watermark only: `point` is usually the owner's mark just enqueued, which a query would
+  // rarely find reached; the next pool call that needs it queries (and cleans) it.
   FreePoint fp;
-  if (!point_reached(point)) fp = FreePoint{point.semaphore->timeline_id, point.value};
+  if (!point.empty() && !point.semaphore->known_reached(point.value)) {
+    fp = FreePoint{point.semaphore->timeline_id, point.value};
+  }
   const std::uint64_t address = segment_address(p, b.segment_id) + b.offset;
   p.allocator.release(b.segment_id, b.offset, fp);
   p.live.erase({b.segment_id, b.offset});
@@ -225,7 +257,10 @@ void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
   if (!fp.pending()) {
     record(d, PoolEventKind::free_completed, address, b.size, b.owner->id, b.tag);
   } else if (d.options.record_events) {
-    p.pending_frees.push_back({fp, address, b.size, b.owner->id, b.tag});
+    auto& frees = p.pending_frees[fp.timeline];
+    auto pos = frees.end();  // usually the greatest value so far: insert from the back
+    while (pos != frees.begin() && std::prev(pos)->point.value > fp.value) --pos;
+    frees.insert(pos, PoolState::PendingFree{fp, address, b.size, b.owner->id, b.tag});
   }
   b.released = true;
 }
@@ -421,7 +456,7 @@ PoolDetailedStatistics DevicePool::calculate_statistics() const {
   PoolDetailedStatistics s;
   s.budget = get_budget();
   std::lock_guard lock(device_->pool.mutex);
-  detail::ReachedQuery reached{*device_, {}};
+  detail::ReachedQuery reached(*device_);
   for (const auto& [id, info] : device_->pool.allocator.segments()) {
     bool idle = true;
     for (const auto& [offset, block] : info.blocks) {
@@ -494,7 +529,7 @@ MemorySnapshot DevicePool::snapshot() const {
   }
   std::lock_guard lock(device_->pool.mutex);
   const auto& p = device_->pool;
-  detail::ReachedQuery reached{*device_, {}};
+  detail::ReachedQuery reached(*device_);
   detail::complete_frees(*device_, reached);
   for (const auto& [id, info] : p.allocator.segments()) {
     SnapshotSegment seg;

@@ -342,7 +342,7 @@ TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr&
 
 void make_owner_wait(const QueuePtr& owner, const TimelinePoint& done) {
   std::lock_guard lock(owner->mutex);
-  enqueue_wait(*owner, done);
+  enqueue_wait(*owner, done, /*query=*/false);  // `done` was just enqueued: not reached yet
   owner->backend->flush();
 }
 
@@ -484,7 +484,8 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
       if (executor_owned && exec != q) b.recorded_user = q;  // record_stream: release waits for q
       {
         std::lock_guard elock(exec->mutex);
-        detail::enqueue_wait(*exec, b.ready_after);
+        // ready_after is pending only if the pool found it not reached in this call.
+        detail::enqueue_wait(*exec, b.ready_after, /*query=*/false);
         exec->backend->copy_h2d(detail::ref(b), src, bytes);
         exec->dirty = true;
         up.ready = detail::finish_access(exec, b, q);

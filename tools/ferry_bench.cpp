@@ -38,6 +38,13 @@ Run plan(const Options& options, const DeviceFactory& factory) {
 
 void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
   const auto& o = run.options;
+  if (o.host_cost_calls > 0) {
+    run.host_cost = run_host_cost(factory, o.host_cost_bytes, o.host_cost_calls, progress);
+  }
+  if (o.host_cost_only) {
+    progress.done();
+    return;
+  }
   std::vector<Scenario> per_size;
   for (auto mode : o.strategies) {
     per_size.push_back({.mode = mode, .steps = o.steps, .units = o.compute_units, .inflight = o.inflight});
@@ -90,7 +97,11 @@ int bench_main(int argc, char** argv) {
   }
   const Progress progress{options->quiet, isatty(STDERR_FILENO) != 0};
 
+  if (options->host_cost_only && options->host_cost_calls == 0) {
+    throw std::invalid_argument("--host-cost-only with --host-cost off measures nothing");
+  }
   Run run = plan(*options, factory);
+  if (options->host_cost_only) run.sizes.clear();
   print_header(run);
   measure(run, factory, progress);
   print_table(run);

@@ -59,6 +59,10 @@ struct Core {
 };
 
 /// Binds the device's context to the calling thread for one scope; restores the previous one.
+/// The current binding is asked every time (cuCtxGetCurrent, a thread-local read in the
+/// driver), not cached per thread: the engine may rebind the thread between two ferry calls,
+/// and a stale cache would leave its context switched. Helpers called inside a guarded entry
+/// point rely on its binding instead of guarding again (see Semaphore::value_locked).
 class ContextGuard {
  public:
   explicit ContextGuard(const Core& core) : previous_(vendor::current_context()) {
@@ -152,6 +156,8 @@ class Semaphore final : public GpuSemaphore {
 
   std::uint64_t value() override {
     std::lock_guard lock(mutex_);
+    if (pending_.empty()) return value_locked();  // no event to query: no context needed
+    ContextGuard guard(*core_);
     return value_locked();
   }
 
@@ -229,15 +235,20 @@ class Semaphore final : public GpuSemaphore {
   };
   static constexpr std::size_t kRetireBatch = 16;
 
+  /// Caller holds mutex_ and, when events are pending, has bound the device's context: the
+  /// queue entry points and value() do, so the event queries below need no guard of their own
+  /// (one context query per entry point, not one per nested helper).
   std::uint64_t value_locked() {
     retire_completed();
     known_ = std::max(known_, std::atomic_ref<std::uint64_t>(*counter_).load(std::memory_order_acquire));
     return known_;
   }
 
+  /// Retire the completed prefix of pending_: queries the oldest pending event and stops at the
+  /// first not complete (events complete in signal order on one stream; across streams the
+  /// values only grow because signals execute in increasing value order, see above), so one
+  /// call makes one query when nothing completed. Caller holds mutex_ with the context bound.
   void retire_completed() {
-    if (pending_.empty()) return;
-    ContextGuard guard(*core_);
     while (!pending_.empty()) {
       const cudaError_t e = cudaEventQuery(pending_.front().event);
       if (e == cudaErrorNotReady) break;
@@ -357,6 +368,10 @@ class Queue final : public BackendQueue {
     ContextGuard guard(*core_);
     static_cast<GpuSemaphore&>(sem).enqueue_wait(stream_, value);
   }
+
+  /// cudaStreamWaitEvent and cuStreamWaitValue64 are stream operations: all later work of the
+  /// stream starts after them.
+  [[nodiscard]] bool wait_orders_later_work() const override { return true; }
 
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) override {
 #if FERRY_GPU_HAS_KERNELS

@@ -225,6 +225,8 @@ class HostQueue final : public BackendQueue {
     op.value = value;
     push(op);
   }
+  /// The worker blocks on a wait before anything queued after it.
+  [[nodiscard]] bool wait_orders_later_work() const override { return true; }
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes,
                          std::uint32_t units) override {
     Op op = Op::copy(device_ptr(out), device_ptr(in), bytes);

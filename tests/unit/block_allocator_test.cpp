@@ -643,6 +643,68 @@ class RandomRun {
 
 }  // namespace
 
+TEST_CASE("allocate asks Reached about a timeline only when earlier answers do not decide") {
+  // 32 blocks of 64 KiB, freed on timeline A at values 1..32 in offset order (the walk order
+  // for equal sizes), separated so that none coalesce; and 32 more freed on timeline C.
+  BlockAllocator a;
+  a.add_segment(1, 2 * MiB, A, true);
+  a.add_segment(2, 2 * MiB, C, true);
+  std::vector<Placement> on_a, on_c;
+  for (int i = 0; i < 32; ++i) on_a.push_back(must(a, req(64 * KiB, A)));
+  for (int i = 0; i < 32; ++i) on_c.push_back(must(a, req(64 * KiB, C)));
+  REQUIRE(a.free_bytes() == 0);
+  for (std::size_t i = 0; i < on_a.size(); ++i) {
+    a.release(on_a[i].segment, on_a[i].offset, FreePoint{A, i + 1});
+    a.release(on_c[i].segment, on_c[i].offset, FreePoint{C, i + 1});
+  }
+  expect_valid(a);
+  std::map<std::uint32_t, int> asked;
+  auto counting = [&](std::uint64_t upto_a) {
+    return BlockAllocator::Reached([&asked, upto_a](const FreePoint& fp) {
+      ++asked[fp.timeline];
+      return fp.timeline == A && fp.value <= upto_a;
+    });
+  };
+
+  SUBCASE("nothing reached: one question per timeline, then the pending choice") {
+    const auto p = a.allocate(req(64 * KiB, B, /*allow_pending=*/true), counting(0));
+    REQUIRE(p.has_value());
+    CHECK(p->pending_reuse);
+    CHECK(p->wait.timeline == A);
+    CHECK(p->wait.value == 1);  // best fit: the first block of the walk
+    CHECK(asked[A] == 1);       // values 2..32 follow from "1 not reached"
+    CHECK(asked[C] == 1);
+    expect_valid(a);
+  }
+  SUBCASE("nothing reached, no pending allowed: the pool must grow") {
+    CHECK_FALSE(a.allocate(req(64 * KiB, B), counting(0)).has_value());
+    CHECK(asked[A] == 1);
+    CHECK(asked[C] == 1);
+  }
+  SUBCASE("the first block reached is taken at once") {
+    const auto p = a.allocate(req(64 * KiB, B), counting(1));
+    REQUIRE(p.has_value());
+    CHECK_FALSE(p->pending_reuse);
+    CHECK(p->segment == on_a[0].segment);
+    CHECK(p->offset == on_a[0].offset);
+    CHECK(asked[A] == 1);
+    CHECK(asked.count(C) == 0);
+  }
+  SUBCASE("answers out of walk order are still asked") {
+    // Allocate the first block on A again and free it at a high value: the walk now meets A@40
+    // first ("not reached"), then A@2, which that answer does not decide.
+    const auto first = must(a, req(64 * KiB, A));
+    CHECK(first.offset == on_a[0].offset);
+    a.release(first.segment, first.offset, FreePoint{A, 40});
+    const auto p = a.allocate(req(64 * KiB, B), counting(5));
+    REQUIRE(p.has_value());
+    CHECK_FALSE(p->pending_reuse);
+    CHECK(p->offset == on_a[1].offset);  // A@2, reached
+    CHECK(asked[A] == 2);
+    expect_valid(a);
+  }
+}
+
 TEST_CASE("randomized sequences keep every invariant") {
   const std::uint64_t seed = seed_from_env();
   std::printf("ferry-unit: randomized seed %llu (override with FERRY_UNIT_SEED)\n",

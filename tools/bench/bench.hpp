@@ -29,6 +29,11 @@ struct Options {
   bool overlap_variant = true;
   /// Whole-batch study: size of the pageable buffer (0 = off; unset = backend default).
   std::optional<std::uint64_t> batch_bytes;
+  /// Host cost per upload call: number of timed calls (0 = off) and the size of each.
+  int host_cost_calls = 4096;
+  std::uint64_t host_cost_bytes = 64ull << 10;
+  /// Run only the host-cost measurement (no strategies, raw copies or batch study).
+  bool host_cost_only = false;
 };
 
 /// Parse argv; throws std::invalid_argument with a message on bad input. Returns nullopt for
@@ -123,6 +128,27 @@ struct BatchStudy {
 BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_bytes, double dma_gbps,
                            double dma_d2h_gbps, const Progress& progress);
 
+/// Median and 90th percentile of a set of samples (nearest rank).
+struct Percentiles {
+  double median = 0;
+  double p90 = 0;
+};
+Percentiles percentiles(std::vector<double> samples);
+
+/// Host cost of one upload call (issue 3): `calls` uploads of one `bytes` pinned range to the
+/// owner queue (owner_owned, the defaults), each released right after, each call host-timed.
+/// Microseconds.
+struct HostCost {
+  bool ran = false;
+  std::uint64_t bytes = 0;
+  int calls = 0;
+  Percentiles upload;   ///< Transfer::upload(HostBuffer, owner): allocation + copy + ordering
+  Percentiles release;  ///< DeviceBuffer::release() right after
+  Percentiles pair;     ///< both
+  VendorCallCost vendor;  ///< the vendor's bare async copy of the same size (CUDA builds)
+};
+HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int calls, const Progress& progress);
+
 /// Everything the report needs.
 struct Run {
   Options options;
@@ -132,6 +158,7 @@ struct Run {
   std::vector<Result> results;
   std::vector<RawCopy> raw;
   BatchStudy batch;
+  HostCost host_cost;
 };
 
 void print_header(const Run& run);

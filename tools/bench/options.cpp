@@ -91,6 +91,11 @@ usage: ferry-bench [options]
   --batch-study SIZE|off  whole-batch study: 4096 x 16K scattered pageable buffers and one SIZE
                         pageable buffer, against the host-staging ceiling measured in the same
                         run (default 1G; host backend 256M)
+  --host-cost N|off     host cost per upload call: N uploads of one small pinned range to the
+                        owner queue, each released right after, each call timed (default 4096);
+                        on CUDA beside a bare cudaMemcpyAsync of the same size
+  --host-cost-size SIZE size of each of those uploads (default 64K)
+  --host-cost-only      run only the host-cost measurement
   --help                this text
 
 Each step: pinned host batch -> device (strategy), allocate the owner's temporary from the
@@ -144,6 +149,13 @@ std::optional<Options> parse_options(int argc, char** argv) {
       } else {
         o.batch_bytes = parse_size(v);
       }
+    } else if (key == "--host-cost") {
+      const std::string v = value(i, "--host-cost");
+      o.host_cost_calls = v == "off" ? 0 : static_cast<int>(parse_int(v, "--host-cost", 1, 10'000'000));
+    } else if (key == "--host-cost-size") {
+      o.host_cost_bytes = parse_size(value(i, "--host-cost-size"));
+    } else if (key == "--host-cost-only") {
+      o.host_cost_only = true;
     } else {
       throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
     }

@@ -40,6 +40,8 @@ double bandwidth_bar(const std::string& backend) {
   return 0;
 }
 constexpr double reserved_bar = 1.02;
+/// Issue 3: host time of one upload call (median), CUDA backend on the H200.
+constexpr double upload_host_us_bar = 5.0;
 constexpr double overlap_bar = 1.05;
 
 struct Verdict {
@@ -120,6 +122,15 @@ std::vector<Verdict> verdicts(const Run& run) {
                                    : std::string())});
     }
   }
+  if (run.host_cost.ran) {
+    const HostCost& h = run.host_cost;
+    const double bar = run.backend == "cuda" ? upload_host_us_bar : 0;
+    std::string text = size_label(h.bytes) + " upload call: median " + fmt("%.2f", h.upload.median) +
+                       " us of host time (p90 " + fmt("%.2f", h.upload.p90) + ")";
+    if (h.vendor.measured) text += "; " + h.vendor.what + ": median " + fmt("%.2f", h.vendor.median_us) + " us";
+    text += bar > 0 ? " (bar <= " + fmt("%.0f", bar) + " us)" : " (bar applies to the CUDA backend)";
+    out.push_back({h.bytes, "upload_host_us", h.upload.median, bar, true, text});
+  }
   if (run.batch.ran && run.batch.ceiling_gbps > 0) {
     const BatchStudy& b = run.batch;
     const double bar = gpu_bars ? 0.80 : 0;
@@ -167,6 +178,10 @@ std::string num(double v) {
 void print_header(const Run& run) {
   const auto& o = run.options;
   std::cout << "ferry-bench " << FERRY_VERSION << ": " << run.backend << " backend, " << run.device_name << "\n";
+  if (run.sizes.empty()) {  // --host-cost-only
+    std::cout << "host cost only: " << o.host_cost_calls << " uploads of " << size_label(o.host_cost_bytes) << "\n";
+    return;
+  }
   std::cout << "sizes";
   for (std::size_t i = 0; i < run.sizes.size(); ++i) std::cout << (i ? "," : " ") << size_label(run.sizes[i]);
   std::cout << ", " << o.steps << " steps, " << o.compute_units << " compute units/step, " << o.inflight
@@ -175,7 +190,9 @@ void print_header(const Run& run) {
                "overlap = step ms / max(compute ms, raw copy time of one batch)\n\n";
 }
 
-void print_table(const Run& run) {
+namespace {
+
+void print_strategy_table(const Run& run) {
   std::printf("%-28s %6s %10s %10s %10s %8s %8s %10s %9s %9s %9s %8s\n", "strategy", "size", "alloc GiB",
               "resv GiB", "strand GiB", "RSS GiB", "copy GB/s", "host us", "step ms", "comp ms", "copy ms", "overlap");
   for (auto bytes : run.sizes) {
@@ -204,22 +221,40 @@ void print_table(const Run& run) {
                   raw->timeline_pair_us);
     }
   }
-  if (run.batch.ran) {
-    const BatchStudy& b = run.batch;
-    std::printf("\nwhole batches (host-timed medians):\n");
-    std::printf("  ceiling: min(host memcpy %.2f GB/s with %u threads, pinned DMA %.2f GB/s) = %.2f GB/s\n",
-                b.memcpy_gbps, b.memcpy_threads, b.dma_gbps, b.ceiling_gbps);
-    std::printf("  %llu x %s scattered pageable buffers, one call: %.2f GB/s (%.1f%% of the ceiling)\n",
-                static_cast<unsigned long long>(b.scattered_count), size_label(b.scattered_each).c_str(),
-                b.scattered_gbps, b.ceiling_gbps > 0 ? 100 * b.scattered_gbps / b.ceiling_gbps : 0);
-    std::printf("  one %s pageable buffer: %.2f GB/s (%.1f%% of the ceiling)\n", size_label(b.pageable_bytes).c_str(),
-                b.pageable_gbps, b.ceiling_gbps > 0 ? 100 * b.pageable_gbps / b.ceiling_gbps : 0);
-    std::printf("  download ceiling: min(host memcpy out %.2f GB/s with %u threads, pinned D2H DMA %.2f GB/s) = %.2f GB/s\n",
-                b.memcpy_out_gbps, b.memcpy_threads, b.dma_d2h_gbps, b.ceiling_down_gbps);
-    std::printf("  %llu x %s scattered pageable buffers, one batch download: %.2f GB/s (%.1f%% of the ceiling)\n",
-                static_cast<unsigned long long>(b.scattered_count), size_label(b.scattered_each).c_str(),
-                b.scattered_down_gbps, b.ceiling_down_gbps > 0 ? 100 * b.scattered_down_gbps / b.ceiling_down_gbps : 0);
+}
+
+void print_batch_study(const BatchStudy& b) {
+  std::printf("\nwhole batches (host-timed medians):\n");
+  std::printf("  ceiling: min(host memcpy %.2f GB/s with %u threads, pinned DMA %.2f GB/s) = %.2f GB/s\n",
+              b.memcpy_gbps, b.memcpy_threads, b.dma_gbps, b.ceiling_gbps);
+  std::printf("  %llu x %s scattered pageable buffers, one call: %.2f GB/s (%.1f%% of the ceiling)\n",
+              static_cast<unsigned long long>(b.scattered_count), size_label(b.scattered_each).c_str(),
+              b.scattered_gbps, b.ceiling_gbps > 0 ? 100 * b.scattered_gbps / b.ceiling_gbps : 0);
+  std::printf("  one %s pageable buffer: %.2f GB/s (%.1f%% of the ceiling)\n", size_label(b.pageable_bytes).c_str(),
+              b.pageable_gbps, b.ceiling_gbps > 0 ? 100 * b.pageable_gbps / b.ceiling_gbps : 0);
+  std::printf("  download ceiling: min(host memcpy out %.2f GB/s with %u threads, pinned D2H DMA %.2f GB/s) = %.2f GB/s\n",
+              b.memcpy_out_gbps, b.memcpy_threads, b.dma_d2h_gbps, b.ceiling_down_gbps);
+  std::printf("  %llu x %s scattered pageable buffers, one batch download: %.2f GB/s (%.1f%% of the ceiling)\n",
+              static_cast<unsigned long long>(b.scattered_count), size_label(b.scattered_each).c_str(),
+              b.scattered_down_gbps, b.ceiling_down_gbps > 0 ? 100 * b.scattered_down_gbps / b.ceiling_down_gbps : 0);
+}
+
+}  // namespace
+
+void print_table(const Run& run) {
+  if (!run.sizes.empty()) print_strategy_table(run);
+  if (run.host_cost.ran) {
+    const HostCost& h = run.host_cost;
+    std::printf("\nhost cost per call, %d calls of %s (us of host time: median / p90):\n", h.calls,
+                size_label(h.bytes).c_str());
+    std::printf("  %-44s %8.2f / %8.2f\n", "Transfer::upload(HostBuffer, owner)", h.upload.median, h.upload.p90);
+    std::printf("  %-44s %8.2f / %8.2f\n", "DeviceBuffer::release() after it", h.release.median, h.release.p90);
+    std::printf("  %-44s %8.2f / %8.2f\n", "upload + release", h.pair.median, h.pair.p90);
+    if (h.vendor.measured) {
+      std::printf("  %-44s %8.2f / %8.2f\n", h.vendor.what.c_str(), h.vendor.median_us, h.vendor.p90_us);
+    }
   }
+  if (run.batch.ran) print_batch_study(run.batch);
   std::printf("\n");
 }
 
@@ -278,6 +313,25 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
       << ", \"pageable_gbps\": " << num(b.pageable_gbps) << ", \"memcpy_out_gbps\": " << num(b.memcpy_out_gbps)
       << ", \"dma_d2h_gbps\": " << num(b.dma_d2h_gbps) << ", \"ceiling_down_gbps\": " << num(b.ceiling_down_gbps)
       << ", \"scattered_down_gbps\": " << num(b.scattered_down_gbps) << "}";
+  } else {
+    o << "null";
+  }
+  o << ",\n  \"host_cost\": ";
+  if (run.host_cost.ran) {
+    const HostCost& h = run.host_cost;
+    o << "{\"calls\": " << h.calls << ", \"size_bytes\": " << h.bytes
+      << ", \"upload_us_median\": " << num(h.upload.median) << ", \"upload_us_p90\": " << num(h.upload.p90)
+      << ", \"release_us_median\": " << num(h.release.median) << ", \"release_us_p90\": " << num(h.release.p90)
+      << ", \"pair_us_median\": " << num(h.pair.median) << ", \"pair_us_p90\": " << num(h.pair.p90)
+      << ", \"vendor\": ";
+    if (h.vendor.measured) {
+      o << "{\"what\": ";
+      json_str(o, h.vendor.what);
+      o << ", \"us_median\": " << num(h.vendor.median_us) << ", \"us_p90\": " << num(h.vendor.p90_us) << "}";
+    } else {
+      o << "null";
+    }
+    o << "}";
   } else {
     o << "null";
   }

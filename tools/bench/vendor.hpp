@@ -22,4 +22,17 @@ struct VendorCopy {
 /// with), and each copy GPU-timed with events (median). `measured` is false without a device.
 VendorCopy measure_vendor_copy(std::uint64_t bytes, int iterations);
 
+/// Host time of issuing one bare vendor copy (the anchor of ferry's per-upload host cost).
+struct VendorCallCost {
+  bool measured = false;
+  std::string what;      ///< e.g. "cudaMemcpyAsync h2d, pinned, one stream"
+  double median_us = 0;  ///< per call, host-timed around the enqueue only
+  double p90_us = 0;
+};
+
+/// Issue `calls` async copies of `bytes` from pinned memory to the device on one stream, each
+/// host-timed on its own; the host waits for the stream every `round` calls, untimed, so the
+/// command queue never fills. `measured` is false without a device.
+VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int round);
+
 }  // namespace ferry_bench

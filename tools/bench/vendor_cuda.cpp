@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench.hpp"  // percentiles()
 #include "vendor.hpp"
 
 namespace ferry_bench {
@@ -75,6 +76,49 @@ VendorCopy measure_vendor_copy(std::uint64_t bytes, int iterations) {
   r.what = "cudaMemcpyAsync (pinned, back to back, host-timed)";
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  cudaFreeHost(host);
+  cudaFree(dev);
+  return r;
+}
+
+}  // namespace ferry_bench
+
+namespace ferry_bench {
+
+VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int round) {
+  VendorCallCost r;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return r;
+  }
+  void* dev = nullptr;
+  void* host = nullptr;
+  cudaStream_t stream = nullptr;
+  check(cudaMalloc(&dev, bytes), "cudaMalloc");
+  check(cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  for (int i = 0; i < 64; ++i) {  // warm-up
+    check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  std::vector<double> us;
+  us.reserve(static_cast<std::size_t>(calls));
+  for (int i = 0; i < calls; ++i) {
+    if (i > 0 && i % round == 0) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // untimed
+    const auto t0 = std::chrono::steady_clock::now();
+    const cudaError_t e = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream);
+    const auto t1 = std::chrono::steady_clock::now();
+    check(e, "cudaMemcpyAsync");
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const Percentiles p = percentiles(std::move(us));
+  r.median_us = p.median;
+  r.p90_us = p.p90;
+  r.measured = true;
+  r.what = "cudaMemcpyAsync h2d (pinned, one stream)";
   cudaStreamDestroy(stream);
   cudaFreeHost(host);
   cudaFree(dev);
