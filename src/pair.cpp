@@ -256,6 +256,7 @@ class PairDevice final : public BackendDevice {
       auto memory = register_both(static_cast<std::byte*>(ptr), size);
       static_cast<PairHost*>(memory->backend_data)->owns_memory = true;
       memory->registered = false;
+      memory->size = bytes;  // what was asked for; both sides registered the rounded range
       return memory;
     } catch (...) {
       std::free(ptr);

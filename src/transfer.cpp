@@ -11,6 +11,7 @@
 #include "ferry/transfer.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -75,9 +76,23 @@ struct TransferState {
   // dispatched one by one). The helpers are woken once per call and claim units in order, so
   // all threads work on the oldest chunks first; the calling thread issues each chunk's DMA
   // the moment its last unit finishes and packs units in between.
-  static constexpr std::uint64_t kMinChunk = 1ull << 20;
-  static constexpr std::uint64_t kTargetChunks = 32;
-  static constexpr std::uint64_t kUnitBytes = 256ull << 10;
+  //
+  // Tuning experiments only (documented in docs/benchmarks.md, read once per process):
+  // FERRY_STAGING_MIN_CHUNK_KB, FERRY_STAGING_TARGET_CHUNKS, FERRY_STAGING_UNIT_KB override
+  // these, and FERRY_STAGING_CALLER_PACKS=0 keeps the calling thread to issuing DMAs.
+  static std::uint64_t tuned(const char* name, std::uint64_t fallback, std::uint64_t unit) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return fallback;
+    const unsigned long long n = std::strtoull(v, nullptr, 10);
+    return n == 0 ? fallback : static_cast<std::uint64_t>(n) * unit;
+  }
+  inline static const std::uint64_t kMinChunk = tuned("FERRY_STAGING_MIN_CHUNK_KB", 1ull << 20, 1024);
+  inline static const std::uint64_t kTargetChunks = tuned("FERRY_STAGING_TARGET_CHUNKS", 32, 1);
+  inline static const std::uint64_t kUnitBytes = tuned("FERRY_STAGING_UNIT_KB", 256ull << 10, 1024);
+  inline static const bool kCallerPacks = [] {
+    const char* v = std::getenv("FERRY_STAGING_CALLER_PACKS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
 
   struct Geometry {
     std::uint64_t chunk = 0;       // bytes per chunk
@@ -202,7 +217,7 @@ struct TransferState {
         progress = true;
       }
       if (issued == K) break;
-      if (job.run_one() || progress) {
+      if ((kCallerPacks && job.run_one()) || progress) {
         idle = 0;
         continue;
       }
@@ -261,7 +276,7 @@ struct TransferState {
         job.release_through(static_cast<std::uint32_t>(released++));
         progress = true;
       }
-      if (job.run_one() || progress) {
+      if ((kCallerPacks && job.run_one()) || progress) {
         idle = 0;
         continue;
       }
