@@ -2,9 +2,49 @@
 #include "parallel_copy.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace ferry::detail {
+
+// Packing scattered views writes each staging cache line once and never reads it back on the
+// host: a regular store first reads the line for ownership (an extra memory read per line),
+// non-temporal stores do not. glibc's memcpy only streams above a multi-MiB threshold, so a
+// gather of 16 KiB pieces ran at ~60% of one large memcpy on the H200 host; streaming stores
+// close most of that gap. Callers fence (finish_stream_copies) before publishing the bytes.
+void stream_copy(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
+#if defined(__SSE2__)
+  if (n >= 256) {
+    const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16;
+    std::memcpy(dst, src, head);
+    dst += head, src += head, n -= head;
+    std::size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    std::memcpy(dst + i, src + i, n - i);
+    return;
+  }
+#endif
+  std::memcpy(dst, src, n);
+}
+
+void finish_stream_copies() noexcept {
+#if defined(__SSE2__)
+  _mm_sfence();  // streaming stores are weakly ordered: make them visible before publishing
+#endif
+}
 
 namespace {
 constexpr std::uint64_t kMinPart = 1ull << 20;  // below 1 MiB per thread the hand-off costs more
@@ -17,8 +57,9 @@ void gather_range(const std::vector<GatherPiece>& pieces, std::uint64_t begin, s
   for (; it != pieces.end() && it->at < end; ++it) {
     const std::uint64_t a = std::max(begin, it->at);
     const std::uint64_t b = std::min(end, it->at + it->size);
-    if (a < b) std::memcpy(dst_at_begin + (a - begin), it->src + (a - it->at), b - a);
+    if (a < b) stream_copy(dst_at_begin + (a - begin), it->src + (a - it->at), b - a);
   }
+  finish_stream_copies();
 }
 }  // namespace
 
@@ -141,8 +182,9 @@ void PipelinedCopy::run_unit(std::size_t u) {
   const CopyUnit& unit = plan_.units[u];
   for (std::uint32_t i = unit.begin; i < unit.end; ++i) {
     const CopyItem& it = plan_.items[i];
-    std::memcpy(it.dst, it.src, it.size);
+    stream_copy(it.dst, it.src, it.size);
   }
+  finish_stream_copies();
   remaining_[unit.chunk].fetch_sub(1, std::memory_order_acq_rel);
   finished_.fetch_add(1, std::memory_order_acq_rel);
 }

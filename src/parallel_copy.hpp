@@ -22,6 +22,12 @@ struct GatherPiece {
   std::uint64_t size = 0;
 };
 
+/// memcpy with non-temporal (streaming) stores for sizes >= 256 bytes where the CPU has them
+/// (SSE2), plain memcpy otherwise. Call finish_stream_copies() before another thread may read
+/// `dst` (or a DMA is issued from it): streaming stores are weakly ordered.
+void stream_copy(std::byte* dst, const std::byte* src, std::size_t n) noexcept;
+void finish_stream_copies() noexcept;
+
 /// One memcpy of a pipelined copy (staging <-> host, either direction).
 struct CopyItem {
   std::byte* dst = nullptr;

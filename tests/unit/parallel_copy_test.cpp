@@ -3,7 +3,9 @@
 // packed range, split across helper threads, byte-exact against a serial model.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
@@ -125,6 +127,30 @@ TEST_CASE("pipelined copy: chunks released in order, helpers and caller run ever
       }
       CHECK(job.all_done());
       CHECK(src == dst);
+    }
+  }
+}
+
+TEST_CASE("stream copy: every alignment and size around the streaming edges is exact") {
+  std::vector<std::byte> src(4096 + 64), dst(4096 + 64);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 7 + 3);
+  for (std::size_t dst_off : {0u, 1u, 8u, 15u, 16u, 33u}) {
+    for (std::size_t src_off : {0u, 3u, 16u}) {
+      for (std::size_t n : {0u, 1u, 63u, 255u, 256u, 257u, 320u, 1000u, 4000u}) {
+        std::fill(dst.begin(), dst.end(), std::byte{0xee});
+        ferry::detail::stream_copy(dst.data() + dst_off, src.data() + src_off, n);
+        ferry::detail::finish_stream_copies();
+        CAPTURE(dst_off);
+        CAPTURE(src_off);
+        CAPTURE(n);
+        CHECK(std::memcmp(dst.data() + dst_off, src.data() + src_off, n) == 0);
+        // Nothing outside [dst_off, dst_off + n) was written.
+        bool outside_intact = true;
+        for (std::size_t i = 0; i < dst.size(); ++i) {
+          if ((i < dst_off || i >= dst_off + n) && dst[i] != std::byte{0xee}) outside_intact = false;
+        }
+        CHECK(outside_intact);
+      }
     }
   }
 }
