@@ -194,6 +194,7 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
     std::deque<std::pair<std::uint64_t, std::size_t>> spans;  // (value, index)
   };
   std::vector<UnresolvedSpans> unresolved_activity;
+  std::uint64_t last_resolve_ns = 0;  // resolve_activity rate limit (guarded by activity_mutex)
 
   ~DeviceState();
   void close() noexcept;
@@ -244,7 +245,7 @@ bool point_reached(const TimelinePoint& point);
 void record_activity(DeviceState& device, const QueueState& q, std::string name, std::uint64_t bytes,
                      const TimelinePoint& done);
 /// Stamp the end time of recorded activity whose point is reached. Caller holds activity_mutex.
-void resolve_activity(DeviceState& device);
+void resolve_activity(DeviceState& device, bool force = false);
 
 // Pool internals (pool.cpp).
 DeviceBuffer pool_allocate(DeviceState& device, const std::shared_ptr<DeviceState>& self,

@@ -524,7 +524,7 @@ MemorySnapshot DevicePool::snapshot() const {
   }
   {
     std::lock_guard lock(device_->activity_mutex);
-    detail::resolve_activity(*device_);
+    detail::resolve_activity(*device_, /*force=*/true);
     snap.activity = device_->activity;
   }
   std::lock_guard lock(device_->pool.mutex);

@@ -289,8 +289,12 @@ struct TransferState {
     next_slot = (g.buffer(K - 1, ring.size()) + 1) % ring.size();
   }
 
+  /// Keep `host` alive until `done`. Completed entries are dropped in batches (once 32 are
+  /// kept), so the hot path asks the backend nothing on most calls.
   void keep(const TimelinePoint& done, const std::shared_ptr<HostAllocation>& host) {
-    while (!in_flight.empty() && point_reached(in_flight.front().done)) in_flight.pop_front();
+    if (in_flight.size() >= 32) {
+      while (!in_flight.empty() && point_reached(in_flight.front().done)) in_flight.pop_front();
+    }
     in_flight.push_back({done, host});
   }
 };

@@ -56,7 +56,10 @@ for s in "${steps[@]}"; do
         run_step "test-$p" 120 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
           VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT "$build/tests/conformance-$p"
       done ;;
-    bench-pair) run_step bench-pair 150 "$build/tools/ferry-bench" --backend vulkan_cuda --sizes "$sizes" --quiet --out "$out/bench-pair" --snapshot "$out/snapshot-pair" ;;
+    bench-pair)
+      for p in vulkan_cuda cuda_vulkan; do
+        run_step "bench-$p" 150 "$build/tools/ferry-bench" --backend $p --sizes "$sizes" --quiet --out "$out/bench-$p" --snapshot "$out/snapshot-$p"
+      done ;;
     probe-vulkan) run_step probe-vulkan 90 "$build/tools/probe/ferry-probe-vulkan" --json "$out/probe-vulkan.json" ;;
     probe-cuda) run_step probe-cuda 90 "$build/tools/probe/ferry-probe-cuda" --json "$out/probe-cuda.json" ;;
     memcheck-pair)
