@@ -19,6 +19,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 #include "ferry/config.hpp"
@@ -82,22 +83,46 @@ struct PairHost {
   bool owns_memory = false;  // allocated here (vs. user memory registered)
 };
 
+/// A Vulkan timeline exported to CUDA, plus a CUDA-native timeline that CUDA-side signals
+/// also signal. Why the third part: the Vulkan driver learns of a value signalled through the
+/// imported semaphore late (measured on the H200: a host wait on a CUDA signal took ~10 ms to
+/// return), so host queries and waits also consult the CUDA-native timeline, which answers
+/// from CUDA events as soon as the stream got there.
 class PairSemaphore final : public BackendSemaphore {
  public:
-  PairSemaphore(std::unique_ptr<BackendSemaphore> vulkan, std::unique_ptr<BackendSemaphore> cuda)
-      : side_{std::move(vulkan), std::move(cuda)} {}
+  PairSemaphore(std::unique_ptr<BackendSemaphore> vulkan, std::unique_ptr<BackendSemaphore> cuda,
+                std::unique_ptr<BackendSemaphore> cuda_native)
+      : side_{std::move(vulkan), std::move(cuda)}, cuda_native_(std::move(cuda_native)) {}
   ~PairSemaphore() override {
     side_[kCuda].reset();  // the import goes before the exported semaphore
+    cuda_native_.reset();
   }
-  std::uint64_t value() override { return side_[kVulkan]->value(); }
+  std::uint64_t value() override {
+    return std::max(side_[kVulkan]->value(), cuda_native_->value());
+  }
   void signal(std::uint64_t value) override { side_[kVulkan]->signal(value); }
   bool wait(std::uint64_t value, std::chrono::nanoseconds timeout) override {
-    return side_[kVulkan]->wait(value, timeout);
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + timeout;
+    for (int round = 0;; ++round) {
+      if (this->value() >= value) return true;
+      const auto now = clock::now();
+      if (now >= deadline) return false;
+      if (round < 32) {
+        std::this_thread::yield();  // short waits: a few microseconds of polling
+      } else if (side_[kVulkan]->wait(value, std::min<clock::duration>(deadline - now, std::chrono::microseconds(50)))) {
+        return true;  // a Vulkan signal wakes this at once; a CUDA one within 50 us
+      }
+    }
   }
+  /// What a queue of `s` signals and waits on.
   BackendSemaphore& side(Side s) { return *side_[s]; }
+  /// CUDA-side signals also go here (see the class comment).
+  BackendSemaphore& cuda_native() { return *cuda_native_; }
 
  private:
   std::unique_ptr<BackendSemaphore> side_[2];
+  std::unique_ptr<BackendSemaphore> cuda_native_;
 };
 
 class PairQueue final : public BackendQueue {
@@ -116,7 +141,9 @@ class PairQueue final : public BackendQueue {
     inner_->copy_d2d(mine(dst), mine(src), bytes);
   }
   void signal(BackendSemaphore& sem, std::uint64_t value) override {
-    inner_->signal(static_cast<PairSemaphore&>(sem).side(side_), value);
+    auto& pair = static_cast<PairSemaphore&>(sem);
+    inner_->signal(pair.side(side_), value);
+    if (side_ == kCuda) inner_->signal(pair.cuda_native(), value);  // host queries see it at once
   }
   void wait(BackendSemaphore& sem, std::uint64_t value) override {
     inner_->wait(static_cast<PairSemaphore&>(sem).side(side_), value);
@@ -220,7 +247,8 @@ class PairDevice final : public BackendDevice {
       close_fd(fd);
       throw;
     }
-    return std::make_unique<PairSemaphore>(std::move(vulkan), std::move(cuda));
+    auto native = side_[kCuda]->create_semaphore(initial);
+    return std::make_unique<PairSemaphore>(std::move(vulkan), std::move(cuda), std::move(native));
   }
 
   std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) override {
