@@ -613,15 +613,23 @@ void VulkanDevice::destroy_allocation(const VulkanAllocation& a) noexcept {
   vk_.vkFreeMemory(device_, a.memory, nullptr);
 }
 
-std::unique_ptr<Segment> VulkanDevice::allocate_segment(std::uint64_t bytes) {
+void VulkanDevice::check_segment_size(std::uint64_t bytes) const {
   if (caps_.max_allocation_bytes != 0 && bytes > caps_.max_allocation_bytes) {
     vk_fail(ErrorCode::out_of_memory, "segment of " + std::to_string(bytes) +
                                           " bytes exceeds maxMemoryAllocationSize " +
                                           std::to_string(caps_.max_allocation_bytes));
   }
+}
+
+std::unique_ptr<Segment> VulkanDevice::allocate_segment(std::uint64_t bytes) {
+  check_segment_size(bytes);
   // The buffer is rounded up to whole words so synthetic_compute may bind a range's last word.
-  auto record = std::make_unique<VulkanAllocation>(
-      make_allocation(round_up(bytes, 256), nullptr, false, nullptr, ~0u, 0));
+  return wrap_segment(std::make_unique<VulkanAllocation>(
+                          make_allocation(round_up(bytes, 256), nullptr, false, nullptr, ~0u, 0)),
+                      bytes);
+}
+
+std::unique_ptr<Segment> VulkanDevice::wrap_segment(std::unique_ptr<VulkanAllocation> record, std::uint64_t bytes) {
   auto segment = std::make_unique<Segment>();
   segment->size = bytes;
   segment->native = record->buffer;
@@ -641,11 +649,7 @@ std::unique_ptr<Segment> VulkanDevice::allocate_exported_segment(std::uint64_t b
     vk_fail(ErrorCode::unsupported, caps_.name + ": memory cannot be exported as opaque fds "
                                                  "(VK_KHR_external_memory_fd missing)");
   }
-  if (caps_.max_allocation_bytes != 0 && bytes > caps_.max_allocation_bytes) {
-    vk_fail(ErrorCode::out_of_memory, "segment of " + std::to_string(bytes) +
-                                          " bytes exceeds maxMemoryAllocationSize " +
-                                          std::to_string(caps_.max_allocation_bytes));
-  }
+  check_segment_size(bytes);
   constexpr auto kHandle = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
   VkExternalMemoryBufferCreateInfo external{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
   external.handleTypes = kHandle;
@@ -667,12 +671,7 @@ std::unique_ptr<Segment> VulkanDevice::allocate_exported_segment(std::uint64_t b
   out->fd = fd;
   out->size = allocated;
   out->dedicated = true;
-  auto segment = std::make_unique<Segment>();
-  segment->size = bytes;
-  segment->native = record->buffer;
-  segment->address = next_address_.fetch_add(round_up(bytes, 2u << 20), std::memory_order_relaxed);
-  segment->backend_data = record.release();
-  return segment;
+  return wrap_segment(std::move(record), bytes);
 }
 
 void VulkanDevice::free_segment(std::unique_ptr<Segment> segment) {

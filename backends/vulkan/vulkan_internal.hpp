@@ -286,6 +286,10 @@ class VulkanDevice final : public BackendDevice {
                                    VkDeviceSize import_size, bool dedicated = false,
                                    VkDeviceSize* allocated = nullptr);
   void destroy_allocation(const VulkanAllocation& allocation) noexcept;
+  /// out_of_memory when `bytes` exceeds maxMemoryAllocationSize.
+  void check_segment_size(std::uint64_t bytes) const;
+  /// A Segment over `record` (owned by the segment from then on) with a synthetic address.
+  std::unique_ptr<Segment> wrap_segment(std::unique_ptr<VulkanAllocation> record, std::uint64_t bytes);
   std::unique_ptr<VulkanQueue> make_queue(std::uint32_t family, std::uint32_t index,
                                           bool owns_index);
 
