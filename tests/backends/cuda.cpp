@@ -1,35 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The conformance suite on the CUDA backend, plus CUDA-only cases. With no NVIDIA GPU (CI)
-// the executable reports SKIPPED and exits 77.
-#define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
-
-#include "conformance.hpp"
-
-using namespace ferry;
-
-CONFORMANCE_CASE("cuda: capabilities describe a GPU") {
-  Device dev = conformance::open_device();
-  const Capabilities& caps = dev.capabilities();
-  CHECK(caps.backend == Backend::cuda);
-  CHECK(caps.is_gpu);
-  CHECK(caps.device_memory_bytes > 0);
-  CHECK(caps.copy_engines >= 1);
-  CHECK_FALSE(caps.name.empty());
-  MESSAGE(caps.name << ": " << caps.copy_engines << " copy engines; " << caps.notes);
-}
-
-CONFORMANCE_CASE("cuda: adopting the legacy default stream is refused") {
-  Device dev = conformance::open_device();
-  NativeQueue legacy;  // handle 0 = the legacy default stream
-  conformance::expect_error(ErrorCode::invalid_argument,
-                            [&] { (void)dev.adopt_queue(QueueRole::compute, legacy); },
-                            "adopt_queue(legacy default stream)");
-}
-
-int main(int argc, char** argv) {
-  const Backend backend = Backend::cuda;
-  if (int skip = conformance::presence_check(backend)) return skip;
-  conformance::configure({.backend = backend, .validation = false});
-  return conformance::run(argc, argv);
-}
+// The conformance suite on the CUDA backend (see gpu.hpp).
+#define FERRY_TEST_GPU cuda
+#define FERRY_TEST_GPU_NAME "cuda"
+#include "gpu.hpp"

@@ -1,35 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The conformance suite on the HIP backend (built from the CUDA sources). With no AMD GPU (CI)
-// the executable reports SKIPPED and exits 77.
-#define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
-
-#include "conformance.hpp"
-
-using namespace ferry;
-
-CONFORMANCE_CASE("hip: capabilities describe a GPU") {
-  Device dev = conformance::open_device();
-  const Capabilities& caps = dev.capabilities();
-  CHECK(caps.backend == Backend::hip);
-  CHECK(caps.is_gpu);
-  CHECK(caps.device_memory_bytes > 0);
-  // HIP 5.2 has no asyncEngineCount: copy_engines may be 0
-  CHECK_FALSE(caps.name.empty());
-  MESSAGE(caps.name << ": " << caps.copy_engines << " copy engines; " << caps.notes);
-}
-
-CONFORMANCE_CASE("hip: adopting the legacy default stream is refused") {
-  Device dev = conformance::open_device();
-  NativeQueue legacy;  // handle 0 = the legacy default stream
-  conformance::expect_error(ErrorCode::invalid_argument,
-                            [&] { (void)dev.adopt_queue(QueueRole::compute, legacy); },
-                            "adopt_queue(legacy default stream)");
-}
-
-int main(int argc, char** argv) {
-  const Backend backend = Backend::hip;
-  if (int skip = conformance::presence_check(backend)) return skip;
-  conformance::configure({.backend = backend, .validation = false});
-  return conformance::run(argc, argv);
-}
+// The conformance suite on the HIP backend (built from the CUDA sources) (see gpu.hpp).
+#define FERRY_TEST_GPU hip
+#define FERRY_TEST_GPU_NAME "hip"
+#include "gpu.hpp"
