@@ -11,7 +11,9 @@
 ///  - **timeline semaphores** (the queues' private timelines and `create_semaphore`) are Vulkan
 ///    timeline semaphores exported as opaque fds (`VK_KHR_external_semaphore_fd`) and imported
 ///    into CUDA as `cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd`: a CUDA stream waits on
-///    a Vulkan queue's signal (and the reverse) on the GPU, without a host wait;
+///    a Vulkan queue's signal (and the reverse) on the GPU, without a host wait. Host queries
+///    and waits also consult a CUDA-native timeline that CUDA-side signals update, because
+///    the Vulkan driver learns of a signal made through the import late (~10 ms measured);
 ///  - **pinned host memory** is page-aligned memory registered with both APIs
 ///    (`cudaHostRegister` and `VK_EXT_external_memory_host`);
 ///  - **queues**: in `Backend::vulkan_cuda` transfer-role queues are Vulkan queues (the default
