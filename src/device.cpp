@@ -367,11 +367,14 @@ bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds t
     std::lock_guard lock(state_->mutex);
     FERRY_REQUIRE(state_->backend != nullptr, "TimelineSemaphore::try_wait", "the device is closed", where);
     backend = state_->backend.get();
+    // Reached (the watermark, else one query): not a blocking wait, not counted in host_waits.
+    if (state_->known_reached(value)) return true;
+    const std::uint64_t now = backend->value();
+    state_->note_reached(now);
+    if (now >= value) return true;
   }
-  if (backend->value() >= value) return true;  // reached: not a blocking wait
   if (auto device = state_->device.lock()) device->host_waits.fetch_add(1, std::memory_order_relaxed);
   // Not holding the mutex while blocked: a host signal from another thread must get through.
-  if (state_->known_reached(value)) return true;
   if (!backend->wait(value, timeout)) return false;
   state_->note_reached(value);
   return true;
