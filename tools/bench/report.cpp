@@ -58,6 +58,8 @@ struct Verdict {
 std::vector<Verdict> verdicts(const Run& run) {
   std::vector<Verdict> out;
   const bool gpu_bars = bandwidth_bar(run.backend) > 0;
+  // Against the vendor's own copy: the backend's bar, CUDA's where the backend has none.
+  const double vendor_bar = gpu_bars ? bandwidth_bar(run.backend) : 0.98;
   for (auto bytes : run.sizes) {
     const Result* blocking = find(run, ferry::CopyMode::blocking, bytes);
     const Result* owner = find(run, ferry::CopyMode::owner_owned, bytes);
@@ -85,19 +87,17 @@ std::vector<Verdict> verdicts(const Run& run) {
     }
     if (owner && raw && raw->vendor.measured && raw->vendor.h2d_gbps > 0) {
       const double v = owner->copy_gbps / raw->vendor.h2d_gbps;
-      const double bar = bandwidth_bar(run.backend) > 0 ? bandwidth_bar(run.backend) : 0.98;
-      out.push_back({bytes, "owner_owned_h2d_vs_vendor", v, bytes >= (16u << 20) ? bar : 0, false,
+      out.push_back({bytes, "owner_owned_h2d_vs_vendor", v, bytes >= (16u << 20) ? vendor_bar : 0, false,
                      size + ": owner_owned upload = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " (" +
                          fmt("%.2f", raw->vendor.h2d_gbps) + " GB/s)" +
-                         (bytes >= (16u << 20) ? " (bar >= " + fmt("%.0f", bar * 100) + "%)" : "")});
+                         (bytes >= (16u << 20) ? " (bar >= " + fmt("%.0f", vendor_bar * 100) + "%)" : "")});
     }
     if (raw && raw->vendor.measured && raw->vendor.d2h_gbps > 0) {
       const double v = raw->d2h_gbps / raw->vendor.d2h_gbps;
-      const double bar = bandwidth_bar(run.backend) > 0 ? bandwidth_bar(run.backend) : 0.98;
-      out.push_back({bytes, "download_d2h_vs_vendor", v, bytes >= (16u << 20) ? bar : 0, false,
+      out.push_back({bytes, "download_d2h_vs_vendor", v, bytes >= (16u << 20) ? vendor_bar : 0, false,
                      size + ": download = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " d2h (" +
                          fmt("%.2f", raw->vendor.d2h_gbps) + " GB/s)" +
-                         (bytes >= (16u << 20) ? " (bar >= " + fmt("%.0f", bar * 100) + "%)" : "")});
+                         (bytes >= (16u << 20) ? " (bar >= " + fmt("%.0f", vendor_bar * 100) + "%)" : "")});
     }
     if (owner && owner->overlap > 0) {
       out.push_back({bytes, "owner_owned_step_vs_bound", owner->overlap, gpu_bars ? overlap_bar : 0, true,
