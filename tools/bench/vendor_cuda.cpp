@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,6 +20,44 @@ void check(cudaError_t e, const char* call) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(e));
 }
 
+/// Whether a CUDA device is present (never throws: no driver means none).
+bool cuda_present() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+/// What both measurements copy with: `bytes` of device memory, as much pinned host memory,
+/// one non-blocking stream. Freed on every path out.
+struct CopyRig {
+  void* dev = nullptr;
+  void* host = nullptr;
+  cudaStream_t stream = nullptr;
+  explicit CopyRig(std::uint64_t bytes) {
+    try {
+      check(cudaMalloc(&dev, bytes), "cudaMalloc");
+      check(cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+      check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ~CopyRig() { release(); }
+  CopyRig(const CopyRig&) = delete;
+  CopyRig& operator=(const CopyRig&) = delete;
+
+ private:
+  void release() noexcept {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    if (host != nullptr) cudaFreeHost(host);
+    if (dev != nullptr) cudaFree(dev);
+  }
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -28,18 +67,12 @@ double median(std::vector<double> v) {
 
 VendorCopy measure_vendor_copy(std::uint64_t bytes, int iterations) {
   VendorCopy r;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return r;
-  }
-  void* dev = nullptr;
-  void* host = nullptr;
-  cudaStream_t stream = nullptr;
+  if (!cuda_present()) return r;
+  CopyRig rig(bytes);
+  void* dev = rig.dev;
+  void* host = rig.host;
+  cudaStream_t stream = rig.stream;
   cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaMalloc(&dev, bytes), "cudaMalloc");
-  check(cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc");
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
   auto timed = [&](cudaMemcpyKind kind) {
@@ -76,29 +109,16 @@ VendorCopy measure_vendor_copy(std::uint64_t bytes, int iterations) {
   r.what = "cudaMemcpyAsync (pinned, back to back, host-timed)";
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  cudaStreamDestroy(stream);
-  cudaFreeHost(host);
-  cudaFree(dev);
   return r;
 }
 
-}  // namespace ferry_bench
-
-namespace ferry_bench {
-
 VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int round) {
   VendorCallCost r;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return r;
-  }
-  void* dev = nullptr;
-  void* host = nullptr;
-  cudaStream_t stream = nullptr;
-  check(cudaMalloc(&dev, bytes), "cudaMalloc");
-  check(cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc");
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  if (!cuda_present()) return r;
+  CopyRig rig(bytes);
+  void* dev = rig.dev;
+  void* host = rig.host;
+  cudaStream_t stream = rig.stream;
   for (int i = 0; i < 64; ++i) {  // warm-up
     check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   }
@@ -119,9 +139,6 @@ VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int roun
   r.p90_us = p.p90;
   r.measured = true;
   r.what = "cudaMemcpyAsync h2d (pinned, one stream)";
-  cudaStreamDestroy(stream);
-  cudaFreeHost(host);
-  cudaFree(dev);
   return r;
 }
 
