@@ -90,6 +90,8 @@ struct RawCopy {
 struct DeviceFactory {
   std::string backend;  ///< "auto" or a backend name
   ferry::Device open() const;
+  /// The same device with event recording (snapshots, activity spans) off.
+  ferry::Device open_unrecorded() const;
 };
 
 /// Progress reporting on stderr (silent when quiet).
@@ -145,6 +147,12 @@ struct HostCost {
   Percentiles upload;   ///< Transfer::upload(HostBuffer, owner): allocation + copy + ordering
   Percentiles release;  ///< DeviceBuffer::release() right after
   Percentiles pair;     ///< both
+  /// The same loop with one part of the work left out, to attribute the cost.
+  struct Variant {
+    std::string what;
+    Percentiles upload, pair;
+  };
+  std::vector<Variant> variants;
   VendorCallCost vendor;  ///< the vendor's bare async copy of the same size (CUDA builds)
 };
 HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int calls, const Progress& progress);

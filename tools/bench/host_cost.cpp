@@ -36,14 +36,17 @@ Percentiles percentiles(std::vector<double> samples) {
   return p;
 }
 
-HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int calls, const Progress& progress) {
+namespace {
+
+struct LoopTimes {
+  Percentiles upload, release, pair;
+};
+
+/// The timed loop on one device: `calls` uploads of one pinned range to the compute queue,
+/// each released right after.
+LoopTimes time_loop(ferry::Device& dev, std::uint64_t bytes, int calls, const ferry::UploadOptions& options) {
   constexpr int round = 256;
   constexpr int warmup = 64;
-  HostCost r;
-  r.bytes = bytes;
-  r.calls = calls;
-  progress.phase("host cost: " + std::to_string(calls) + " uploads of " + size_label(bytes));
-  ferry::Device dev = factory.open();
   ferry::Queue owner = dev.queue(ferry::QueueRole::compute);
   ferry::Transfer xfer(dev);
   ferry::HostBuffer source = dev.host_pool().allocate(bytes);
@@ -51,7 +54,7 @@ HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int ca
 
   auto one = [&](std::vector<double>* upload_us, std::vector<double>* release_us, std::vector<double>* pair_us) {
     const auto t0 = clock_type::now();
-    ferry::Upload up = xfer.upload(source, owner, {.tag = "host cost"});
+    ferry::Upload up = xfer.upload(source, owner, options);
     const auto t1 = clock_type::now();
     up.buffer.release();
     const auto t2 = clock_type::now();
@@ -73,9 +76,32 @@ HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int ca
   }
   owner.synchronize(std::chrono::minutes(1));
   xfer.synchronize(std::chrono::minutes(1));
-  r.upload = percentiles(std::move(upload_us));
-  r.release = percentiles(std::move(release_us));
-  r.pair = percentiles(std::move(pair_us));
+  return {percentiles(std::move(upload_us)), percentiles(std::move(release_us)), percentiles(std::move(pair_us))};
+}
+
+}  // namespace
+
+HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int calls, const Progress& progress) {
+  constexpr int round = 256;
+  HostCost r;
+  r.bytes = bytes;
+  r.calls = calls;
+  progress.phase("host cost: " + std::to_string(calls) + " uploads of " + size_label(bytes));
+  {
+    ferry::Device dev = factory.open();
+    const LoopTimes t = time_loop(dev, bytes, calls, {.tag = "host cost"});
+    r.upload = t.upload;
+    r.release = t.release;
+    r.pair = t.pair;
+    // Attribution: the owner's wait left out (the caller orders the owner itself).
+    const LoopTimes no_wait = time_loop(dev, bytes, calls, {.tag = "host cost", .owner_waits = false});
+    r.variants.push_back({"owner_waits = false", no_wait.upload, no_wait.pair});
+  }
+  {
+    ferry::Device dev = factory.open_unrecorded();  // snapshots' event recording left out
+    const LoopTimes t = time_loop(dev, bytes, calls, {.tag = "host cost"});
+    r.variants.push_back({"record_events = false", t.upload, t.pair});
+  }
   r.vendor = measure_vendor_call_cost(bytes, calls, round);
   r.ran = true;
   return r;

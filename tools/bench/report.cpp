@@ -127,7 +127,10 @@ std::vector<Verdict> verdicts(const Run& run) {
     const double bar = run.backend == "cuda" ? upload_host_us_bar : 0;
     std::string text = size_label(h.bytes) + " upload call: median " + fmt("%.2f", h.upload.median) +
                        " us of host time (p90 " + fmt("%.2f", h.upload.p90) + ")";
-    if (h.vendor.measured) text += "; " + h.vendor.what + ": median " + fmt("%.2f", h.vendor.median_us) + " us";
+    if (h.vendor.measured) {
+      text += "; " + h.vendor.what + ": median " + fmt("%.2f", h.vendor.median_us) + " us; " + h.vendor.ordered_what +
+              ": median " + fmt("%.2f", h.vendor.ordered_upload_median_us) + " us";
+    }
     text += bar > 0 ? " (bar <= " + fmt("%.0f", bar) + " us)" : " (bar applies to the CUDA backend)";
     out.push_back({h.bytes, "upload_host_us", h.upload.median, bar, true, text});
   }
@@ -250,8 +253,15 @@ void print_table(const Run& run) {
     std::printf("  %-44s %8.2f / %8.2f\n", "Transfer::upload(HostBuffer, owner)", h.upload.median, h.upload.p90);
     std::printf("  %-44s %8.2f / %8.2f\n", "DeviceBuffer::release() after it", h.release.median, h.release.p90);
     std::printf("  %-44s %8.2f / %8.2f\n", "upload + release", h.pair.median, h.pair.p90);
+    for (const HostCost::Variant& v : h.variants) {
+      std::printf("  %-44s %8.2f / %8.2f   (+ release %.2f / %.2f)\n", ("  upload, " + v.what).c_str(), v.upload.median,
+                  v.upload.p90, v.pair.median, v.pair.p90);
+    }
     if (h.vendor.measured) {
       std::printf("  %-44s %8.2f / %8.2f\n", h.vendor.what.c_str(), h.vendor.median_us, h.vendor.p90_us);
+      std::printf("  %-44s %8.2f / %8.2f   (+ owner's record %.2f / %.2f)\n", h.vendor.ordered_what.c_str(),
+                  h.vendor.ordered_upload_median_us, h.vendor.ordered_upload_p90_us, h.vendor.ordered_pair_median_us,
+                  h.vendor.ordered_pair_p90_us);
     }
   }
   if (run.batch.ran) print_batch_study(run.batch);
@@ -323,11 +333,25 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
       << ", \"upload_us_median\": " << num(h.upload.median) << ", \"upload_us_p90\": " << num(h.upload.p90)
       << ", \"release_us_median\": " << num(h.release.median) << ", \"release_us_p90\": " << num(h.release.p90)
       << ", \"pair_us_median\": " << num(h.pair.median) << ", \"pair_us_p90\": " << num(h.pair.p90)
-      << ", \"vendor\": ";
+      << ", \"variants\": [";
+    for (std::size_t i = 0; i < h.variants.size(); ++i) {
+      const HostCost::Variant& v = h.variants[i];
+      o << (i ? ", " : "") << "{\"what\": ";
+      json_str(o, v.what);
+      o << ", \"upload_us_median\": " << num(v.upload.median) << ", \"upload_us_p90\": " << num(v.upload.p90)
+        << ", \"pair_us_median\": " << num(v.pair.median) << ", \"pair_us_p90\": " << num(v.pair.p90) << "}";
+    }
+    o << "], \"vendor\": ";
     if (h.vendor.measured) {
       o << "{\"what\": ";
       json_str(o, h.vendor.what);
-      o << ", \"us_median\": " << num(h.vendor.median_us) << ", \"us_p90\": " << num(h.vendor.p90_us) << "}";
+      o << ", \"us_median\": " << num(h.vendor.median_us) << ", \"us_p90\": " << num(h.vendor.p90_us)
+        << ", \"ordered_what\": ";
+      json_str(o, h.vendor.ordered_what);
+      o << ", \"ordered_upload_us_median\": " << num(h.vendor.ordered_upload_median_us)
+        << ", \"ordered_upload_us_p90\": " << num(h.vendor.ordered_upload_p90_us)
+        << ", \"ordered_pair_us_median\": " << num(h.vendor.ordered_pair_median_us)
+        << ", \"ordered_pair_us_p90\": " << num(h.vendor.ordered_pair_p90_us) << "}";
     } else {
       o << "null";
     }

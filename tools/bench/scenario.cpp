@@ -180,6 +180,19 @@ ferry::Device DeviceFactory::open() const {
   return ferry::Device::open({.backend = ferry::parse_backend(backend)});
 }
 
+ferry::Device DeviceFactory::open_unrecorded() const {
+  if (backend != "auto") return ferry::Device::open({.backend = ferry::parse_backend(backend), .record_events = false});
+  // The default device, found again among its backend's devices by name and UUID.
+  const ferry::Device chosen = ferry::Device::open_default();
+  const ferry::Backend b = chosen.backend();
+  const ferry::Capabilities& want = chosen.capabilities();
+  for (int i = 0; i < ferry::Device::count(b); ++i) {
+    ferry::Device d = ferry::Device::open({.backend = b, .ordinal = i, .record_events = false});
+    if (d.capabilities().name == want.name && d.capabilities().uuid == want.uuid) return d;
+  }
+  throw std::runtime_error("the default device was not found again among its backend's devices");
+}
+
 void Progress::phase(const std::string& text) const {
   if (quiet) return;
   std::cerr << (tty ? "\r\033[K" : "") << text << (tty ? "" : "\n") << std::flush;

@@ -28,6 +28,15 @@ struct VendorCallCost {
   std::string what;      ///< e.g. "cudaMemcpyAsync h2d, pinned, one stream"
   double median_us = 0;  ///< per call, host-timed around the enqueue only
   double p90_us = 0;
+  /// The same copy issued the way a side-queue copy must be ordered with raw CUDA (what
+  /// PyTorch's side stream + wait_stream does, and what ferry's owner_owned upload + release
+  /// issues): the copy stream waits for the owner's last event, copies, records; the owner
+  /// stream waits for that record (the "upload"), then records its own event (the "release").
+  std::string ordered_what;
+  double ordered_upload_median_us = 0;  ///< wait + copy + record + owner wait
+  double ordered_upload_p90_us = 0;
+  double ordered_pair_median_us = 0;    ///< ... + the owner's record
+  double ordered_pair_p90_us = 0;
 };
 
 /// Issue `calls` async copies of `bytes` from pinned memory to the device on one stream, each

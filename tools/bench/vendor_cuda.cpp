@@ -58,6 +58,26 @@ struct CopyRig {
   }
 };
 
+/// An owned stream / event, destroyed on every path out.
+struct Stream {
+  cudaStream_t stream = nullptr;
+  Stream() = default;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+struct Event {
+  cudaEvent_t event = nullptr;
+  Event() = default;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -72,9 +92,10 @@ VendorCopy measure_vendor_copy(std::uint64_t bytes, int iterations) {
   void* dev = rig.dev;
   void* host = rig.host;
   cudaStream_t stream = rig.stream;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
+  Event start_event, stop_event;
+  check(cudaEventCreate(&start_event.event), "cudaEventCreate");
+  check(cudaEventCreate(&stop_event.event), "cudaEventCreate");
+  cudaEvent_t start = start_event.event, stop = stop_event.event;
   auto timed = [&](cudaMemcpyKind kind) {
     std::vector<double> gbps;
     for (int i = 0; i <= iterations; ++i) {
@@ -107,8 +128,6 @@ VendorCopy measure_vendor_copy(std::uint64_t bytes, int iterations) {
   r.d2h_gbps = back_to_back(cudaMemcpyDeviceToHost);
   r.measured = true;
   r.what = "cudaMemcpyAsync (pinned, back to back, host-timed)";
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return r;
 }
 
@@ -139,6 +158,47 @@ VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int roun
   r.p90_us = p.p90;
   r.measured = true;
   r.what = "cudaMemcpyAsync h2d (pinned, one stream)";
+
+  // The ordered pattern: a second (owner) stream and one event per stream. Re-recording an
+  // event is legal while a wait on its previous record is pending: a wait binds the record
+  // made before it.
+  Stream owner;
+  Event copied, released;
+  check(cudaStreamCreateWithFlags(&owner.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check(cudaEventCreateWithFlags(&copied.event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check(cudaEventCreateWithFlags(&released.event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check(cudaEventRecord(released.event, owner.stream), "cudaEventRecord");
+  auto ordered = [&](std::vector<double>* upload_us, std::vector<double>* pair_us) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check(cudaStreamWaitEvent(stream, released.event, 0), "cudaStreamWaitEvent");
+    check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    check(cudaEventRecord(copied.event, stream), "cudaEventRecord");
+    check(cudaStreamWaitEvent(owner.stream, copied.event, 0), "cudaStreamWaitEvent");
+    const auto t1 = std::chrono::steady_clock::now();
+    check(cudaEventRecord(released.event, owner.stream), "cudaEventRecord");
+    const auto t2 = std::chrono::steady_clock::now();
+    if (upload_us != nullptr) {
+      upload_us->push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      pair_us->push_back(std::chrono::duration<double, std::micro>(t2 - t0).count());
+    }
+  };
+  for (int i = 0; i < 64; ++i) ordered(nullptr, nullptr);  // warm-up
+  check(cudaStreamSynchronize(owner.stream), "cudaStreamSynchronize");
+  std::vector<double> upload_us, pair_us;
+  upload_us.reserve(static_cast<std::size_t>(calls));
+  pair_us.reserve(static_cast<std::size_t>(calls));
+  for (int i = 0; i < calls; ++i) {
+    if (i > 0 && i % round == 0) check(cudaStreamSynchronize(owner.stream), "cudaStreamSynchronize");  // untimed
+    ordered(&upload_us, &pair_us);
+  }
+  check(cudaStreamSynchronize(owner.stream), "cudaStreamSynchronize");
+  const Percentiles up = percentiles(std::move(upload_us));
+  const Percentiles pair = percentiles(std::move(pair_us));
+  r.ordered_upload_median_us = up.median;
+  r.ordered_upload_p90_us = up.p90;
+  r.ordered_pair_median_us = pair.median;
+  r.ordered_pair_p90_us = pair.p90;
+  r.ordered_what = "raw CUDA side-stream copy, ordered both ways";
   return r;
 }
 
