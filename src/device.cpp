@@ -67,11 +67,26 @@ std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_pt
   return q;
 }
 
+namespace {
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 std::uint64_t query_value(SemaphoreState& s) {
   std::lock_guard lock(s.mutex);
   const std::uint64_t v = s.backend == nullptr ? UINT64_MAX : s.backend->value();
   s.note_reached(v);
+  s.last_query_ns.store(steady_ns(), std::memory_order_relaxed);
   return v;
+}
+
+std::uint64_t query_value_throttled(SemaphoreState& s) {
+  if (steady_ns() - s.last_query_ns.load(std::memory_order_relaxed) < kHotPathQueryIntervalNs) {
+    return s.reached.load(std::memory_order_acquire);
+  }
+  return query_value(s);
 }
 
 namespace {
@@ -145,9 +160,10 @@ bool point_reached(const TimelinePoint& point) {
 void resolve_activity(DeviceState& device, bool force) {
   if (device.unresolved_activity.empty()) return;
   const std::uint64_t now = device.now_ns();
-  // On the hot path (every copy records a span) ask the backends at most every 10 us: a span's
-  // end is "first seen complete" either way, so this bounds its error by 10 us and saves a
-  // driver query per call. Snapshots force a full resolve.
+  // On the hot path (every copy records a span) look at most every 10 us, and ask the
+  // backend about a timeline at most every kHotPathQueryIntervalNs: a span's end is "first
+  // seen complete" either way, so this bounds its error by that interval and keeps driver
+  // queries off the copy path. Snapshots force a full resolve.
   if (!force && now - device.last_resolve_ns < 10'000) return;
   device.last_resolve_ns = now;
   // Spans of one semaphore are kept in increasing end value: one query per semaphore, and
@@ -155,7 +171,7 @@ void resolve_activity(DeviceState& device, bool force) {
   std::erase_if(device.unresolved_activity, [&](DeviceState::UnresolvedSpans& u) {
     SemaphoreState& s = *u.semaphore;
     std::uint64_t value = s.reached.load(std::memory_order_acquire);
-    if (value < u.spans.front().first) value = query_value(s);
+    if (value < u.spans.front().first) value = force ? query_value(s) : query_value_throttled(s);
     while (!u.spans.empty() && u.spans.front().first <= value) {
       device.activity[u.spans.front().second].end_ns = now;
       u.spans.pop_front();

@@ -39,8 +39,11 @@ std::uint64_t segment_address(const PoolState& p, std::uint64_t id) {
 // device.mutex), its watermark answers points at or below it, and the backend is queried at
 // most once (DESIGN §5: by querying, never blocking). Only for the duration of one call: a
 // reached value older than the call could hide completed work, never claim incomplete work.
+// A `lazy` query asks the backend only when the timeline's last query is older than
+// kHotPathQueryIntervalNs (an allocation's first pass: see pool_allocate).
 struct ReachedQuery {
   DeviceState& device;
+  bool lazy = false;
   struct Known {
     std::uint32_t timeline = 0;
     std::uint64_t value = 0;  // a value known reached
@@ -49,7 +52,7 @@ struct ReachedQuery {
   };
   std::vector<Known> known{};  // a few timelines per call: linear search
 
-  explicit ReachedQuery(DeviceState& d) : device(d) {}
+  explicit ReachedQuery(DeviceState& d, bool lazy_queries = false) : device(d), lazy(lazy_queries) {}
 
   Known& entry(std::uint32_t timeline) {
     for (auto& k : known) {
@@ -76,7 +79,7 @@ struct ReachedQuery {
     if (!fp.pending()) return true;
     Known& k = entry(fp.timeline);
     if (k.value < fp.value && !k.queried) {
-      k.value = query_value(*k.semaphore);
+      k.value = lazy ? query_value_throttled(*k.semaphore) : query_value(*k.semaphore);
       k.queried = true;
     }
     return k.value >= fp.value;
@@ -159,10 +162,16 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   const QueueState& first = first_writer ? *first_writer : *owner;
   BlockAllocator::Request request{bytes, owner->id, first.timeline->timeline_id,
                                   allow_pending_reuse && first_writer != nullptr && first_writer != owner};
+  // First pass with lazy queries: a block whose free point the watermark does not show
+  // reached still serves a request that may reuse pending memory (the first writer waits for
+  // the point on the device, a no-op there when it was reached), so the usual upload asks the
+  // driver nothing. Only when that finds nothing are the timelines queried, before growing.
+  ReachedQuery lazy(d, /*lazy_queries=*/true);
+  complete_frees(d, lazy);
+  auto placement = p.allocator.allocate(request, std::ref(lazy));
   ReachedQuery reached(d);
-  complete_frees(d, reached);
-  auto placement = p.allocator.allocate(request, std::ref(reached));
-  if (!placement && p.allocator.refresh(std::ref(reached)) > 0) {
+  if (!placement) {
+    p.allocator.refresh(std::ref(reached));
     placement = p.allocator.allocate(request, std::ref(reached));
   }
   if (!placement) {

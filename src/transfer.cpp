@@ -292,11 +292,15 @@ struct TransferState {
   /// Keep `host` alive until `done`. Completed entries are dropped in batches (once 32 are
   /// kept), so the hot path asks the backend nothing on most calls.
   void keep(const TimelinePoint& done, const std::shared_ptr<HostAllocation>& host) {
-    if (in_flight.size() >= 32) {
+    // Pruned in batches: once 32 more are kept than after the last prune (each prune asks the
+    // backend once, and that query costs the copy path, see kHotPathQueryIntervalNs).
+    if (in_flight.size() >= prune_at) {
       while (!in_flight.empty() && point_reached(in_flight.front().done)) in_flight.pop_front();
+      prune_at = in_flight.size() + 32;
     }
     in_flight.push_back({done, host});
   }
+  std::size_t prune_at = 32;
 };
 
 namespace {
