@@ -167,6 +167,13 @@ class Semaphore final : public GpuSemaphore {
     known_ = std::max(known_, value);
   }
 
+  /// Longest sleep between two polls of a host wait: how late a wait may return. 100 us keeps
+  /// a loader that waits for batch i-2 before issuing batch i from letting the copy queue run
+  /// dry (a 64 MB copy takes 1.2 ms on the H200; with a 1 ms cap, waits returned up to 1 ms
+  /// late and owner_owned measured 97% of back-to-back cudaMemcpyAsync at 64 MB). Costs up
+  /// to 10k wake-ups per second of waiting.
+  static constexpr std::chrono::microseconds kMaxNap{100};
+
   bool wait(std::uint64_t value, std::chrono::nanoseconds timeout) override {
     using clock = std::chrono::steady_clock;
     const auto deadline = clock::now() + timeout;
@@ -179,7 +186,7 @@ class Semaphore final : public GpuSemaphore {
         std::this_thread::yield();  // short waits: a few microseconds of polling
       } else {
         std::this_thread::sleep_for(std::min<clock::duration>(nap, deadline - now));
-        nap = std::min(nap * 2, std::chrono::microseconds(1000));
+        nap = std::min(nap * 2, kMaxNap);
       }
     }
   }
@@ -244,19 +251,39 @@ class Semaphore final : public GpuSemaphore {
     return known_;
   }
 
-  /// Retire the completed prefix of pending_: queries the oldest pending event and stops at the
-  /// first not complete (events complete in signal order on one stream; across streams the
-  /// values only grow because signals execute in increasing value order, see above), so one
-  /// call makes one query when nothing completed. Caller holds mutex_ with the context bound.
+  /// Retire the completed prefix of pending_. Events complete in signal order (on one stream;
+  /// across streams the values only grow because signals execute in increasing value order,
+  /// see above), so the completed events are a prefix, found by bisection: the newest first
+  /// (the usual answer when the device keeps up: all done, one query), then halving. At most
+  /// 1 + log2(n) queries where one query per event used to cost ~0.2 us each on the upload
+  /// path. Caller holds mutex_ with the context bound.
   void retire_completed() {
-    while (!pending_.empty()) {
-      const cudaError_t e = cudaEventQuery(pending_.front().event);
-      if (e == cudaErrorNotReady) break;
+    if (pending_.empty()) return;
+    const auto complete = [&](std::size_t i) {
+      const cudaError_t e = cudaEventQuery(pending_[i].event);
+      if (e == cudaErrorNotReady) return false;
       FERRY_GPU_CHECK(e);
-      known_ = std::max(known_, pending_.front().value);
-      spare_.push_back(pending_.front().event);
-      pending_.pop_front();
+      return true;
+    };
+    std::size_t done = 0;  // pending_[0, done) complete, pending_[not_done, ...) not
+    std::size_t not_done = pending_.size();
+    if (complete(not_done - 1)) {
+      done = not_done;
+    } else {
+      --not_done;
+      while (done < not_done) {
+        const std::size_t mid = done + (not_done - done) / 2;
+        if (complete(mid)) {
+          done = mid + 1;
+        } else {
+          not_done = mid;
+        }
+      }
     }
+    if (done == 0) return;
+    known_ = std::max(known_, pending_[done - 1].value);
+    for (std::size_t i = 0; i < done; ++i) spare_.push_back(pending_[i].event);
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
   }
 
   std::shared_ptr<Core> core_;
