@@ -286,6 +286,23 @@ void VulkanDevice::select_families() {
     vk_fail(ErrorCode::unsupported, std::string(props_.deviceName) + " has no compute queue family");
   }
   if (transfer_family_ == n) transfer_family_ = compute_family_;
+  // Overrides for experiments and for drivers whose first families are not their best:
+  // FERRY_VULKAN_COMPUTE_FAMILY / FERRY_VULKAN_TRANSFER_FAMILY = a family index.
+  auto override_family = [&](const char* variable, VkQueueFlags needed, std::uint32_t& family) {
+    const char* v = std::getenv(variable);
+    if (v == nullptr || *v == '\0') return;
+    char* end = nullptr;
+    const unsigned long f = std::strtoul(v, &end, 10);
+    if (*end != '\0' || f >= n || families_[f].queueCount == 0 || (families_[f].queueFlags & needed) != needed) {
+      vk_fail(ErrorCode::invalid_argument, std::string(variable) + "=" + v + ": not a queue family of " +
+                                               props_.deviceName + " with " +
+                                               (needed == VK_QUEUE_COMPUTE_BIT ? "compute" : "transfer") +
+                                               " support (it has " + std::to_string(n) + (n == 1 ? " family)" : " families)"));
+    }
+    family = static_cast<std::uint32_t>(f);
+  };
+  override_family("FERRY_VULKAN_COMPUTE_FAMILY", VK_QUEUE_COMPUTE_BIT, compute_family_);
+  override_family("FERRY_VULKAN_TRANSFER_FAMILY", VK_QUEUE_TRANSFER_BIT, transfer_family_);
   sharing_families_ = {compute_family_};
   if (transfer_family_ != compute_family_) sharing_families_.push_back(transfer_family_);
 }
