@@ -214,6 +214,12 @@ class Device {
   /// @brief Open a device. Fails with `unsupported` (naming the meson option) when the backend
   /// was not built, `invalid_argument` for an ordinal out of range, `unsupported` when no
   /// device of that backend is present.
+  ///
+  /// Vulkan picks the first family with compute for the owner (compute) queue and the first
+  /// transfer-only family for the executor; the environment variables
+  /// `FERRY_VULKAN_COMPUTE_FAMILY` and `FERRY_VULKAN_TRANSFER_FAMILY` (a family index) override
+  /// that choice, for drivers whose first families are not their best; a family that does not
+  /// exist or lacks the capability is `invalid_argument` naming the variable.
   static Device open(const DeviceOptions& options,
                      std::source_location where = std::source_location::current());
   /// @brief Open the best device present: CUDA, then Vulkan on a GPU, then HIP, then Vulkan
