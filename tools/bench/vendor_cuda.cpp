@@ -58,25 +58,19 @@ struct CopyRig {
   }
 };
 
-/// An owned stream / event, destroyed on every path out.
-struct Stream {
-  cudaStream_t stream = nullptr;
-  Stream() = default;
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  ~Stream() {
-    if (stream != nullptr) cudaStreamDestroy(stream);
+/// An owned CUDA handle (stream, event), destroyed on every path out.
+template <class Handle, cudaError_t (*Destroy)(Handle)>
+struct Owned {
+  Handle handle = nullptr;
+  Owned() = default;
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() {
+    if (handle != nullptr) Destroy(handle);
   }
 };
-struct Event {
-  cudaEvent_t event = nullptr;
-  Event() = default;
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  ~Event() {
-    if (event != nullptr) cudaEventDestroy(event);
-  }
-};
+using Stream = Owned<cudaStream_t, cudaStreamDestroy>;
+using Event = Owned<cudaEvent_t, cudaEventDestroy>;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -93,9 +87,9 @@ VendorCopy measure_vendor_copy(std::uint64_t bytes, int iterations) {
   void* host = rig.host;
   cudaStream_t stream = rig.stream;
   Event start_event, stop_event;
-  check(cudaEventCreate(&start_event.event), "cudaEventCreate");
-  check(cudaEventCreate(&stop_event.event), "cudaEventCreate");
-  cudaEvent_t start = start_event.event, stop = stop_event.event;
+  check(cudaEventCreate(&start_event.handle), "cudaEventCreate");
+  check(cudaEventCreate(&stop_event.handle), "cudaEventCreate");
+  cudaEvent_t start = start_event.handle, stop = stop_event.handle;
   auto timed = [&](cudaMemcpyKind kind) {
     std::vector<double> gbps;
     for (int i = 0; i <= iterations; ++i) {
@@ -164,18 +158,18 @@ VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int roun
   // made before it.
   Stream owner;
   Event copied, released;
-  check(cudaStreamCreateWithFlags(&owner.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  check(cudaEventCreateWithFlags(&copied.event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  check(cudaEventCreateWithFlags(&released.event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  check(cudaEventRecord(released.event, owner.stream), "cudaEventRecord");
+  check(cudaStreamCreateWithFlags(&owner.handle, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check(cudaEventCreateWithFlags(&copied.handle, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check(cudaEventCreateWithFlags(&released.handle, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check(cudaEventRecord(released.handle, owner.handle), "cudaEventRecord");
   auto ordered = [&](std::vector<double>* upload_us, std::vector<double>* pair_us) {
     const auto t0 = std::chrono::steady_clock::now();
-    check(cudaStreamWaitEvent(stream, released.event, 0), "cudaStreamWaitEvent");
+    check(cudaStreamWaitEvent(stream, released.handle, 0), "cudaStreamWaitEvent");
     check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-    check(cudaEventRecord(copied.event, stream), "cudaEventRecord");
-    check(cudaStreamWaitEvent(owner.stream, copied.event, 0), "cudaStreamWaitEvent");
+    check(cudaEventRecord(copied.handle, stream), "cudaEventRecord");
+    check(cudaStreamWaitEvent(owner.handle, copied.handle, 0), "cudaStreamWaitEvent");
     const auto t1 = std::chrono::steady_clock::now();
-    check(cudaEventRecord(released.event, owner.stream), "cudaEventRecord");
+    check(cudaEventRecord(released.handle, owner.handle), "cudaEventRecord");
     const auto t2 = std::chrono::steady_clock::now();
     if (upload_us != nullptr) {
       upload_us->push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
@@ -183,15 +177,15 @@ VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int roun
     }
   };
   for (int i = 0; i < 64; ++i) ordered(nullptr, nullptr);  // warm-up
-  check(cudaStreamSynchronize(owner.stream), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(owner.handle), "cudaStreamSynchronize");
   std::vector<double> upload_us, pair_us;
   upload_us.reserve(static_cast<std::size_t>(calls));
   pair_us.reserve(static_cast<std::size_t>(calls));
   for (int i = 0; i < calls; ++i) {
-    if (i > 0 && i % round == 0) check(cudaStreamSynchronize(owner.stream), "cudaStreamSynchronize");  // untimed
+    if (i > 0 && i % round == 0) check(cudaStreamSynchronize(owner.handle), "cudaStreamSynchronize");  // untimed
     ordered(&upload_us, &pair_us);
   }
-  check(cudaStreamSynchronize(owner.stream), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(owner.handle), "cudaStreamSynchronize");
   const Percentiles up = percentiles(std::move(upload_us));
   const Percentiles pair = percentiles(std::move(pair_us));
   r.ordered_upload_median_us = up.median;
