@@ -22,6 +22,15 @@
 #include <string>
 #include <vector>
 
+#include "probe_util.hpp"
+
+using probe::json_escape;
+using probe::median;
+using probe::parse_list;
+using probe::parse_size;
+using probe::quantile;
+using probe::size_str;
+
 namespace {
 
 struct CudaFailure : std::runtime_error {
@@ -83,33 +92,6 @@ struct Options {
   std::string json;
 };
 
-std::uint64_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  std::string suf(end);
-  std::uint64_t mul = 1;
-  if (suf == "K" || suf == "k") mul = 1ull << 10;
-  else if (suf == "M" || suf == "m") mul = 1ull << 20;
-  else if (suf == "G" || suf == "g") mul = 1ull << 30;
-  else if (!suf.empty() && suf != "B") throw std::runtime_error("bad size suffix in '" + s + "'");
-  if (!(v > 0)) throw std::runtime_error("bad size '" + s + "'");
-  return static_cast<std::uint64_t>(v * static_cast<double>(mul));
-}
-
-template <class T, class F>
-std::vector<T> parse_list(const std::string& list, F f) {
-  std::vector<T> out;
-  std::size_t p = 0;
-  while (p <= list.size()) {
-    std::size_t c = list.find(',', p);
-    if (c == std::string::npos) c = list.size();
-    if (c > p) out.push_back(f(list.substr(p, c - p)));
-    p = c + 1;
-  }
-  if (out.empty()) throw std::runtime_error("empty list");
-  return out;
-}
-
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [options]\n"
@@ -133,14 +115,12 @@ void usage(const char* argv0) {
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
+  probe::Args args(argc, argv);
+  while (args.next()) {
+    const std::string& a = args.flag();
+    auto next = [&] { return args.value(); };
     if (a == "--help" || a == "-h") {
-      usage(argv[0]);
+      usage(args.program());
       std::exit(0);
     } else if (a == "--device") {
       o.device = std::atoi(next().c_str());
@@ -166,33 +146,6 @@ Options parse_options(int argc, char** argv) {
     } else {
       throw std::runtime_error("unknown option " + a + " (see --help)");
     }
-  }
-  return o;
-}
-
-std::string size_str(std::uint64_t b) {
-  char buf[64];
-  if (b % (1ull << 30) == 0) std::snprintf(buf, sizeof buf, "%lluG", static_cast<unsigned long long>(b >> 30));
-  else if (b % (1ull << 20) == 0) std::snprintf(buf, sizeof buf, "%lluM", static_cast<unsigned long long>(b >> 20));
-  else if (b % (1ull << 10) == 0) std::snprintf(buf, sizeof buf, "%lluK", static_cast<unsigned long long>(b >> 10));
-  else std::snprintf(buf, sizeof buf, "%lluB", static_cast<unsigned long long>(b));
-  return buf;
-}
-
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
-  return v[i];
-}
-double median(const std::vector<double>& v) { return quantile(v, 0.5); }
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (static_cast<unsigned char>(c) < 0x20) o += ' ';
-    else o += c;
   }
   return o;
 }

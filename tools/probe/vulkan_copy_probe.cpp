@@ -25,6 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "probe_util.hpp"
+
+using probe::json_escape;
+using probe::median;
+using probe::parse_list;
+using probe::parse_size;
+using probe::size_str;
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -123,20 +131,6 @@ struct Options {
   bool h2d = true, d2h = true;
 };
 
-std::uint64_t parse_size(const std::string& s) {
-  if (s.empty()) throw std::runtime_error("empty size");
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  std::uint64_t mul = 1;
-  std::string suf(end);
-  if (suf == "K" || suf == "k" || suf == "KiB") mul = 1ull << 10;
-  else if (suf == "M" || suf == "m" || suf == "MiB") mul = 1ull << 20;
-  else if (suf == "G" || suf == "g" || suf == "GiB") mul = 1ull << 30;
-  else if (!suf.empty() && suf != "B") throw std::runtime_error("bad size suffix in '" + s + "'");
-  if (!(v > 0)) throw std::runtime_error("bad size '" + s + "'");
-  return static_cast<std::uint64_t>(v * static_cast<double>(mul));
-}
-
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [options]\n"
@@ -155,26 +149,15 @@ void usage(const char* argv0) {
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
+  probe::Args args(argc, argv);
+  while (args.next()) {
+    const std::string& a = args.flag();
+    auto next = [&] { return args.value(); };
     if (a == "--help" || a == "-h") {
-      usage(argv[0]);
+      usage(args.program());
       std::exit(0);
     } else if (a == "--sizes") {
-      o.sizes.clear();
-      std::string list = next();
-      std::size_t p = 0;
-      while (p <= list.size()) {
-        std::size_t c = list.find(',', p);
-        if (c == std::string::npos) c = list.size();
-        if (c > p) o.sizes.push_back(parse_size(list.substr(p, c - p)));
-        p = c + 1;
-      }
-      if (o.sizes.empty()) throw std::runtime_error("--sizes: empty list");
+      o.sizes = parse_list<std::uint64_t>(next(), parse_size);
     } else if (a == "--reps") {
       o.reps = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--warmup") {
@@ -193,15 +176,6 @@ Options parse_options(int argc, char** argv) {
     }
   }
   return o;
-}
-
-std::string size_str(std::uint64_t b) {
-  char buf[64];
-  if (b % (1ull << 30) == 0) std::snprintf(buf, sizeof buf, "%lluG", static_cast<unsigned long long>(b >> 30));
-  else if (b % (1ull << 20) == 0) std::snprintf(buf, sizeof buf, "%lluM", static_cast<unsigned long long>(b >> 20));
-  else if (b % (1ull << 10) == 0) std::snprintf(buf, sizeof buf, "%lluK", static_cast<unsigned long long>(b >> 10));
-  else std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(b));
-  return buf;
 }
 
 std::string queue_flags_str(VkQueueFlags f) {
@@ -241,23 +215,6 @@ std::string mem_short(VkMemoryPropertyFlags f) {
   if (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) s += s.empty() ? "HCo" : "|HCo";
   if (f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) s += s.empty() ? "HCa" : "|HCa";
   return s.empty() ? "0" : s;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (static_cast<unsigned char>(c) < 0x20) o += ' ';
-    else o += c;
-  }
-  return o;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // ---------------------------------------------------------------------------------------------
