@@ -251,6 +251,52 @@ CONFORMANCE_CASE("pool: footprint first waits for owner work; overlap first grow
   owner.synchronize();
 }
 
+CONFORMANCE_CASE("pool: a loader's stream of small uploads stays in one segment, also while every free block is pending") {
+  // Many small uploads, each released at once (a data loader of small tensors). The pool's
+  // first pass reads the timelines' watermarks, not the driver: a released block it cannot
+  // see reached must still be reused (the copy waits on the device), never make the pool grow.
+  Device dev = conformance::open_device();
+  DevicePool& pool = dev.pool();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  constexpr std::uint64_t n = 64 * KiB;
+  constexpr int kUploads = 600;
+  std::vector<HostBuffer> sources;
+  for (int k = 0; k < 3; ++k) {
+    sources.push_back(dev.host_pool().allocate(n));
+    conformance::fill_pattern(sources.back().span(), 40 + static_cast<std::uint64_t>(k));
+  }
+  // Hold the owner behind a gate: every block it releases stays pending until the end.
+  TimelineSemaphore gate = dev.create_semaphore(0);
+  owner.wait(gate.at(1));
+  Upload first = xfer.upload(sources[0], owner);
+  const PoolBudget after_first = pool.get_budget();
+  first.buffer.release();
+  Upload last;
+  for (int i = 1; i < kUploads; ++i) {
+    Upload up = xfer.upload(sources[static_cast<std::size_t>(i) % sources.size()], owner);
+    if (i == kUploads - 1) {
+      last = std::move(up);
+    } else {
+      up.buffer.release();
+    }
+  }
+  const PoolBudget gated = pool.get_budget();
+  CHECK(gated.segment_allocations == after_first.segment_allocations);
+  CHECK(gated.reserved_bytes == after_first.reserved_bytes);
+  CHECK(gated.peak_stranded_bytes == 0);
+  CHECK(gated.pending_reuses > 0);  // the blocks were reused while pending
+
+  gate.signal(1);
+  HostBuffer back = dev.host_pool().allocate(n);
+  xfer.download(last.buffer, back).wait(std::chrono::seconds(30));
+  CHECK(conformance::first_mismatch(back.span(), 40 + (kUploads - 1) % 3) == -1);
+  last.buffer.release();
+  owner.synchronize();
+  xfer.synchronize();
+  CHECK(pool.get_budget().segment_allocations == after_first.segment_allocations);
+}
+
 CONFORMANCE_CASE("pool: randomized operations keep the invariants") {
   Device dev = conformance::open_device();
   DevicePool& pool = dev.pool();
