@@ -289,11 +289,10 @@ struct TransferState {
     next_slot = (g.buffer(K - 1, ring.size()) + 1) % ring.size();
   }
 
-  /// Keep `host` alive until `done`. Completed entries are dropped in batches (once 32 are
-  /// kept), so the hot path asks the backend nothing on most calls.
+  /// Keep `host` alive until `done`. Completed entries are dropped in batches, once 32 more
+  /// are kept than after the last prune: each prune asks the backend, and a query costs the
+  /// copy path (see kHotPathQueryIntervalNs), so most calls ask nothing.
   void keep(const TimelinePoint& done, const std::shared_ptr<HostAllocation>& host) {
-    // Pruned in batches: once 32 more are kept than after the last prune (each prune asks the
-    // backend once, and that query costs the copy path, see kHotPathQueryIntervalNs).
     if (in_flight.size() >= prune_at) {
       while (!in_flight.empty() && point_reached(in_flight.front().done)) in_flight.pop_front();
       prune_at = in_flight.size() + 32;

@@ -4,7 +4,7 @@
 // every call host-timed on its own. The vendor anchor is the host time of a bare async copy
 // of the same size from pinned memory (vendor.hpp), measured the same way.
 //
-// Rounds: the host waits for the device every `round` calls, outside the timed region, so the
+// Rounds: the host waits for the device every `kRound` calls, outside the timed region, so the
 // device's command queue never fills up (a full queue makes an enqueue block, which would
 // measure the device's copy time rather than the host's cost of issuing it).
 #include <algorithm>
@@ -38,6 +38,9 @@ Percentiles percentiles(std::vector<double> samples) {
 
 namespace {
 
+/// The host waits for the device every kRound calls (see the file comment).
+constexpr int kRound = 256;
+
 struct LoopTimes {
   Percentiles upload, release, pair;
 };
@@ -45,7 +48,6 @@ struct LoopTimes {
 /// The timed loop on one device: `calls` uploads of one pinned range to the compute queue,
 /// each released right after.
 LoopTimes time_loop(ferry::Device& dev, std::uint64_t bytes, int calls, const ferry::UploadOptions& options) {
-  constexpr int round = 256;
   constexpr int warmup = 64;
   ferry::Queue owner = dev.queue(ferry::QueueRole::compute);
   ferry::Transfer xfer(dev);
@@ -71,7 +73,7 @@ LoopTimes time_loop(ferry::Device& dev, std::uint64_t bytes, int calls, const fe
   release_us.reserve(static_cast<std::size_t>(calls));
   pair_us.reserve(static_cast<std::size_t>(calls));
   for (int i = 0; i < calls; ++i) {
-    if (i > 0 && i % round == 0) owner.synchronize(std::chrono::minutes(1));  // untimed
+    if (i > 0 && i % kRound == 0) owner.synchronize(std::chrono::minutes(1));  // untimed
     one(&upload_us, &release_us, &pair_us);
   }
   owner.synchronize(std::chrono::minutes(1));
@@ -82,7 +84,6 @@ LoopTimes time_loop(ferry::Device& dev, std::uint64_t bytes, int calls, const fe
 }  // namespace
 
 HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int calls, const Progress& progress) {
-  constexpr int round = 256;
   HostCost r;
   r.bytes = bytes;
   r.calls = calls;
@@ -102,7 +103,7 @@ HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int ca
     const LoopTimes t = time_loop(dev, bytes, calls, {.tag = "host cost"});
     r.variants.push_back({"record_events = false", t.upload, t.pair});
   }
-  r.vendor = measure_vendor_call_cost(bytes, calls, round);
+  r.vendor = measure_vendor_call_cost(bytes, calls, kRound);
   r.ran = true;
   return r;
 }

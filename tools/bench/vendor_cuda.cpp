@@ -30,35 +30,7 @@ bool cuda_present() {
   return true;
 }
 
-/// What both measurements copy with: `bytes` of device memory, as much pinned host memory,
-/// one non-blocking stream. Freed on every path out.
-struct CopyRig {
-  void* dev = nullptr;
-  void* host = nullptr;
-  cudaStream_t stream = nullptr;
-  explicit CopyRig(std::uint64_t bytes) {
-    try {
-      check(cudaMalloc(&dev, bytes), "cudaMalloc");
-      check(cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc");
-      check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    } catch (...) {
-      release();
-      throw;
-    }
-  }
-  ~CopyRig() { release(); }
-  CopyRig(const CopyRig&) = delete;
-  CopyRig& operator=(const CopyRig&) = delete;
-
- private:
-  void release() noexcept {
-    if (stream != nullptr) cudaStreamDestroy(stream);
-    if (host != nullptr) cudaFreeHost(host);
-    if (dev != nullptr) cudaFree(dev);
-  }
-};
-
-/// An owned CUDA handle (stream, event), destroyed on every path out.
+/// An owned CUDA handle (allocation, stream, event), released on every path out.
 template <class Handle, cudaError_t (*Destroy)(Handle)>
 struct Owned {
   Handle handle = nullptr;
@@ -72,6 +44,37 @@ struct Owned {
 using Stream = Owned<cudaStream_t, cudaStreamDestroy>;
 using Event = Owned<cudaEvent_t, cudaEventDestroy>;
 
+/// What both measurements copy with: `bytes` of device memory, as much pinned host memory,
+/// one non-blocking stream (members: a failing constructor frees what it made).
+struct CopyRig {
+  Owned<void*, cudaFree> dev;
+  Owned<void*, cudaFreeHost> host;
+  Stream stream;
+  explicit CopyRig(std::uint64_t bytes) {
+    check(cudaMalloc(&dev.handle, bytes), "cudaMalloc");
+    check(cudaHostAlloc(&host.handle, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+    check(cudaStreamCreateWithFlags(&stream.handle, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  }
+};
+
+/// The host-cost measurements' shape: 64 untimed calls of `one(false)`, then `calls` timed
+/// ones (`one(true)`); the host waits for `sync` every `round` calls, untimed, so the command
+/// queue never fills up.
+template <class Fn>
+void in_rounds(int calls, int round, cudaStream_t sync, Fn&& one) {
+  for (int i = 0; i < 64; ++i) one(false);
+  check(cudaStreamSynchronize(sync), "cudaStreamSynchronize");
+  for (int i = 0; i < calls; ++i) {
+    if (i > 0 && i % round == 0) check(cudaStreamSynchronize(sync), "cudaStreamSynchronize");
+    one(true);
+  }
+  check(cudaStreamSynchronize(sync), "cudaStreamSynchronize");
+}
+
+double us_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -83,9 +86,9 @@ VendorCopy measure_vendor_copy(std::uint64_t bytes, int iterations) {
   VendorCopy r;
   if (!cuda_present()) return r;
   CopyRig rig(bytes);
-  void* dev = rig.dev;
-  void* host = rig.host;
-  cudaStream_t stream = rig.stream;
+  void* dev = rig.dev.handle;
+  void* host = rig.host.handle;
+  cudaStream_t stream = rig.stream.handle;
   Event start_event, stop_event;
   check(cudaEventCreate(&start_event.handle), "cudaEventCreate");
   check(cudaEventCreate(&stop_event.handle), "cudaEventCreate");
@@ -129,24 +132,18 @@ VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int roun
   VendorCallCost r;
   if (!cuda_present()) return r;
   CopyRig rig(bytes);
-  void* dev = rig.dev;
-  void* host = rig.host;
-  cudaStream_t stream = rig.stream;
-  for (int i = 0; i < 64; ++i) {  // warm-up
-    check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  }
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  void* dev = rig.dev.handle;
+  void* host = rig.host.handle;
+  cudaStream_t stream = rig.stream.handle;
   std::vector<double> us;
   us.reserve(static_cast<std::size_t>(calls));
-  for (int i = 0; i < calls; ++i) {
-    if (i > 0 && i % round == 0) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // untimed
+  in_rounds(calls, round, stream, [&](bool timed) {
     const auto t0 = std::chrono::steady_clock::now();
     const cudaError_t e = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream);
     const auto t1 = std::chrono::steady_clock::now();
     check(e, "cudaMemcpyAsync");
-    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-  }
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (timed) us.push_back(us_between(t0, t1));
+  });
   const Percentiles p = percentiles(std::move(us));
   r.median_us = p.median;
   r.p90_us = p.p90;
@@ -162,7 +159,10 @@ VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int roun
   check(cudaEventCreateWithFlags(&copied.handle, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   check(cudaEventCreateWithFlags(&released.handle, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   check(cudaEventRecord(released.handle, owner.handle), "cudaEventRecord");
-  auto ordered = [&](std::vector<double>* upload_us, std::vector<double>* pair_us) {
+  std::vector<double> upload_us, pair_us;
+  upload_us.reserve(static_cast<std::size_t>(calls));
+  pair_us.reserve(static_cast<std::size_t>(calls));
+  in_rounds(calls, round, owner.handle, [&](bool timed) {  // the owner's wait orders the copy stream too
     const auto t0 = std::chrono::steady_clock::now();
     check(cudaStreamWaitEvent(stream, released.handle, 0), "cudaStreamWaitEvent");
     check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
@@ -171,21 +171,11 @@ VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int roun
     const auto t1 = std::chrono::steady_clock::now();
     check(cudaEventRecord(released.handle, owner.handle), "cudaEventRecord");
     const auto t2 = std::chrono::steady_clock::now();
-    if (upload_us != nullptr) {
-      upload_us->push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      pair_us->push_back(std::chrono::duration<double, std::micro>(t2 - t0).count());
+    if (timed) {
+      upload_us.push_back(us_between(t0, t1));
+      pair_us.push_back(us_between(t0, t2));
     }
-  };
-  for (int i = 0; i < 64; ++i) ordered(nullptr, nullptr);  // warm-up
-  check(cudaStreamSynchronize(owner.handle), "cudaStreamSynchronize");
-  std::vector<double> upload_us, pair_us;
-  upload_us.reserve(static_cast<std::size_t>(calls));
-  pair_us.reserve(static_cast<std::size_t>(calls));
-  for (int i = 0; i < calls; ++i) {
-    if (i > 0 && i % round == 0) check(cudaStreamSynchronize(owner.handle), "cudaStreamSynchronize");  // untimed
-    ordered(&upload_us, &pair_us);
-  }
-  check(cudaStreamSynchronize(owner.handle), "cudaStreamSynchronize");
+  });
   const Percentiles up = percentiles(std::move(upload_us));
   const Percentiles pair = percentiles(std::move(pair_us));
   r.ordered_upload_median_us = up.median;
