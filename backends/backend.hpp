@@ -106,6 +106,13 @@ class BackendQueue {
   [[nodiscard]] virtual std::uint32_t family() const { return 0; }
 };
 
+/// What a backend remembers between bind_thread and unbind_thread (see there). Backend private.
+struct ThreadBinding {
+  const void* outer = nullptr;   ///< the binding this one nests in
+  std::uintptr_t previous = 0;   ///< the thread's binding before
+  bool switched = false;         ///< whether bind_thread changed the thread's binding
+};
+
 /// An opened device of the backend.
 class BackendDevice {
  public:
@@ -132,6 +139,12 @@ class BackendDevice {
   virtual std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) = 0;
   /// Free pinned memory or unregister user memory.
   virtual void free_host(std::unique_ptr<HostMemory> memory) = 0;
+  /// Optional: bind the device to the calling thread for one front-end call, so that the
+  /// backend entry points the call makes skip binding it each (CUDA: one context query per
+  /// call instead of one per entry point). Paired with unbind_thread on the same thread, which
+  /// restores the thread's binding; bindings nest. Default: nothing to bind.
+  virtual void bind_thread(ThreadBinding& /*binding*/) {}
+  virtual void unbind_thread(ThreadBinding& /*binding*/) noexcept {}
   /// Block until all queues of the device are idle (used at close).
   virtual void wait_idle() = 0;
   /// Vulkan validation message count (0 elsewhere).

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "small_vector.hpp"
+
 namespace ferry::detail {
 
 std::uint64_t BlockAllocator::round_size(std::uint64_t bytes) const noexcept {
@@ -27,21 +29,32 @@ bool BlockAllocator::mergeable(const Block& a, const Block& b) noexcept {
 }
 
 void BlockAllocator::index_free(std::uint64_t segment, const Block& block) {
-  auto& index = segments_.at(segment).small ? free_small_ : free_large_;
-  index.emplace(Key{block.size, segment, block.offset}, block.free_point);
+  const FreePoint& fp = block.free_point;
+  TimelineFree& t = class_index(segment)[fp.timeline];
+  t.by_size.emplace(Key{block.size, segment, block.offset}, fp.value);
+  if (fp.pending()) {
+    ++t.values[fp.value];
+    ++pending_blocks_;
+  }
   free_bytes_ += block.size;
-  free_by_timeline_[block.free_point.timeline] += block.size;
-  if (block.free_point.pending()) pending_.emplace(segment, block.offset);
+  free_by_timeline_[fp.timeline] += block.size;
 }
 
 void BlockAllocator::unindex_free(std::uint64_t segment, const Block& block) {
-  auto& index = segments_.at(segment).small ? free_small_ : free_large_;
-  index.erase(Key{block.size, segment, block.offset});
+  const FreePoint& fp = block.free_point;
+  ClassIndex& index = class_index(segment);
+  auto t = index.find(fp.timeline);
+  t->second.by_size.erase(Key{block.size, segment, block.offset});
+  if (fp.pending()) {
+    auto v = t->second.values.find(fp.value);
+    if (--v->second == 0) t->second.values.erase(v);
+    --pending_blocks_;
+  }
+  if (t->second.by_size.empty()) index.erase(t);  // timelines come and go with their queues
   free_bytes_ -= block.size;
-  auto it = free_by_timeline_.find(block.free_point.timeline);
+  auto it = free_by_timeline_.find(fp.timeline);
   it->second -= block.size;
   if (it->second == 0) free_by_timeline_.erase(it);
-  if (block.free_point.pending()) pending_.erase({segment, block.offset});
 }
 
 void BlockAllocator::coalesce(std::uint64_t segment, SegmentInfo& info,
@@ -89,6 +102,7 @@ BlockAllocator::Placement BlockAllocator::take(std::uint64_t segment, std::uint6
   block.allocated = true;
   block.owner = request.owner;
   block.requested = request.bytes;
+  block.user = request.user;
   block.free_point = {};
   Placement p;
   p.segment = segment;
@@ -112,7 +126,7 @@ class ReachedMemo {
     for (auto& x : entries_) {
       if (x.timeline == fp.timeline) e = &x;
     }
-    if (e == nullptr) e = &entries_.emplace_back(Entry{fp.timeline});
+    if (e == nullptr) e = &entries_.push_back(Entry{fp.timeline});
     if (e->any_reached && fp.value <= e->max_reached) return true;
     if (e->any_unreached && fp.value >= e->min_unreached) return false;
     if (reached_(fp)) {
@@ -134,7 +148,7 @@ class ReachedMemo {
     std::uint64_t min_unreached = 0;
   };
   const BlockAllocator::Reached& reached_;
-  std::vector<Entry> entries_;
+  SmallVector<Entry, 4> entries_;  // a few timelines per call
 };
 
 }  // namespace
@@ -143,23 +157,59 @@ std::optional<BlockAllocator::Placement> BlockAllocator::allocate(const Request&
                                                                   const Reached& reached) {
   const std::uint64_t rounded = round_size(request.bytes);
   const bool small = rounded <= config_.small_request;
-  const auto& index = small ? free_small_ : free_large_;
+  const ClassIndex& index = small ? free_small_ : free_large_;
   // Large requests do not carve up segments much bigger than they are (PyTorch: a request
   // >= 1 MiB never takes a block more than 20 MiB bigger), so big segments stay whole.
   const std::uint64_t max_waste = small ? UINT64_MAX : config_.medium_segment;
-  ReachedMemo memo(reached);
-  std::optional<Key> pending_choice;
-  for (auto it = index.lower_bound(Key{rounded, 0, 0}); it != index.end(); ++it) {
-    const auto& [key, fp] = *it;
-    const auto [size, segment, offset] = key;
-    if (size - rounded > max_waste) break;  // sizes only grow from here
-    if (!fp.pending() || fp.timeline == request.first_user || memo(fp)) {
-      return take(segment, offset, rounded, request, false);
+  const Key from{rounded, 0, 0};
+  const auto fits = [&](const Key& k) { return std::get<0>(k) - rounded <= max_waste; };
+
+  // Usable at once: the best clean block, and the best block the first user freed itself
+  // (its work is queued after the free point). Then other timelines, below.
+  std::optional<Key> best;
+  const auto consider = [&](const Key& k) {
+    if (fits(k) && (!best || k < *best)) best = k;
+  };
+  struct Other {
+    Key first{};  // the timeline's best fit, reached or not
+    std::uint32_t timeline = 0;
+    const TimelineFree* free = nullptr;
+  };
+  SmallVector<Other, 8> others;
+  for (const auto& [timeline, t] : index) {
+    const auto it = t.by_size.lower_bound(from);
+    if (it == t.by_size.end() || !fits(it->first)) continue;
+    if (timeline == 0 || timeline == request.first_user) {
+      consider(it->first);
+    } else {
+      others.push_back(Other{it->first, timeline, &t});
     }
-    if (request.allow_pending && !pending_choice) pending_choice = key;
   }
-  if (pending_choice) {
-    const auto [size, segment, offset] = *pending_choice;
+  // Another queue's blocks are usable once their free point is reached. In the order of their
+  // best fits, each timeline that could still beat `best`: if its oldest free point is not
+  // reached, none of its blocks is; else walk its blocks from the best fit to the first reached.
+  std::sort(others.begin(), others.end(), [](const Other& x, const Other& y) { return x.first < y.first; });
+  ReachedMemo memo(reached);
+  for (const Other& o : others) {
+    if (best && !(o.first < *best)) break;
+    if (!memo(FreePoint{o.timeline, o.free->values.begin()->first})) continue;
+    for (auto it = o.free->by_size.lower_bound(from); it != o.free->by_size.end(); ++it) {
+      if (!fits(it->first) || (best && !(it->first < *best))) break;
+      if (memo(FreePoint{o.timeline, it->second})) {
+        best = it->first;
+        break;
+      }
+    }
+  }
+  if (best) {
+    const auto [size, segment, offset] = *best;
+    (void)size;
+    return take(segment, offset, rounded, request, false);
+  }
+  // Nothing usable at once: the best fit among the pending blocks, whose point the first user
+  // will wait for. `others` holds each timeline's best fit, sorted.
+  if (request.allow_pending && !others.empty()) {
+    const auto [size, segment, offset] = others.front().first;
     (void)size;
     return take(segment, offset, rounded, request, true);
   }
@@ -189,6 +239,7 @@ std::uint64_t BlockAllocator::release(std::uint64_t segment, std::uint64_t offse
   const std::uint64_t size = block.size;
   block.allocated = false;
   block.requested = 0;
+  block.user = nullptr;
   block.free_point = point;
   coalesce(segment, info, it);
   return size;
@@ -196,9 +247,15 @@ std::uint64_t BlockAllocator::release(std::uint64_t segment, std::uint64_t offse
 
 std::uint64_t BlockAllocator::refresh(const Reached& reached) {
   std::uint64_t cleaned = 0;
+  ReachedMemo memo(reached);
   std::vector<std::pair<std::uint64_t, std::uint64_t>> done;
-  for (const auto& [segment, offset] : pending_) {
-    if (reached(segments_.at(segment).blocks.at(offset).free_point)) done.emplace_back(segment, offset);
+  for (const ClassIndex* index : {&free_small_, &free_large_}) {
+    for (const auto& [timeline, t] : *index) {
+      if (timeline == 0 || !memo(FreePoint{timeline, t.values.begin()->first})) continue;
+      for (const auto& [key, value] : t.by_size) {
+        if (memo(FreePoint{timeline, value})) done.emplace_back(std::get<1>(key), std::get<2>(key));
+      }
+    }
   }
   for (const auto& [segment, offset] : done) {
     SegmentInfo& info = segments_.at(segment);
@@ -235,13 +292,13 @@ std::uint64_t BlockAllocator::remove_segment(std::uint64_t id) {
 
 std::uint64_t BlockAllocator::unusable_free_bytes(std::uint64_t bytes, std::uint32_t first_user,
                                                   const Reached& reached) const {
-  const bool small = is_small(bytes);
   std::uint64_t total = 0;
-  for (const auto& [segment, offset] : pending_) {
-    const SegmentInfo& info = segments_.at(segment);
-    if (info.small != small) continue;
-    const Block& b = info.blocks.at(offset);
-    if (b.free_point.timeline != first_user && !reached(b.free_point)) total += b.size;
+  ReachedMemo memo(reached);
+  for (const auto& [timeline, t] : is_small(bytes) ? free_small_ : free_large_) {
+    if (timeline == 0 || timeline == first_user) continue;
+    for (const auto& [key, value] : t.by_size) {
+      if (!memo(FreePoint{timeline, value})) total += std::get<0>(key);
+    }
   }
   return total;
 }
@@ -266,16 +323,16 @@ std::string BlockAllocator::validate() const {
         free_total += b.size;
         by_timeline[b.free_point.timeline] += b.size;
         const auto& index = info.small ? free_small_ : free_large_;
-        const auto indexed = index.find(Key{b.size, id, b.offset});
-        if (indexed == index.end()) {
-          err << "segment " << id << ": free block at " << b.offset << " not indexed; ";
-        } else if (indexed->second.timeline != b.free_point.timeline || indexed->second.value != b.free_point.value) {
+        const auto t = index.find(b.free_point.timeline);
+        const auto indexed = t == index.end() ? decltype(t->second.by_size.end()){} : t->second.by_size.find(Key{b.size, id, b.offset});
+        if (t == index.end() || indexed == t->second.by_size.end()) {
+          err << "segment " << id << ": free block at " << b.offset << " not indexed under its timeline; ";
+        } else if (indexed->second != b.free_point.value) {
           err << "segment " << id << ": free block at " << b.offset << " indexed with a stale free point; ";
+        } else if (b.free_point.pending() && !t->second.values.contains(b.free_point.value)) {
+          err << "segment " << id << ": pending block at " << b.offset << " has no entry in its timeline's values; ";
         }
-        if (b.free_point.pending()) {
-          ++pending_count;
-          if (!pending_.contains({id, b.offset})) err << "segment " << id << ": pending block at " << b.offset << " not in pending set; ";
-        }
+        if (b.free_point.pending()) ++pending_count;
         if (prev != nullptr && mergeable(*prev, b)) err << "segment " << id << ": uncoalesced free blocks at " << prev->offset << " and " << b.offset << "; ";
       }
       expect = b.offset + b.size;
@@ -283,8 +340,19 @@ std::string BlockAllocator::validate() const {
     }
     if (expect != info.size) err << "segment " << id << ": blocks cover " << expect << " of " << info.size << "; ";
   }
-  if (free_count != free_small_.size() + free_large_.size()) err << "free index holds " << free_small_.size() + free_large_.size() << " blocks, segments hold " << free_count << "; ";
-  if (pending_count != pending_.size()) err << "pending set holds " << pending_.size() << ", segments hold " << pending_count << "; ";
+  std::size_t indexed_count = 0;
+  std::size_t value_count = 0;
+  for (const ClassIndex* index : {&free_small_, &free_large_}) {
+    for (const auto& [timeline, t] : *index) {
+      if (t.by_size.empty()) err << "timeline " << timeline << " has an empty free index; ";
+      if (timeline == 0 && !t.values.empty()) err << "clean blocks have free point values; ";
+      indexed_count += t.by_size.size();
+      for (const auto& [value, count] : t.values) value_count += count;
+    }
+  }
+  if (free_count != indexed_count) err << "free index holds " << indexed_count << " blocks, segments hold " << free_count << "; ";
+  if (pending_count != value_count) err << "free point values count " << value_count << " pending blocks, segments hold " << pending_count << "; ";
+  if (pending_count != pending_blocks_) err << "pending block counter " << pending_blocks_ << " != " << pending_count << "; ";
   if (free_total != free_bytes_) err << "free bytes counter " << free_bytes_ << " != " << free_total << "; ";
   if (by_timeline != free_by_timeline_) err << "per-timeline free bytes out of date; ";
   return err.str();

@@ -20,8 +20,8 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -51,6 +51,7 @@ class BlockAllocator {
     std::uint32_t owner = 0;          ///< owner queue id (bookkeeping only)
     std::uint32_t first_user = 0;     ///< timeline id of the queue that touches it first
     bool allow_pending = false;       ///< may hand out a block the first user must wait for
+    void* user = nullptr;             ///< opaque, kept with the allocated block (Block::user)
   };
 
   struct Placement {
@@ -68,6 +69,7 @@ class BlockAllocator {
     std::uint32_t owner = 0;          ///< owner queue (last owner when free)
     std::uint64_t requested = 0;      ///< requested bytes (allocated blocks)
     FreePoint free_point;             ///< free blocks only
+    void* user = nullptr;             ///< allocated blocks: the request's `user` (the pool's buffer)
   };
 
   struct SegmentInfo {
@@ -101,10 +103,15 @@ class BlockAllocator {
   }
 
   /// Find a block: first the best fit usable without waiting, then (allow_pending) the best
-  /// fit still pending. Returns nullopt when the pool must grow. Walks the free blocks of the
-  /// size class from the best fit up; `reached` is asked only about pending blocks of other
-  /// timelines than the first user's, and not when an earlier answer of this call for the same
-  /// timeline decides it (see Reached).
+  /// fit still pending. Returns nullopt when the pool must grow. "Best fit" is the first free
+  /// block of the size class in (size, segment, offset) order that is at least the request.
+  /// Cost: O(t log n) for t timelines with free blocks in the class, in the usual case. Clean
+  /// blocks and the first user's own are found by one lookup each; a timeline of another queue
+  /// is asked about its oldest free point first, and when that is not reached, none of its
+  /// blocks is (a timeline only grows), so its blocks are not walked. `reached` is asked only
+  /// about pending blocks of other timelines than the first user's, only for timelines whose
+  /// best fit is better than the best found so far, and not when an earlier answer of this call
+  /// for the same timeline decides it (see Reached).
   std::optional<Placement> allocate(const Request& request, const Reached& reached);
   /// Add a segment (one free clean block). `id` must be new.
   void add_segment(std::uint64_t id, std::uint64_t size, std::uint32_t queue, bool small);
@@ -132,14 +139,22 @@ class BlockAllocator {
     return free_by_timeline_;
   }
   [[nodiscard]] std::uint64_t free_bytes() const noexcept { return free_bytes_; }
-  [[nodiscard]] std::uint64_t pending_blocks() const noexcept { return pending_.size(); }
+  [[nodiscard]] std::uint64_t pending_blocks() const noexcept { return pending_blocks_; }
 
  private:
-  // Free index key: (size, segment, offset): best fit by lower_bound. The value is the block's
-  // free point, so the allocation walk reads it without looking the block up.
+  // Free blocks of one size class, per timeline (0 = clean): (size, segment, offset) keys, so
+  // best fit is a lower_bound; the value is the block's free point value. `values` counts the
+  // free point values present (pending timelines only), so the oldest is begin().
   using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;
-  using FreeIndex = std::map<Key, FreePoint>;
+  struct TimelineFree {
+    std::map<Key, std::uint64_t> by_size;
+    std::map<std::uint64_t, std::uint32_t> values;
+  };
+  using ClassIndex = std::map<std::uint32_t, TimelineFree>;
 
+  [[nodiscard]] ClassIndex& class_index(std::uint64_t segment) {
+    return segments_.at(segment).small ? free_small_ : free_large_;
+  }
   void index_free(std::uint64_t segment, const Block& block);
   void unindex_free(std::uint64_t segment, const Block& block);
   /// Merge the free block at `it` with free neighbours that have the identical free point.
@@ -150,9 +165,9 @@ class BlockAllocator {
 
   Config config_;
   std::map<std::uint64_t, SegmentInfo> segments_;
-  FreeIndex free_small_;
-  FreeIndex free_large_;
-  std::set<std::pair<std::uint64_t, std::uint64_t>> pending_;  // (segment, offset)
+  ClassIndex free_small_;
+  ClassIndex free_large_;
+  std::uint64_t pending_blocks_ = 0;
   std::unordered_map<std::uint32_t, std::uint64_t> free_by_timeline_;
   std::uint64_t free_bytes_ = 0;
 };

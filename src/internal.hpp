@@ -128,6 +128,21 @@ struct HostAllocation {
   ~HostAllocation();
 };
 
+/// Binds the device's backend to the calling thread for one front-end call (see
+/// BackendDevice::bind_thread): the hot calls (uploads, downloads, copies) make several backend
+/// calls in a row.
+class BoundThread {
+ public:
+  explicit BoundThread(BackendDevice& device) : device_(device) { device_.bind_thread(binding_); }
+  ~BoundThread() { device_.unbind_thread(binding_); }
+  BoundThread(const BoundThread&) = delete;
+  BoundThread& operator=(const BoundThread&) = delete;
+
+ private:
+  BackendDevice& device_;
+  ThreadBinding binding_;
+};
+
 struct BlockState {
   std::weak_ptr<DeviceState> device;
   DeviceState* device_id = nullptr;
@@ -165,7 +180,6 @@ struct PoolState {
   /// Pending frees per timeline id, each list in increasing point value, so that checking them
   /// queries a timeline at most once and stops at its first point not reached.
   std::unordered_map<std::uint32_t, std::deque<PendingFree>> pending_frees;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, BlockState*> live;  // (segment, offset)
 };
 
 struct HostPoolState {

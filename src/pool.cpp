@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "internal.hpp"
+#include "small_vector.hpp"
 
 namespace ferry {
 namespace detail {
@@ -50,7 +51,7 @@ struct ReachedQuery {
     bool queried = false;     // `value` is this call's backend query (or the timeline is gone)
     std::shared_ptr<SemaphoreState> semaphore;
   };
-  std::vector<Known> known{};  // a few timelines per call: linear search
+  SmallVector<Known, 4> known{};  // a few timelines per call: linear search
 
   explicit ReachedQuery(DeviceState& d, bool lazy_queries = false) : device(d), lazy(lazy_queries) {}
 
@@ -71,8 +72,7 @@ struct ReachedQuery {
       k.value = UINT64_MAX;  // a timeline that died with its queue is complete
       k.queried = true;
     }
-    known.push_back(std::move(k));
-    return known.back();
+    return known.push_back(std::move(k));
   }
 
   bool operator()(const FreePoint& fp) {
@@ -160,8 +160,10 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   PoolState& p = d.pool;
   std::lock_guard lock(p.mutex);
   const QueueState& first = first_writer ? *first_writer : *owner;
+  auto block = std::make_shared<BlockState>();  // the allocator keeps its address (Block::user)
   BlockAllocator::Request request{bytes, owner->id, first.timeline->timeline_id,
-                                  allow_pending_reuse && first_writer != nullptr && first_writer != owner};
+                                  allow_pending_reuse && first_writer != nullptr && first_writer != owner,
+                                  block.get()};
   // First pass with lazy queries: a block whose free point the watermark does not show
   // reached still serves a request that may reuse pending memory (the first writer waits for
   // the point on the device, a no-op there when it was reached), so the usual upload asks the
@@ -215,7 +217,6 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
     throw Error(ErrorCode::backend_error, "DevicePool::allocate: internal error: a fresh segment did not fit " +
                                               std::to_string(bytes) + " bytes", {}, where);
   }
-  auto block = std::make_shared<BlockState>();
   block->device = self;
   block->device_id = &d;
   block->segment_id = placement->segment;
@@ -231,7 +232,6 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   } else if (p.budget.segment_allocations > 0) {
     p.budget.immediate_reuses += 1;
   }
-  p.live[{block->segment_id, block->offset}] = block.get();
   p.budget.active_bytes += placement->size;
   p.budget.requested_bytes += bytes;
   p.budget.allocations += 1;
@@ -258,7 +258,6 @@ void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
   }
   const std::uint64_t address = segment_address(p, b.segment_id) + b.offset;
   p.allocator.release(b.segment_id, b.offset, fp);
-  p.live.erase({b.segment_id, b.offset});
   p.budget.active_bytes -= b.size;
   p.budget.requested_bytes -= b.requested;
   p.per_queue[b.owner->id].active_bytes -= b.size;
@@ -278,8 +277,11 @@ void pool_close(DeviceState& d) noexcept {
   PoolState& p = d.pool;
   std::lock_guard lock(p.mutex);
   p.pending_frees.clear();
-  for (auto& [key, block] : p.live) block->released = true;  // handles become inert
-  p.live.clear();
+  for (const auto& [id, info] : p.allocator.segments()) {
+    for (const auto& [offset, block] : info.blocks) {
+      if (block.allocated) static_cast<BlockState*>(block.user)->released = true;  // handles become inert
+    }
+  }
   for (auto& [id, segment] : p.segments) {
     try {
       d.backend->free_segment(std::move(segment));
@@ -510,7 +512,7 @@ void DevicePool::validate() const {
     for (const auto& [offset, block] : info.blocks) {
       if (block.allocated) {
         active += block.size;
-        if (!p.live.contains({id, offset})) problems += "allocated block without a live buffer; ";
+        if (block.user == nullptr) problems += "allocated block without a live buffer; ";
       }
     }
   }
@@ -554,7 +556,7 @@ MemorySnapshot DevicePool::snapshot() const {
       if (block.allocated) {
         sb.state = BlockStateKind::active_allocated;
         sb.requested_size = block.requested;
-        if (auto it = p.live.find({id, offset}); it != p.live.end()) sb.tag = it->second->tag;
+        if (block.user != nullptr) sb.tag = static_cast<const detail::BlockState*>(block.user)->tag;
         seg.allocated_size += block.size;
         seg.active_size += block.size;
         seg.requested_size += block.requested;

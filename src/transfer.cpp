@@ -471,6 +471,7 @@ Upload Transfer::upload(const HostBuffer& source, const Queue& owner, UploadOpti
 Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uint64_t bytes, const Queue& owner,
                         UploadOptions options, std::source_location where) {
   auto& d = transfer_device(state_, "Transfer::upload", where);
+  const detail::BoundThread bound(*d.backend);
   auto& host = detail::checked_host(source, &d, "Transfer::upload", where);
   detail::check_range(offset, bytes, host.memory->size, "Transfer::upload", "source", where);
   auto q = checked_owner(owner, d, "Transfer::upload", where);
@@ -534,6 +535,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
                              std::source_location where) {
   constexpr const char* fn = "Transfer::upload(batch)";
   auto& d = transfer_device(state_, fn, where);
+  const detail::BoundThread bound(*d.backend);
   FERRY_REQUIRE(!views.empty(), fn, "empty span of views", where);
   FERRY_REQUIRE(views.size() <= max_batch_views, fn,
           std::to_string(views.size()) + " views exceed the limit of " + std::to_string(max_batch_views), where);
@@ -599,6 +601,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
 TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer& destination,
                                     UploadOptions options, std::source_location where) {
   auto& d = transfer_device(state_, "Transfer::upload_into", where);
+  const detail::BoundThread bound(*d.backend);
   auto& host = detail::checked_host(source, &d, "Transfer::upload_into", where);
   auto& b = detail::checked_block(destination, &d, "Transfer::upload_into", where);
   FERRY_REQUIRE(host.memory->size <= b.requested, "Transfer::upload_into",
@@ -627,6 +630,7 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
 TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& destination, std::uint64_t offset,
                                  std::source_location where) {
   auto& d = transfer_device(state_, "Transfer::download", where);
+  const detail::BoundThread bound(*d.backend);
   auto& b = detail::checked_block(source, &d, "Transfer::download", where);
   auto& host = detail::checked_host(destination, &d, "Transfer::download", where);
   detail::check_range(offset, b.requested, host.memory->size, "Transfer::download", "destination", where);
@@ -648,6 +652,7 @@ TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& d
 
 void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destination, std::source_location where) {
   auto& d = transfer_device(state_, "Transfer::download", where);
+  const detail::BoundThread bound(*d.backend);
   auto& b = detail::checked_block(source, &d, "Transfer::download", where);
   FERRY_REQUIRE(!destination.empty() && destination.data() != nullptr, "Transfer::download", "empty destination span",
           where);
@@ -662,6 +667,7 @@ void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destina
 void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView> views, std::source_location where) {
   constexpr const char* fn = "Transfer::download(batch)";
   auto& d = transfer_device(state_, fn, where);
+  const detail::BoundThread bound(*d.backend);
   auto& b = detail::checked_block(source, &d, fn, where);
   FERRY_REQUIRE(!views.empty(), fn, "empty span of views", where);
   FERRY_REQUIRE(views.size() <= max_batch_views, fn,
@@ -758,6 +764,7 @@ void Transfer::download(const UploadBatch& batch, std::span<const HostSpan> dest
 TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& destination, std::uint64_t bytes,
                              std::source_location where) {
   auto& d = transfer_device(state_, "Transfer::copy", where);
+  const detail::BoundThread bound(*d.backend);
   auto& src = detail::checked_block(source, &d, "Transfer::copy", where);
   auto& dst = detail::checked_block(destination, &d, "Transfer::copy", where);
   FERRY_REQUIRE(&src != &dst, "Transfer::copy", "source and destination are the same buffer", where);

@@ -58,14 +58,21 @@ struct Core {
   std::vector<cudaStream_t> streams;   ///< live queues (own and adopted), for wait_idle
 };
 
+/// The device a front-end call has bound to this thread (Device::bind_thread), if any: for
+/// the duration of that call the thread's binding is known to be its context.
+thread_local const Core* t_bound = nullptr;
+
 /// Binds the device's context to the calling thread for one scope; restores the previous one.
 /// The current binding is asked every time (cuCtxGetCurrent, a thread-local read in the
-/// driver), not cached per thread: the engine may rebind the thread between two ferry calls,
-/// and a stale cache would leave its context switched. Helpers called inside a guarded entry
-/// point rely on its binding instead of guarding again (see Semaphore::value_locked).
+/// driver), not cached across ferry calls: the engine may rebind the thread between two ferry
+/// calls, and a stale cache would leave its context switched. Inside one front-end call that
+/// bound the device (t_bound), nothing is asked. Helpers called inside a guarded entry point
+/// rely on its binding instead of guarding again (see Semaphore::value_locked).
 class ContextGuard {
  public:
-  explicit ContextGuard(const Core& core) : previous_(vendor::current_context()) {
+  explicit ContextGuard(const Core& core) {
+    if (t_bound == &core) return;  // the enclosing front-end call bound it
+    previous_ = vendor::current_context();
     if (previous_ != core.context) {
       vendor::make_current(core.context);
       switched_ = true;
@@ -78,7 +85,7 @@ class ContextGuard {
   ContextGuard& operator=(const ContextGuard&) = delete;
 
  private:
-  vendor::DeviceContext previous_;
+  vendor::DeviceContext previous_{};
   bool switched_ = false;
 };
 
@@ -421,6 +428,24 @@ class Queue final : public BackendQueue {
 // ---------------------------------------------------------------------------------------------
 class Device final : public BackendDevice {
  public:
+  void bind_thread(ThreadBinding& binding) override {
+    binding.outer = t_bound;
+    if (t_bound == core_.get()) return;  // nested in a call that bound this device
+    const vendor::DeviceContext previous = vendor::current_context();
+    if (previous != core_->context) {
+      vendor::make_current(core_->context);
+      binding.switched = true;
+    }
+    binding.previous = vendor::context_word(previous);
+    t_bound = core_.get();
+  }
+
+  void unbind_thread(ThreadBinding& binding) noexcept override {
+    if (binding.outer == core_.get()) return;  // nested: bind_thread changed nothing
+    if (binding.switched) vendor::restore_current(vendor::context_from_word(binding.previous));
+    t_bound = static_cast<const Core*>(binding.outer);
+  }
+
   explicit Device(int ordinal) : core_(std::make_shared<Core>()) {
     core_->ordinal = ordinal;
     core_->context = vendor::device_context(ordinal);

@@ -3,3 +3,90 @@
 #define FERRY_TEST_GPU cuda
 #define FERRY_TEST_GPU_NAME "cuda"
 #include "gpu.hpp"
+
+// ---- CUDA only: the engine's context binding ---------------------------------------------
+// ferry binds its device's context for the duration of each call and restores the thread's
+// binding (ContextGuard, and one binding per upload/download/copy call: BackendDevice::
+// bind_thread). The driver entry points are fetched through the runtime, as the backend does,
+// so that this executable does not link libcuda (absent on machines with no GPU).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace {
+
+template <class F>
+F driver_entry(const char* symbol) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  REQUIRE(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status) == cudaSuccess);
+  REQUIRE(status == cudaDriverEntryPointSuccess);
+  REQUIRE(p != nullptr);
+  return reinterpret_cast<F>(p);
+}
+
+using CtxGetCurrent = CUresult (*)(CUcontext*);
+using CtxSetCurrent = CUresult (*)(CUcontext);
+using CtxCreate = CUresult (*)(CUcontext*, unsigned int, CUdevice);  // cuCtxCreate_v2 (12.0 ABI)
+using CtxDestroy = CUresult (*)(CUcontext);
+
+/// Upload (stream-ordered and blocking), copy and download through `dev` on this thread,
+/// checking after each call that the thread's binding is still `expected`; then the data.
+void calls_keep_binding(Device& dev, CUcontext expected, CtxGetCurrent get_current) {
+  const auto binding = [&] {
+    CUcontext c = nullptr;
+    REQUIRE(get_current(&c) == CUDA_SUCCESS);
+    return c;
+  };
+  REQUIRE(binding() == expected);
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  constexpr std::size_t n = 1 << 20;
+  HostBuffer src = dev.host_pool().allocate(n);
+  for (std::size_t i = 0; i < n; ++i) src.data()[i] = static_cast<std::byte>(i * 7 + 1);
+  Upload up = xfer.upload(src, owner);
+  CHECK(binding() == expected);
+  Upload blocking = xfer.upload(src, owner, {.mode = CopyMode::blocking});
+  CHECK(binding() == expected);
+  DeviceBuffer copy = dev.pool().allocate(n, owner);
+  (void)xfer.copy(up.buffer, copy);
+  CHECK(binding() == expected);
+  std::vector<std::byte> back(n);
+  xfer.download(copy, back);  // pageable: pipelined through the staging ring
+  CHECK(binding() == expected);
+  HostBuffer back2 = dev.host_pool().allocate(n);
+  xfer.download(blocking.buffer, back2).wait();
+  CHECK(binding() == expected);
+  CHECK(std::memcmp(back.data(), src.data(), n) == 0);
+  CHECK(std::memcmp(back2.data(), src.data(), n) == 0);
+  up.buffer.release();
+  blocking.buffer.release();
+  copy.release();
+  CHECK(binding() == expected);
+}
+
+}  // namespace
+
+CONFORMANCE_CASE("cuda: calls leave the calling thread's context binding as they found it") {
+  Device dev = conformance::open_device();
+  const auto get_current = driver_entry<CtxGetCurrent>("cuCtxGetCurrent");
+  const auto set_current = driver_entry<CtxSetCurrent>("cuCtxSetCurrent");
+  SUBCASE("a thread with no context bound") {
+    std::thread engine([&] { calls_keep_binding(dev, nullptr, get_current); });
+    engine.join();
+  }
+  SUBCASE("a thread bound to an engine's own context (not ferry's primary context)") {
+    const auto create = driver_entry<CtxCreate>("cuCtxCreate");
+    const auto destroy = driver_entry<CtxDestroy>("cuCtxDestroy");
+    CUcontext saved = nullptr;
+    REQUIRE(get_current(&saved) == CUDA_SUCCESS);
+    CUcontext engine = nullptr;
+    REQUIRE(create(&engine, 0, CUdevice{0}) == CUDA_SUCCESS);  // device 0, as open_device(); binds it
+    calls_keep_binding(dev, engine, get_current);
+    CHECK(set_current(saved) == CUDA_SUCCESS);
+    CHECK(destroy(engine) == CUDA_SUCCESS);
+  }
+}

@@ -643,6 +643,51 @@ class RandomRun {
 
 }  // namespace
 
+TEST_CASE("an allocated block keeps the request's user pointer until it is released") {
+  BlockAllocator a;
+  a.add_segment(1, 2 * MiB, A, true);
+  int first = 0, second = 0;
+  Request r1 = req(4 * KiB, A);
+  r1.user = &first;
+  Request r2 = req(8 * KiB, A);
+  r2.user = &second;
+  const Placement p1 = must(a, r1);
+  const Placement p2 = must(a, r2);
+  CHECK(block_at(a, 1, p1.offset).user == &first);
+  CHECK(block_at(a, 1, p2.offset).user == &second);
+  a.release(1, p1.offset, FreePoint{A, 3});
+  CHECK(block_at(a, 1, p1.offset).user == nullptr);  // free blocks hold none
+  CHECK(block_at(a, 1, p2.offset).user == &second);  // the neighbour is untouched
+  const Placement again = must(a, req(4 * KiB, A));  // A reuses its own pending block
+  CHECK(again.offset == p1.offset);
+  CHECK(block_at(a, 1, again.offset).user == nullptr);
+  expect_valid(a);
+}
+
+TEST_CASE("many pending blocks of another queue: one question, then the clean block") {
+  // A loader's pattern: 200 small blocks freed on the owner's timeline A, none reached yet,
+  // before the clean rest of the segment. The request of the executor B takes the clean rest
+  // and asks about A once (its oldest free point), not once per block.
+  BlockAllocator a;
+  a.add_segment(1, 2 * MiB, A, true);
+  std::vector<Placement> blocks;
+  for (int i = 0; i < 200; ++i) blocks.push_back(must(a, req(4 * KiB, A)));
+  for (std::size_t i = 0; i < blocks.size(); i += 2) a.release(1, blocks[i].offset, FreePoint{A, i + 1});
+  REQUIRE(a.pending_blocks() == 100);
+  int asked = 0;
+  const auto p = a.allocate(req(4 * KiB, B, /*allow_pending=*/true), [&](const FreePoint& fp) {
+    ++asked;
+    CHECK(fp.timeline == A);
+    CHECK(fp.value == 1);  // the oldest
+    return false;
+  });
+  REQUIRE(p.has_value());
+  CHECK_FALSE(p->pending_reuse);
+  CHECK(p->offset == 200 * 4 * KiB);  // the front of the clean rest
+  CHECK(asked == 1);
+  expect_valid(a);
+}
+
 TEST_CASE("allocate asks Reached about a timeline only when earlier answers do not decide") {
   // 32 blocks of 64 KiB, freed on timeline A at values 1..32 in offset order (the walk order
   // for equal sizes), separated so that none coalesce; and 32 more freed on timeline C.

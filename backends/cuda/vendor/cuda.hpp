@@ -164,6 +164,10 @@ inline DeviceContext current_context() {
   return c;
 }
 
+/// A binding as a word and back (ThreadBinding::previous in backend.hpp).
+inline std::uintptr_t context_word(DeviceContext c) noexcept { return reinterpret_cast<std::uintptr_t>(c); }
+inline DeviceContext context_from_word(std::uintptr_t w) noexcept { return reinterpret_cast<DeviceContext>(w); }
+
 /// Bind `c` to the calling thread.
 inline void make_current(DeviceContext c) { FERRY_CU_CHECK(driver().cuCtxSetCurrent(c)); }
 

@@ -109,6 +109,10 @@ inline DeviceContext current_context() {
   return device;
 }
 
+/// A binding as a word and back (ThreadBinding::previous in backend.hpp).
+inline std::uintptr_t context_word(DeviceContext device) noexcept { return static_cast<std::uintptr_t>(device); }
+inline DeviceContext context_from_word(std::uintptr_t w) noexcept { return static_cast<DeviceContext>(w); }
+
 inline void make_current(DeviceContext device) { FERRY_HIP_CHECK(hipSetDevice(device)); }
 
 /// From a destructor: cannot throw; failing here means the runtime is gone already.
