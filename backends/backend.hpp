@@ -89,6 +89,9 @@ class BackendQueue {
   /// queue's signal). Default: nothing to do.
   virtual void acquire_ownership(DeviceRef /*range*/, std::uint64_t /*bytes*/,
                                  BackendQueue& /*from*/) {}
+  /// Whether acquire_ownership does anything on this queue (Vulkan), so that the front end
+  /// must record the acquires a later access owes. Default false: ownership is a no-op.
+  [[nodiscard]] virtual bool acquires_ownership() const { return false; }
   /// Optional: the synthetic compute kernel (see transfer.hpp run_synthetic_compute):
   /// out[i] = in[i] + 1, `units` passes. Return false if not supported.
   virtual bool synthetic_compute(DeviceRef /*in*/, DeviceRef /*out*/, std::uint64_t /*bytes*/,

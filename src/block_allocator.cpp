@@ -50,7 +50,9 @@ void BlockAllocator::unindex_free(std::uint64_t segment, const Block& block) {
     if (--v->second == 0) t->second.values.erase(v);
     --pending_blocks_;
   }
-  if (t->second.by_size.empty()) index.erase(t);  // timelines come and go with their queues
+  // An emptied timeline keeps its (empty) entry: the clean one empties and fills on most
+  // allocations. refresh() drops the empty entries of other timelines (they come and go with
+  // their queues).
   free_bytes_ -= block.size;
   auto it = free_by_timeline_.find(fp.timeline);
   it->second -= block.size;
@@ -87,17 +89,25 @@ BlockAllocator::Placement BlockAllocator::take(std::uint64_t segment, std::uint6
   SegmentInfo& info = segments_.at(segment);
   auto it = info.blocks.find(offset);
   Block& block = it->second;
-  unindex_free(segment, block);
   const FreePoint point = block.free_point;
-  if (block.size > rounded) {  // split: the remainder keeps the free point
+  if (block.size > rounded) {
+    // Split: the remainder keeps the free point, so its index entry is the block's, re-keyed
+    // in place (no index node freed and made again on the allocation path).
     Block rest;
     rest.offset = block.offset + rounded;
     rest.size = block.size - rounded;
     rest.owner = block.owner;
     rest.free_point = point;
+    auto& by_size = (info.small ? free_small_ : free_large_).at(point.timeline).by_size;
+    auto node = by_size.extract(Key{block.size, segment, block.offset});
+    node.key() = Key{rest.size, segment, rest.offset};
+    by_size.insert(std::move(node));
+    free_bytes_ -= rounded;
+    free_by_timeline_.at(point.timeline) -= rounded;  // the remainder keeps it above 0
     block.size = rounded;
-    auto rest_it = info.blocks.emplace(rest.offset, rest).first;
-    index_free(segment, rest_it->second);
+    info.blocks.emplace(rest.offset, rest);
+  } else {
+    unindex_free(segment, block);
   }
   block.allocated = true;
   block.owner = request.owner;
@@ -251,11 +261,14 @@ std::uint64_t BlockAllocator::refresh(const Reached& reached) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> done;
   for (const ClassIndex* index : {&free_small_, &free_large_}) {
     for (const auto& [timeline, t] : *index) {
-      if (timeline == 0 || !memo(FreePoint{timeline, t.values.begin()->first})) continue;
+      if (timeline == 0 || t.values.empty() || !memo(FreePoint{timeline, t.values.begin()->first})) continue;
       for (const auto& [key, value] : t.by_size) {
         if (memo(FreePoint{timeline, value})) done.emplace_back(std::get<1>(key), std::get<2>(key));
       }
     }
+  }
+  for (ClassIndex* index : {&free_small_, &free_large_}) {
+    std::erase_if(*index, [](const auto& entry) { return entry.first != 0 && entry.second.by_size.empty(); });
   }
   for (const auto& [segment, offset] : done) {
     SegmentInfo& info = segments_.at(segment);
@@ -344,7 +357,7 @@ std::string BlockAllocator::validate() const {
   std::size_t value_count = 0;
   for (const ClassIndex* index : {&free_small_, &free_large_}) {
     for (const auto& [timeline, t] : *index) {
-      if (t.by_size.empty()) err << "timeline " << timeline << " has an empty free index; ";
+      if (t.by_size.empty() && !t.values.empty()) err << "timeline " << timeline << " has values but no blocks; ";
       if (timeline == 0 && !t.values.empty()) err << "clean blocks have free point values; ";
       indexed_count += t.by_size.size();
       for (const auto& [value, count] : t.values) value_count += count;

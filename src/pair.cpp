@@ -160,6 +160,7 @@ class PairQueue final : public BackendQueue {
   }
   void flush() override { inner_->flush(); }
   [[nodiscard]] bool wait_orders_later_work() const override { return inner_->wait_orders_later_work(); }
+  [[nodiscard]] bool acquires_ownership() const override { return inner_->acquires_ownership(); }
   [[nodiscard]] std::uint32_t family() const override {
     return side_ == kVulkan ? inner_->family() : kExternalQueueFamily;
   }

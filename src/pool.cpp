@@ -86,12 +86,6 @@ struct ReachedQuery {
   }
 };
 
-std::shared_ptr<SemaphoreState> timeline_state(DeviceState& d, std::uint32_t id) {
-  std::lock_guard lock(d.mutex);
-  auto t = d.timelines.find(id);
-  return t == d.timelines.end() ? nullptr : t->second.lock();
-}
-
 // Record free_completed for released blocks whose free point has been reached. The frees of
 // one timeline are in increasing value: the first one not reached ends that timeline's scan.
 template <class Reached>
@@ -227,7 +221,8 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   block->owner = owner;
   block->tag = tag;
   if (placement->pending_reuse) {
-    block->ready_after = TimelinePoint{timeline_state(d, placement->wait.timeline), placement->wait.value};
+    // The first pass looked the timeline up already (the second pass, when it ran, too).
+    block->ready_after = TimelinePoint{lazy.entry(placement->wait.timeline).semaphore, placement->wait.value};
     p.budget.pending_reuses += 1;
   } else if (p.budget.segment_allocations > 0) {
     p.budget.immediate_reuses += 1;
@@ -236,8 +231,10 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   p.budget.requested_bytes += bytes;
   p.budget.allocations += 1;
   QueueBudget& qb = p.per_queue[owner->id];
-  qb.queue_id = owner->id;
-  qb.queue_name = owner->name;
+  if (qb.queue_name.empty()) {  // a new entry (names are fixed when a queue is made)
+    qb.queue_id = owner->id;
+    qb.queue_name = owner->name;
+  }
   qb.active_bytes += placement->size;
   qb.peak_active_bytes = std::max(qb.peak_active_bytes, qb.active_bytes);
   note_peaks(p.budget);

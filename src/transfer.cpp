@@ -355,7 +355,7 @@ TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr&
   exec->backend->flush();
   b.last_access = done;
   b.holder = next;
-  if (next != exec) {
+  if (next != exec && next->backend->acquires_ownership()) {
     std::lock_guard lock(next->mutex);
     next->pending_acquires.push_back({done, ref(b), b.size, exec->backend});
   }

@@ -162,6 +162,7 @@ class VulkanQueue final : public BackendQueue {
                          std::uint32_t units) override;
   void flush() override;
   [[nodiscard]] std::uint32_t family() const override { return family_; }
+  [[nodiscard]] bool acquires_ownership() const override { return true; }
 
   [[nodiscard]] VkQueue handle() const noexcept { return queue_; }
 

@@ -10,6 +10,7 @@
 // bind_thread). The driver entry points are fetched through the runtime, as the backend does,
 // so that this executable does not link libcuda (absent on machines with no GPU).
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -28,10 +29,12 @@ F driver_entry(const char* symbol) {
   return reinterpret_cast<F>(p);
 }
 
-using CtxGetCurrent = CUresult (*)(CUcontext*);
-using CtxSetCurrent = CUresult (*)(CUcontext);
-using CtxCreate = CUresult (*)(CUcontext*, unsigned int, CUdevice);  // cuCtxCreate_v2 (12.0 ABI)
-using CtxDestroy = CUresult (*)(CUcontext);
+// The ABI of each symbol as of CUDA 12.0, the version asked for (cudaTypedefs.h).
+using CtxGetCurrent = PFN_cuCtxGetCurrent_v4000;
+using CtxSetCurrent = PFN_cuCtxSetCurrent_v4000;
+using CtxCreate = PFN_cuCtxCreate_v11040;  // (ctx, affinity params, count, flags, device)
+using CtxDestroy = PFN_cuCtxDestroy_v4000;
+using DeviceGet = PFN_cuDeviceGet_v2000;
 
 /// Upload (stream-ordered and blocking), copy and download through `dev` on this thread,
 /// checking after each call that the thread's binding is still `expected`; then the data.
@@ -83,8 +86,12 @@ CONFORMANCE_CASE("cuda: calls leave the calling thread's context binding as they
     const auto destroy = driver_entry<CtxDestroy>("cuCtxDestroy");
     CUcontext saved = nullptr;
     REQUIRE(get_current(&saved) == CUDA_SUCCESS);
+    const auto device_get = driver_entry<DeviceGet>("cuDeviceGet");
+    CUdevice device{};
+    REQUIRE(device_get(&device, 0) == CUDA_SUCCESS);  // ordinal 0, as open_device()
     CUcontext engine = nullptr;
-    REQUIRE(create(&engine, 0, CUdevice{0}) == CUDA_SUCCESS);  // device 0, as open_device(); binds it
+    REQUIRE(create(&engine, nullptr, 0, 0, device) == CUDA_SUCCESS);  // binds it to this thread
+    REQUIRE(engine != nullptr);
     calls_keep_binding(dev, engine, get_current);
     CHECK(set_current(saved) == CUDA_SUCCESS);
     CHECK(destroy(engine) == CUDA_SUCCESS);
