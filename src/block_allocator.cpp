@@ -28,9 +28,9 @@ bool BlockAllocator::mergeable(const Block& a, const Block& b) noexcept {
          a.free_point.value == b.free_point.value;
 }
 
-void BlockAllocator::index_free(std::uint64_t segment, const Block& block) {
+void BlockAllocator::index_free(std::uint64_t segment, const SegmentInfo& info, const Block& block) {
   const FreePoint& fp = block.free_point;
-  TimelineFree& t = class_index(segment)[fp.timeline];
+  TimelineFree& t = class_index(info)[fp.timeline];
   t.by_size.emplace(Key{block.size, segment, block.offset}, fp.value);
   if (fp.pending()) {
     ++t.values[fp.value];
@@ -40,9 +40,9 @@ void BlockAllocator::index_free(std::uint64_t segment, const Block& block) {
   free_by_timeline_[fp.timeline] += block.size;
 }
 
-void BlockAllocator::unindex_free(std::uint64_t segment, const Block& block) {
+void BlockAllocator::unindex_free(std::uint64_t segment, const SegmentInfo& info, const Block& block) {
   const FreePoint& fp = block.free_point;
-  ClassIndex& index = class_index(segment);
+  ClassIndex& index = class_index(info);
   auto t = index.find(fp.timeline);
   t->second.by_size.erase(Key{block.size, segment, block.offset});
   if (fp.pending()) {
@@ -65,7 +65,7 @@ void BlockAllocator::coalesce(std::uint64_t segment, SegmentInfo& info,
   if (it != info.blocks.begin()) {
     auto prev = std::prev(it);
     if (mergeable(prev->second, it->second)) {
-      unindex_free(segment, prev->second);
+      unindex_free(segment, info, prev->second);
       prev->second.size += it->second.size;
       prev->second.free_point.value =
           std::max(prev->second.free_point.value, it->second.free_point.value);
@@ -75,12 +75,12 @@ void BlockAllocator::coalesce(std::uint64_t segment, SegmentInfo& info,
   }
   auto next = std::next(it);
   if (next != info.blocks.end() && mergeable(it->second, next->second)) {
-    unindex_free(segment, next->second);
+    unindex_free(segment, info, next->second);
     it->second.size += next->second.size;
     it->second.free_point.value = std::max(it->second.free_point.value, next->second.free_point.value);
     info.blocks.erase(next);
   }
-  index_free(segment, it->second);
+  index_free(segment, info, it->second);
 }
 
 BlockAllocator::Placement BlockAllocator::take(std::uint64_t segment, std::uint64_t offset,
@@ -107,7 +107,7 @@ BlockAllocator::Placement BlockAllocator::take(std::uint64_t segment, std::uint6
     block.size = rounded;
     info.blocks.emplace(rest.offset, rest);
   } else {
-    unindex_free(segment, block);
+    unindex_free(segment, info, block);
   }
   block.allocated = true;
   block.owner = request.owner;
@@ -239,7 +239,7 @@ void BlockAllocator::add_segment(std::uint64_t id, std::uint64_t size, std::uint
   info.blocks.emplace(0, block);
   auto [it, inserted] = segments_.emplace(id, std::move(info));
   (void)inserted;
-  index_free(id, it->second.blocks.at(0));
+  index_free(id, it->second, it->second.blocks.at(0));
 }
 
 std::uint64_t BlockAllocator::release(std::uint64_t segment, std::uint64_t offset, FreePoint point) {
@@ -276,7 +276,7 @@ std::uint64_t BlockAllocator::refresh(const Reached& reached) {
     if (it == info.blocks.end() || it->second.allocated || !it->second.free_point.pending()) {
       continue;  // merged into a neighbour already
     }
-    unindex_free(segment, it->second);
+    unindex_free(segment, info, it->second);
     it->second.free_point = {};
     cleaned += it->second.size;
     coalesce(segment, info, it);
@@ -298,7 +298,7 @@ std::vector<std::uint64_t> BlockAllocator::idle_segments() const {
 std::uint64_t BlockAllocator::remove_segment(std::uint64_t id) {
   auto it = segments_.find(id);
   const std::uint64_t size = it->second.size;
-  unindex_free(id, it->second.blocks.begin()->second);
+  unindex_free(id, it->second, it->second.blocks.begin()->second);
   segments_.erase(it);
   return size;
 }

@@ -152,11 +152,9 @@ class BlockAllocator {
   };
   using ClassIndex = std::map<std::uint32_t, TimelineFree>;
 
-  [[nodiscard]] ClassIndex& class_index(std::uint64_t segment) {
-    return segments_.at(segment).small ? free_small_ : free_large_;
-  }
-  void index_free(std::uint64_t segment, const Block& block);
-  void unindex_free(std::uint64_t segment, const Block& block);
+  [[nodiscard]] ClassIndex& class_index(const SegmentInfo& info) { return info.small ? free_small_ : free_large_; }
+  void index_free(std::uint64_t segment, const SegmentInfo& info, const Block& block);
+  void unindex_free(std::uint64_t segment, const SegmentInfo& info, const Block& block);
   /// Merge the free block at `it` with free neighbours that have the identical free point.
   void coalesce(std::uint64_t segment, SegmentInfo& info, std::map<std::uint64_t, Block>::iterator it);
   static bool mergeable(const Block& a, const Block& b) noexcept;

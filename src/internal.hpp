@@ -177,9 +177,18 @@ struct PoolState {
     std::uint32_t queue = 0;
     std::string tag;
   };
-  /// Pending frees per timeline id, each list in increasing point value, so that checking them
-  /// queries a timeline at most once and stops at its first point not reached.
-  std::unordered_map<std::uint32_t, std::deque<PendingFree>> pending_frees;
+  /// Pending frees of one timeline, in increasing point value, so that checking them reads
+  /// its watermark (and queries it at most once) and stops at its first point not reached.
+  /// The semaphore is held while frees are pending on it.
+  struct TimelineFrees {
+    std::shared_ptr<SemaphoreState> semaphore;
+    std::deque<PendingFree> frees;
+  };
+  std::unordered_map<std::uint32_t, TimelineFrees> pending_frees;
+  /// The semaphores the allocator's free points name, by timeline id: the pool's own cache of
+  /// DeviceState::timelines, read under this mutex instead of the device's (a few entries;
+  /// expired ones are dropped when met).
+  std::vector<std::pair<std::uint32_t, std::weak_ptr<SemaphoreState>>> semaphores;
 };
 
 struct HostPoolState {

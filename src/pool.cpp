@@ -36,8 +36,31 @@ std::uint64_t segment_address(const PoolState& p, std::uint64_t id) {
   return s.address != 0 ? s.address : (id << 40);
 }
 
-// The Reached callback of one pool call. Per timeline: the semaphore is looked up once (one
-// device.mutex), its watermark answers points at or below it, and the backend is queried at
+// The semaphore of a timeline, or null once it died with its queue (caller holds p.mutex). The
+// pool's cache first (PoolState::semaphores), then the device's map (one device.mutex).
+std::shared_ptr<SemaphoreState> pool_semaphore(DeviceState& d, std::uint32_t timeline) {
+  auto& cache = d.pool.semaphores;
+  for (auto it = cache.begin(); it != cache.end(); ++it) {
+    if (it->first != timeline) continue;
+    if (auto s = it->second.lock()) return s;
+    cache.erase(it);  // died: never comes back (ids are not reused)
+    return nullptr;
+  }
+  std::shared_ptr<SemaphoreState> s;
+  {
+    std::lock_guard lock(d.mutex);
+    auto t = d.timelines.find(timeline);
+    if (t != d.timelines.end()) s = t->second.lock();
+  }
+  if (s) {
+    if (cache.size() >= 32) std::erase_if(cache, [](const auto& e) { return e.second.expired(); });
+    cache.emplace_back(timeline, s);
+  }
+  return s;
+}
+
+// The Reached callback of one pool call. Per timeline: the semaphore is looked up once (see
+// pool_semaphore), its watermark answers points at or below it, and the backend is queried at
 // most once (DESIGN §5: by querying, never blocking). Only for the duration of one call: a
 // reached value older than the call could hide completed work, never claim incomplete work.
 // A `lazy` query asks the backend only when the timeline's last query is older than
@@ -61,11 +84,7 @@ struct ReachedQuery {
     }
     Known k;
     k.timeline = timeline;
-    {
-      std::lock_guard lock(device.mutex);
-      auto t = device.timelines.find(timeline);
-      if (t != device.timelines.end()) k.semaphore = t->second.lock();
-    }
+    k.semaphore = pool_semaphore(device, timeline);
     if (k.semaphore) {
       k.value = k.semaphore->reached.load(std::memory_order_acquire);
     } else {
@@ -87,12 +106,16 @@ struct ReachedQuery {
 };
 
 // Record free_completed for released blocks whose free point has been reached. The frees of
-// one timeline are in increasing value: the first one not reached ends that timeline's scan.
-template <class Reached>
-void complete_frees(DeviceState& d, Reached& reached) {
+// one timeline are in increasing value: its watermark answers first, then (when the first free
+// is beyond it) one query, `lazy` as in ReachedQuery; the first free not reached ends the scan.
+void complete_frees(DeviceState& d, bool lazy) {
   for (auto it = d.pool.pending_frees.begin(); it != d.pool.pending_frees.end();) {
-    auto& frees = it->second;
-    while (!frees.empty() && reached(frees.front().point)) {
+    auto& [semaphore, frees] = it->second;
+    std::uint64_t value = semaphore->reached.load(std::memory_order_acquire);
+    if (!frees.empty() && frees.front().point.value > value) {
+      value = lazy ? query_value_throttled(*semaphore) : query_value(*semaphore);
+    }
+    while (!frees.empty() && frees.front().point.value <= value) {
       const PoolState::PendingFree& f = frees.front();
       record(d, PoolEventKind::free_completed, f.address, f.size, f.queue, f.tag);
       frees.pop_front();
@@ -111,7 +134,7 @@ std::uint64_t trim_locked(DeviceState& d) {
   PoolState& p = d.pool;
   ReachedQuery reached(d);
   p.allocator.refresh(std::ref(reached));
-  complete_frees(d, reached);
+  complete_frees(d, /*lazy=*/false);
   std::uint64_t returned = 0;
   for (std::uint64_t id : p.allocator.idle_segments()) {
     const std::uint64_t address = segment_address(p, id);
@@ -163,7 +186,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   // the point on the device, a no-op there when it was reached), so the usual upload asks the
   // driver nothing. Only when that finds nothing are the timelines queried, before growing.
   ReachedQuery lazy(d, /*lazy_queries=*/true);
-  complete_frees(d, lazy);
+  complete_frees(d, /*lazy=*/true);
   auto placement = p.allocator.allocate(request, std::ref(lazy));
   ReachedQuery reached(d);
   if (!placement) {
@@ -262,7 +285,8 @@ void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
   if (!fp.pending()) {
     record(d, PoolEventKind::free_completed, address, b.size, b.owner->id, b.tag);
   } else if (d.options.record_events) {
-    auto& frees = p.pending_frees[fp.timeline];
+    auto& [semaphore, frees] = p.pending_frees[fp.timeline];
+    if (!semaphore) semaphore = point.semaphore;
     auto pos = frees.end();  // usually the greatest value so far: insert from the back
     while (pos != frees.begin() && std::prev(pos)->point.value > fp.value) --pos;
     frees.insert(pos, PoolState::PendingFree{fp, address, b.size, b.owner->id, b.tag});
@@ -274,6 +298,7 @@ void pool_close(DeviceState& d) noexcept {
   PoolState& p = d.pool;
   std::lock_guard lock(p.mutex);
   p.pending_frees.clear();
+  p.semaphores.clear();
   for (const auto& [id, info] : p.allocator.segments()) {
     for (const auto& [offset, block] : info.blocks) {
       if (block.allocated) static_cast<BlockState*>(block.user)->released = true;  // handles become inert
@@ -538,7 +563,7 @@ MemorySnapshot DevicePool::snapshot() const {
   std::lock_guard lock(device_->pool.mutex);
   const auto& p = device_->pool;
   detail::ReachedQuery reached(*device_);
-  detail::complete_frees(*device_, reached);
+  detail::complete_frees(*device_, /*lazy=*/false);
   for (const auto& [id, info] : p.allocator.segments()) {
     SnapshotSegment seg;
     seg.address = detail::segment_address(p, id);
