@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "ferry/device.hpp"
 #include "ferry/error.hpp"
@@ -41,6 +42,36 @@ struct Segment {
   void* native = nullptr;     ///< backend handle (Vulkan: VkBuffer), or the base pointer
   void* backend_data = nullptr;  ///< backend private (e.g. Vulkan VkDeviceMemory record)
 };
+
+/// A segment that is a plain allocation at `base` (CUDA/HIP device pointers, host memory): its
+/// address is the pointer, and the pointer is its native handle.
+inline std::unique_ptr<Segment> pointer_segment(void* base, std::uint64_t bytes) {
+  auto segment = std::make_unique<Segment>();
+  segment->size = bytes;
+  segment->address = reinterpret_cast<std::uintptr_t>(base);
+  segment->native = base;
+  return segment;
+}
+
+/// The host wait of a semaphore that is polled (CUDA events, an interop pair): true once
+/// `reached()` holds, false at the deadline. The first 32 polls only yield (waits of a few
+/// microseconds); after that each round calls `pause(remaining)`, which blocks for at most
+/// `remaining` and returns whether it saw the value reached.
+template <class Reached, class Pause>
+bool poll_wait(std::chrono::nanoseconds timeout, Reached&& reached, Pause&& pause) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + timeout;
+  for (int round = 0;; ++round) {
+    if (reached()) return true;
+    const auto now = clock::now();
+    if (now >= deadline) return false;
+    if (round < 32) {
+      std::this_thread::yield();
+    } else if (pause(std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now))) {
+      return true;
+    }
+  }
+}
 
 /// Pinned or registered host memory known to the backend.
 struct HostMemory {

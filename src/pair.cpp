@@ -102,18 +102,12 @@ class PairSemaphore final : public BackendSemaphore {
   }
   void signal(std::uint64_t value) override { side_[kVulkan]->signal(value); }
   bool wait(std::uint64_t value, std::chrono::nanoseconds timeout) override {
-    using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + timeout;
-    for (int round = 0;; ++round) {
-      if (this->value() >= value) return true;
-      const auto now = clock::now();
-      if (now >= deadline) return false;
-      if (round < 32) {
-        std::this_thread::yield();  // short waits: a few microseconds of polling
-      } else if (side_[kVulkan]->wait(value, std::min<clock::duration>(deadline - now, std::chrono::microseconds(50)))) {
-        return true;  // a Vulkan signal wakes this at once; a CUDA one within 50 us
-      }
-    }
+    // A Vulkan signal wakes the pause at once; a CUDA one is seen within 50 us.
+    return poll_wait(
+        timeout, [&] { return this->value() >= value; },
+        [&](std::chrono::nanoseconds left) {
+          return side_[kVulkan]->wait(value, std::min<std::chrono::nanoseconds>(left, std::chrono::microseconds(50)));
+        });
   }
   /// What a queue of `s` signals and waits on.
   BackendSemaphore& side(Side s) { return *side_[s]; }

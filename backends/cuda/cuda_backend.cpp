@@ -182,20 +182,14 @@ class Semaphore final : public GpuSemaphore {
   static constexpr std::chrono::microseconds kMaxNap{100};
 
   bool wait(std::uint64_t value, std::chrono::nanoseconds timeout) override {
-    using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + timeout;
-    auto nap = std::chrono::microseconds(10);
-    for (int round = 0;; ++round) {
-      if (this->value() >= value) return true;
-      const auto now = clock::now();
-      if (now >= deadline) return false;
-      if (round < 32) {
-        std::this_thread::yield();  // short waits: a few microseconds of polling
-      } else {
-        std::this_thread::sleep_for(std::min<clock::duration>(nap, deadline - now));
-        nap = std::min(nap * 2, kMaxNap);
-      }
-    }
+    std::chrono::nanoseconds nap = std::chrono::microseconds(10);
+    return poll_wait(
+        timeout, [&] { return this->value() >= value; },
+        [&](std::chrono::nanoseconds left) {
+          std::this_thread::sleep_for(std::min(nap, left));
+          nap = std::min<std::chrono::nanoseconds>(nap * 2, kMaxNap);
+          return false;  // the next poll tells
+        });
   }
 
   /// Queue side of signal (see the class comment). Called with the queue's context bound.
@@ -530,11 +524,7 @@ class Device final : public BackendDevice {
     ContextGuard guard(*core_);
     void* p = nullptr;
     FERRY_GPU_CHECK(cudaMalloc(&p, bytes));  // out of memory -> ErrorCode::out_of_memory
-    auto segment = std::make_unique<Segment>();
-    segment->size = bytes;
-    segment->address = reinterpret_cast<std::uintptr_t>(p);
-    segment->native = p;
-    return segment;
+    return pointer_segment(p, bytes);
   }
 
   void free_segment(std::unique_ptr<Segment> segment) override {

@@ -415,11 +415,7 @@ class HostDevice final : public BackendDevice {
       throw Error(ErrorCode::out_of_memory, "host: cannot allocate " + std::to_string(bytes) + " bytes",
                   "aligned_alloc");
     }
-    auto segment = std::make_unique<Segment>();
-    segment->size = bytes;
-    segment->address = reinterpret_cast<std::uintptr_t>(p);
-    segment->native = p;
-    return segment;
+    return pointer_segment(p, bytes);
   }
 
   void free_segment(std::unique_ptr<Segment> segment) override {
