@@ -30,12 +30,8 @@ bool BlockAllocator::mergeable(const Block& a, const Block& b) noexcept {
 
 void BlockAllocator::index_free(std::uint64_t segment, const SegmentInfo& info, const Block& block) {
   const FreePoint& fp = block.free_point;
-  TimelineFree& t = class_index(info)[fp.timeline];
-  t.by_size.emplace(Key{block.size, segment, block.offset}, fp.value);
-  if (fp.pending()) {
-    ++t.values[fp.value];
-    ++pending_blocks_;
-  }
+  class_index(info)[fp.timeline].by_size.emplace(block.size, fp.value, segment, block.offset);
+  if (fp.pending()) ++pending_blocks_;
   free_bytes_ += block.size;
   free_by_timeline_[fp.timeline] += block.size;
 }
@@ -44,12 +40,8 @@ void BlockAllocator::unindex_free(std::uint64_t segment, const SegmentInfo& info
   const FreePoint& fp = block.free_point;
   ClassIndex& index = class_index(info);
   auto t = index.find(fp.timeline);
-  t->second.by_size.erase(Key{block.size, segment, block.offset});
-  if (fp.pending()) {
-    auto v = t->second.values.find(fp.value);
-    if (--v->second == 0) t->second.values.erase(v);
-    --pending_blocks_;
-  }
+  t->second.by_size.erase(Key{block.size, fp.value, segment, block.offset});
+  if (fp.pending()) --pending_blocks_;
   // An emptied timeline keeps its (empty) entry: the clean one empties and fills on most
   // allocations. refresh() drops the empty entries of other timelines (they come and go with
   // their queues).
@@ -99,8 +91,8 @@ BlockAllocator::Placement BlockAllocator::take(std::uint64_t segment, std::uint6
     rest.owner = block.owner;
     rest.free_point = point;
     auto& by_size = (info.small ? free_small_ : free_large_).at(point.timeline).by_size;
-    auto node = by_size.extract(Key{block.size, segment, block.offset});
-    node.key() = Key{rest.size, segment, rest.offset};
+    auto node = by_size.extract(Key{block.size, point.value, segment, block.offset});
+    node.value() = Key{rest.size, point.value, segment, rest.offset};
     by_size.insert(std::move(node));
     free_bytes_ -= rounded;
     free_by_timeline_.at(point.timeline) -= rounded;  // the remainder keeps it above 0
@@ -171,56 +163,53 @@ std::optional<BlockAllocator::Placement> BlockAllocator::allocate(const Request&
   // Large requests do not carve up segments much bigger than they are (PyTorch: a request
   // >= 1 MiB never takes a block more than 20 MiB bigger), so big segments stay whole.
   const std::uint64_t max_waste = small ? UINT64_MAX : config_.medium_segment;
-  const Key from{rounded, 0, 0};
+  const Key from{rounded, 0, 0, 0};
   const auto fits = [&](const Key& k) { return std::get<0>(k) - rounded <= max_waste; };
 
   // Usable at once: the best clean block, and the best block the first user freed itself
   // (its work is queued after the free point). Then other timelines, below.
   std::optional<Key> best;
-  const auto consider = [&](const Key& k) {
-    if (fits(k) && (!best || k < *best)) best = k;
-  };
   struct Other {
-    Key first{};  // the timeline's best fit, reached or not
-    std::uint32_t timeline = 0;
-    const TimelineFree* free = nullptr;
+    Key first;  // the timeline's best fit, reached or not
+    std::uint32_t timeline;
+    const TimelineFree* free;
   };
   SmallVector<Other, 8> others;
   for (const auto& [timeline, t] : index) {
     const auto it = t.by_size.lower_bound(from);
-    if (it == t.by_size.end() || !fits(it->first)) continue;
+    if (it == t.by_size.end() || !fits(*it)) continue;
     if (timeline == 0 || timeline == request.first_user) {
-      consider(it->first);
+      if (!best || *it < *best) best = *it;
     } else {
-      others.push_back(Other{it->first, timeline, &t});
+      others.push_back(Other{*it, timeline, &t});
     }
   }
   // Another queue's blocks are usable once their free point is reached. In the order of their
-  // best fits, each timeline that could still beat `best`: if its oldest free point is not
-  // reached, none of its blocks is; else walk its blocks from the best fit to the first reached.
+  // best fits, each timeline that could still beat `best`: per size from the best fit up, the
+  // oldest free point of that size answers: reached, that block is the timeline's best;
+  // not reached, no block of that size is, and the next size is tried.
   std::sort(others.begin(), others.end(), [](const Other& x, const Other& y) { return x.first < y.first; });
   ReachedMemo memo(reached);
   for (const Other& o : others) {
     if (best && !(o.first < *best)) break;
-    if (!memo(FreePoint{o.timeline, o.free->values.begin()->first})) continue;
-    for (auto it = o.free->by_size.lower_bound(from); it != o.free->by_size.end(); ++it) {
-      if (!fits(it->first) || (best && !(it->first < *best))) break;
-      if (memo(FreePoint{o.timeline, it->second})) {
-        best = it->first;
+    for (auto it = o.free->by_size.lower_bound(from); it != o.free->by_size.end();) {
+      if (!fits(*it) || (best && !(*it < *best))) break;
+      const auto [size, value, segment, offset] = *it;
+      if (memo(FreePoint{o.timeline, value})) {
+        best = *it;
         break;
       }
+      it = o.free->by_size.lower_bound(Key{size + 1, 0, 0, 0});  // the next size
     }
   }
   if (best) {
-    const auto [size, segment, offset] = *best;
-    (void)size;
+    const auto [size, value, segment, offset] = *best;
     return take(segment, offset, rounded, request, false);
   }
   // Nothing usable at once: the best fit among the pending blocks, whose point the first user
-  // will wait for. `others` holds each timeline's best fit, sorted.
+  // will wait for (of one size, the oldest point). `others` holds each timeline's best fit.
   if (request.allow_pending && !others.empty()) {
-    const auto [size, segment, offset] = others.front().first;
-    (void)size;
+    const auto [size, value, segment, offset] = others.front().first;
     return take(segment, offset, rounded, request, true);
   }
   return std::nullopt;
@@ -261,9 +250,9 @@ std::uint64_t BlockAllocator::refresh(const Reached& reached) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> done;
   for (const ClassIndex* index : {&free_small_, &free_large_}) {
     for (const auto& [timeline, t] : *index) {
-      if (timeline == 0 || t.values.empty() || !memo(FreePoint{timeline, t.values.begin()->first})) continue;
-      for (const auto& [key, value] : t.by_size) {
-        if (memo(FreePoint{timeline, value})) done.emplace_back(std::get<1>(key), std::get<2>(key));
+      if (timeline == 0) continue;
+      for (const auto& [size, value, segment, offset] : t.by_size) {
+        if (memo(FreePoint{timeline, value})) done.emplace_back(segment, offset);
       }
     }
   }
@@ -309,8 +298,8 @@ std::uint64_t BlockAllocator::unusable_free_bytes(std::uint64_t bytes, std::uint
   ReachedMemo memo(reached);
   for (const auto& [timeline, t] : is_small(bytes) ? free_small_ : free_large_) {
     if (timeline == 0 || timeline == first_user) continue;
-    for (const auto& [key, value] : t.by_size) {
-      if (!memo(FreePoint{timeline, value})) total += std::get<0>(key);
+    for (const auto& [size, value, segment, offset] : t.by_size) {
+      if (!memo(FreePoint{timeline, value})) total += size;
     }
   }
   return total;
@@ -337,13 +326,8 @@ std::string BlockAllocator::validate() const {
         by_timeline[b.free_point.timeline] += b.size;
         const auto& index = info.small ? free_small_ : free_large_;
         const auto t = index.find(b.free_point.timeline);
-        const auto indexed = t == index.end() ? decltype(t->second.by_size.end()){} : t->second.by_size.find(Key{b.size, id, b.offset});
-        if (t == index.end() || indexed == t->second.by_size.end()) {
-          err << "segment " << id << ": free block at " << b.offset << " not indexed under its timeline; ";
-        } else if (indexed->second != b.free_point.value) {
-          err << "segment " << id << ": free block at " << b.offset << " indexed with a stale free point; ";
-        } else if (b.free_point.pending() && !t->second.values.contains(b.free_point.value)) {
-          err << "segment " << id << ": pending block at " << b.offset << " has no entry in its timeline's values; ";
+        if (t == index.end() || !t->second.by_size.contains(Key{b.size, b.free_point.value, id, b.offset})) {
+          err << "segment " << id << ": free block at " << b.offset << " not indexed under its free point; ";
         }
         if (b.free_point.pending()) ++pending_count;
         if (prev != nullptr && mergeable(*prev, b)) err << "segment " << id << ": uncoalesced free blocks at " << prev->offset << " and " << b.offset << "; ";
@@ -354,17 +338,10 @@ std::string BlockAllocator::validate() const {
     if (expect != info.size) err << "segment " << id << ": blocks cover " << expect << " of " << info.size << "; ";
   }
   std::size_t indexed_count = 0;
-  std::size_t value_count = 0;
   for (const ClassIndex* index : {&free_small_, &free_large_}) {
-    for (const auto& [timeline, t] : *index) {
-      if (t.by_size.empty() && !t.values.empty()) err << "timeline " << timeline << " has values but no blocks; ";
-      if (timeline == 0 && !t.values.empty()) err << "clean blocks have free point values; ";
-      indexed_count += t.by_size.size();
-      for (const auto& [value, count] : t.values) value_count += count;
-    }
+    for (const auto& [timeline, t] : *index) indexed_count += t.by_size.size();
   }
   if (free_count != indexed_count) err << "free index holds " << indexed_count << " blocks, segments hold " << free_count << "; ";
-  if (pending_count != value_count) err << "free point values count " << value_count << " pending blocks, segments hold " << pending_count << "; ";
   if (pending_count != pending_blocks_) err << "pending block counter " << pending_blocks_ << " != " << pending_count << "; ";
   if (free_total != free_bytes_) err << "free bytes counter " << free_bytes_ << " != " << free_total << "; ";
   if (by_timeline != free_by_timeline_) err << "per-timeline free bytes out of date; ";

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -103,15 +104,16 @@ class BlockAllocator {
   }
 
   /// Find a block: first the best fit usable without waiting, then (allow_pending) the best
-  /// fit still pending. Returns nullopt when the pool must grow. "Best fit" is the first free
-  /// block of the size class in (size, segment, offset) order that is at least the request.
-  /// Cost: O(t log n) for t timelines with free blocks in the class, in the usual case. Clean
-  /// blocks and the first user's own are found by one lookup each; a timeline of another queue
-  /// is asked about its oldest free point first, and when that is not reached, none of its
-  /// blocks is (a timeline only grows), so its blocks are not walked. `reached` is asked only
-  /// about pending blocks of other timelines than the first user's, only for timelines whose
-  /// best fit is better than the best found so far, and not when an earlier answer of this call
-  /// for the same timeline decides it (see Reached).
+  /// fit still pending. Returns nullopt when the pool must grow. "Best fit" is the smallest
+  /// free block of the size class that holds the request; among blocks of one size, clean ones
+  /// and the oldest free points first (then segment, offset). Cost: O(t s log n) for t
+  /// timelines with free blocks in the class and s distinct sizes tried in each (usually 1):
+  /// clean blocks and the first user's own are found by one lookup each; for a timeline of
+  /// another queue, the oldest free point of a size answers for all blocks of that size (a
+  /// timeline only grows), so blocks are not walked one by one. `reached` is asked only about
+  /// pending blocks of other timelines than the first user's, only for sizes that could beat
+  /// the best found so far, and not when an earlier answer of this call for the same timeline
+  /// decides it (see Reached).
   std::optional<Placement> allocate(const Request& request, const Reached& reached);
   /// Add a segment (one free clean block). `id` must be new.
   void add_segment(std::uint64_t id, std::uint64_t size, std::uint32_t queue, bool small);
@@ -142,13 +144,12 @@ class BlockAllocator {
   [[nodiscard]] std::uint64_t pending_blocks() const noexcept { return pending_blocks_; }
 
  private:
-  // Free blocks of one size class, per timeline (0 = clean): (size, segment, offset) keys, so
-  // best fit is a lower_bound; the value is the block's free point value. `values` counts the
-  // free point values present (pending timelines only), so the oldest is begin().
-  using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;
+  // Free blocks of one size class, per timeline (0 = clean), keyed (size, free point value,
+  // segment, offset): best fit is a lower_bound, and the blocks of one size come oldest free
+  // point first, so when that one is not reached, none of that size is (see allocate).
+  using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>;
   struct TimelineFree {
-    std::map<Key, std::uint64_t> by_size;
-    std::map<std::uint64_t, std::uint32_t> values;
+    std::set<Key> by_size;
   };
   using ClassIndex = std::map<std::uint32_t, TimelineFree>;
 

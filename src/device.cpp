@@ -67,23 +67,17 @@ std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_pt
   return q;
 }
 
-namespace {
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 std::uint64_t query_value(SemaphoreState& s) {
   std::lock_guard lock(s.mutex);
   const std::uint64_t v = s.backend == nullptr ? UINT64_MAX : s.backend->value();
   s.note_reached(v);
-  s.last_query_ns.store(steady_ns(), std::memory_order_relaxed);
+  s.last_query_ns.store(steady_now_ns(), std::memory_order_relaxed);
   return v;
 }
 
-std::uint64_t query_value_throttled(SemaphoreState& s) {
-  if (steady_ns() - s.last_query_ns.load(std::memory_order_relaxed) < kHotPathQueryIntervalNs) {
+std::uint64_t query_value_throttled(SemaphoreState& s, std::int64_t now) {
+  if (now - s.last_query_ns.load(std::memory_order_relaxed) < kHotPathQueryIntervalNs) {
     return s.reached.load(std::memory_order_acquire);
   }
   return query_value(s);
@@ -157,9 +151,11 @@ bool point_reached(const TimelinePoint& point) {
   return s.known_reached(point.value) || query_value(s) >= point.value;
 }
 
-void resolve_activity(DeviceState& device, bool force) {
+void resolve_activity(DeviceState& device, bool force) { resolve_activity(device, force, steady_now_ns()); }
+
+void resolve_activity(DeviceState& device, bool force, std::int64_t steady_now) {
   if (device.unresolved_activity.empty()) return;
-  const std::uint64_t now = device.now_ns();
+  const std::uint64_t now = device.since_opened_ns(steady_now);
   // On the hot path (every copy records a span) look at most every 10 us, and ask the
   // backend about a timeline at most every kHotPathQueryIntervalNs: a span's end is "first
   // seen complete" either way, so this bounds its error by that interval and keeps driver
@@ -171,7 +167,7 @@ void resolve_activity(DeviceState& device, bool force) {
   std::erase_if(device.unresolved_activity, [&](DeviceState::UnresolvedSpans& u) {
     SemaphoreState& s = *u.semaphore;
     std::uint64_t value = s.reached.load(std::memory_order_acquire);
-    if (value < u.spans.front().first) value = force ? query_value(s) : query_value_throttled(s);
+    if (value < u.spans.front().first) value = force ? query_value(s) : query_value_throttled(s, steady_now);
     while (!u.spans.empty() && u.spans.front().first <= value) {
       device.activity[u.spans.front().second].end_ns = now;
       u.spans.pop_front();
@@ -184,15 +180,16 @@ void record_activity(DeviceState& device, const QueueState& q, std::string name,
                      const TimelinePoint& done) {
   if (!device.options.record_events) return;
   std::lock_guard lock(device.activity_mutex);
-  resolve_activity(device);
+  const std::int64_t steady_now = steady_now_ns();  // one clock reading for the call
+  resolve_activity(device, false, steady_now);
   if (device.activity.size() >= (1u << 20)) return;  // bounded: a million spans
-  const std::uint64_t now = device.now_ns();
+  const std::uint64_t now = device.since_opened_ns(steady_now);
   device.activity.push_back(QueueActivity{q.id, std::move(name), now, 0, bytes});
   const std::size_t index = device.activity.size() - 1;
   // Only the watermark is consulted: `done` was just enqueued, a query would rarely find it
   // reached, and a later call resolves it (the end is an upper bound either way).
   if (done.empty() || done.semaphore->known_reached(done.value)) {
-    device.activity.back().end_ns = device.now_ns();
+    device.activity.back().end_ns = now;
     return;
   }
   auto it = std::find_if(device.unresolved_activity.begin(), device.unresolved_activity.end(),

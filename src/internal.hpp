@@ -84,9 +84,16 @@ std::uint64_t query_value(SemaphoreState& s);
 /// work with a queue wait (cheap, and a no-op on the device when the point was reached).
 inline constexpr std::int64_t kHotPathQueryIntervalNs = 50'000;
 
-/// query_value() when the last query of `s` is older than kHotPathQueryIntervalNs, else the
-/// watermark. Never claims a point reached that is not.
-std::uint64_t query_value_throttled(SemaphoreState& s);
+/// steady_clock now, in ns. The hot paths read it once per call and pass it on: on virtual
+/// machines a clock read costs tens of nanoseconds.
+inline std::int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// query_value() when the last query of `s` is older than kHotPathQueryIntervalNs at `now`
+/// (steady_now_ns()), else the watermark. Never claims a point reached that is not.
+std::uint64_t query_value_throttled(SemaphoreState& s, std::int64_t now);
 
 struct QueueState {
   std::weak_ptr<DeviceState> device;
@@ -167,7 +174,7 @@ struct PoolState {
   std::uint64_t next_segment_id = 1;
   PoolBudget budget;
   std::unordered_map<std::uint32_t, QueueBudget> per_queue;
-  std::vector<PoolEvent> events;
+  std::deque<PoolEvent> events;  // a deque: recording never moves what is recorded
   /// Released blocks whose free point is pending: each gets a free_completed event once its
   /// point is observed reached (checked on later pool calls; never blocks).
   struct PendingFree {
@@ -205,7 +212,7 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
   std::atomic<bool> closed{false};
   std::uint64_t validation_messages_at_close = 0;  // readable after close
   std::atomic<std::uint64_t> host_waits{0};        // Device::host_waits
-  std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
+  std::int64_t opened_steady_ns = steady_now_ns();
 
   std::mutex mutex;  // queues, semaphores registries
   std::vector<std::shared_ptr<QueueState>> queues;
@@ -223,7 +230,7 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
   DevicePool pool_api{this};
   HostPool host_pool_api{this};
   std::mutex activity_mutex;
-  std::vector<QueueActivity> activity;
+  std::deque<QueueActivity> activity;  // (see PoolState::events)
   /// Spans not seen complete yet, per semaphore, in increasing value of their end point:
   /// resolve_activity queries each semaphore at most once and stops at its first span not
   /// reached. (index into `activity`, end point value).
@@ -236,10 +243,10 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
 
   ~DeviceState();
   void close() noexcept;
-  [[nodiscard]] std::uint64_t now_ns() const {
-    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          std::chrono::steady_clock::now() - opened)
-                                          .count());
+  [[nodiscard]] std::uint64_t now_ns() const { return since_opened_ns(steady_now_ns()); }
+  /// A steady_now_ns() reading as ns since the device was opened (what events and spans carry).
+  [[nodiscard]] std::uint64_t since_opened_ns(std::int64_t steady_ns) const {
+    return static_cast<std::uint64_t>(steady_ns - opened_steady_ns);
   }
 };
 
@@ -284,6 +291,8 @@ void record_activity(DeviceState& device, const QueueState& q, std::string name,
                      const TimelinePoint& done);
 /// Stamp the end time of recorded activity whose point is reached. Caller holds activity_mutex.
 void resolve_activity(DeviceState& device, bool force = false);
+/// The same with the caller's clock reading (steady_now_ns()).
+void resolve_activity(DeviceState& device, bool force, std::int64_t now);
 
 // Pool internals (pool.cpp).
 DeviceBuffer pool_allocate(DeviceState& device, const std::shared_ptr<DeviceState>& self,

@@ -185,8 +185,10 @@ void PipelinedCopy::run_unit(std::size_t u) {
     stream_copy(it.dst, it.src, it.size);
   }
   finish_stream_copies();
-  remaining_[unit.chunk].fetch_sub(1, std::memory_order_acq_rel);
+  // finished_ first: once every chunk reads done, all_done() holds too (a helper between the
+  // two updates made the unit test's all_done() check fail now and then).
   finished_.fetch_add(1, std::memory_order_acq_rel);
+  remaining_[unit.chunk].fetch_sub(1, std::memory_order_acq_rel);
 }
 
 bool PipelinedCopy::run_one() {

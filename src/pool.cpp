@@ -24,11 +24,12 @@ std::string pool_state_text(const PoolState& p) {
          " blocks pending on a queue), " + std::to_string(p.budget.segment_count) + " segments";
 }
 
+/// `steady_now`: the calling pool function's clock reading (steady_now_ns()).
 void record(DeviceState& d, PoolEventKind kind, std::uint64_t address, std::uint64_t size,
-            std::uint32_t queue, const std::string& tag) {
+            std::uint32_t queue, const std::string& tag, std::int64_t steady_now) {
   if (!d.options.record_events) return;
   if (d.pool.events.size() >= (4u << 20)) return;  // bounded: ~4M events
-  d.pool.events.push_back(PoolEvent{kind, address, size, queue, d.now_ns(), tag});
+  d.pool.events.push_back(PoolEvent{kind, address, size, queue, d.since_opened_ns(steady_now), tag});
 }
 
 std::uint64_t segment_address(const PoolState& p, std::uint64_t id) {
@@ -68,6 +69,7 @@ std::shared_ptr<SemaphoreState> pool_semaphore(DeviceState& d, std::uint32_t tim
 struct ReachedQuery {
   DeviceState& device;
   bool lazy = false;
+  std::int64_t now = 0;  // lazy: the call's clock reading (steady_now_ns())
   struct Known {
     std::uint32_t timeline = 0;
     std::uint64_t value = 0;  // a value known reached
@@ -76,7 +78,8 @@ struct ReachedQuery {
   };
   SmallVector<Known, 4> known{};  // a few timelines per call: linear search
 
-  explicit ReachedQuery(DeviceState& d, bool lazy_queries = false) : device(d), lazy(lazy_queries) {}
+  explicit ReachedQuery(DeviceState& d) : device(d) {}
+  ReachedQuery(DeviceState& d, std::int64_t lazy_now) : device(d), lazy(true), now(lazy_now) {}
 
   Known& entry(std::uint32_t timeline) {
     for (auto& k : known) {
@@ -98,7 +101,7 @@ struct ReachedQuery {
     if (!fp.pending()) return true;
     Known& k = entry(fp.timeline);
     if (k.value < fp.value && !k.queried) {
-      k.value = lazy ? query_value_throttled(*k.semaphore) : query_value(*k.semaphore);
+      k.value = lazy ? query_value_throttled(*k.semaphore, now) : query_value(*k.semaphore);
       k.queried = true;
     }
     return k.value >= fp.value;
@@ -108,16 +111,17 @@ struct ReachedQuery {
 // Record free_completed for released blocks whose free point has been reached. The frees of
 // one timeline are in increasing value: its watermark answers first, then (when the first free
 // is beyond it) one query, `lazy` as in ReachedQuery; the first free not reached ends the scan.
-void complete_frees(DeviceState& d, bool lazy) {
+// `now`: the caller's clock reading (steady_now_ns()).
+void complete_frees(DeviceState& d, bool lazy, std::int64_t now) {
   for (auto it = d.pool.pending_frees.begin(); it != d.pool.pending_frees.end();) {
     auto& [semaphore, frees] = it->second;
     std::uint64_t value = semaphore->reached.load(std::memory_order_acquire);
     if (!frees.empty() && frees.front().point.value > value) {
-      value = lazy ? query_value_throttled(*semaphore) : query_value(*semaphore);
+      value = lazy ? query_value_throttled(*semaphore, now) : query_value(*semaphore);
     }
     while (!frees.empty() && frees.front().point.value <= value) {
       const PoolState::PendingFree& f = frees.front();
-      record(d, PoolEventKind::free_completed, f.address, f.size, f.queue, f.tag);
+      record(d, PoolEventKind::free_completed, f.address, f.size, f.queue, f.tag, now);
       frees.pop_front();
     }
     it = frees.empty() ? d.pool.pending_frees.erase(it) : std::next(it);
@@ -134,7 +138,8 @@ std::uint64_t trim_locked(DeviceState& d) {
   PoolState& p = d.pool;
   ReachedQuery reached(d);
   p.allocator.refresh(std::ref(reached));
-  complete_frees(d, /*lazy=*/false);
+  const std::int64_t now = steady_now_ns();
+  complete_frees(d, /*lazy=*/false, now);
   std::uint64_t returned = 0;
   for (std::uint64_t id : p.allocator.idle_segments()) {
     const std::uint64_t address = segment_address(p, id);
@@ -145,7 +150,7 @@ std::uint64_t trim_locked(DeviceState& d) {
     returned += size;
     p.budget.reserved_bytes -= size;
     p.budget.segment_count -= 1;
-    record(d, PoolEventKind::segment_free, address, size, queue, {});
+    record(d, PoolEventKind::segment_free, address, size, queue, {}, now);
   }
   return returned;
 }
@@ -185,8 +190,9 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   // reached still serves a request that may reuse pending memory (the first writer waits for
   // the point on the device, a no-op there when it was reached), so the usual upload asks the
   // driver nothing. Only when that finds nothing are the timelines queried, before growing.
-  ReachedQuery lazy(d, /*lazy_queries=*/true);
-  complete_frees(d, /*lazy=*/true);
+  const std::int64_t now = steady_now_ns();  // one clock reading for the call
+  ReachedQuery lazy(d, now);
+  complete_frees(d, /*lazy=*/true, now);
   auto placement = p.allocator.allocate(request, std::ref(lazy));
   ReachedQuery reached(d);
   if (!placement) {
@@ -226,7 +232,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
       p.budget.reserved_bytes += segment_bytes;
       p.budget.segment_count += 1;
       p.budget.segment_allocations += 1;
-      record(d, PoolEventKind::segment_alloc, segment_address(p, id), segment_bytes, owner->id, tag);
+      record(d, PoolEventKind::segment_alloc, segment_address(p, id), segment_bytes, owner->id, tag, now);
       placement = p.allocator.allocate(request, std::ref(reached));
     }
   }
@@ -262,7 +268,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   qb.peak_active_bytes = std::max(qb.peak_active_bytes, qb.active_bytes);
   note_peaks(p.budget);
   record(d, PoolEventKind::alloc, segment_address(p, block->segment_id) + block->offset, placement->size,
-         owner->id, tag);
+         owner->id, tag, now);
   return DeviceBuffer(std::move(block));
 }
 
@@ -281,9 +287,10 @@ void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
   p.budget.active_bytes -= b.size;
   p.budget.requested_bytes -= b.requested;
   p.per_queue[b.owner->id].active_bytes -= b.size;
-  record(d, PoolEventKind::free_requested, address, b.size, b.owner->id, b.tag);
+  const std::int64_t now = d.options.record_events ? steady_now_ns() : 0;  // only events need it
+  record(d, PoolEventKind::free_requested, address, b.size, b.owner->id, b.tag, now);
   if (!fp.pending()) {
-    record(d, PoolEventKind::free_completed, address, b.size, b.owner->id, b.tag);
+    record(d, PoolEventKind::free_completed, address, b.size, b.owner->id, b.tag, now);
   } else if (d.options.record_events) {
     auto& [semaphore, frees] = p.pending_frees[fp.timeline];
     if (!semaphore) semaphore = point.semaphore;
@@ -558,12 +565,12 @@ MemorySnapshot DevicePool::snapshot() const {
   {
     std::lock_guard lock(device_->activity_mutex);
     detail::resolve_activity(*device_, /*force=*/true);
-    snap.activity = device_->activity;
+    snap.activity.assign(device_->activity.begin(), device_->activity.end());
   }
   std::lock_guard lock(device_->pool.mutex);
   const auto& p = device_->pool;
   detail::ReachedQuery reached(*device_);
-  detail::complete_frees(*device_, /*lazy=*/false);
+  detail::complete_frees(*device_, /*lazy=*/false, detail::steady_now_ns());
   for (const auto& [id, info] : p.allocator.segments()) {
     SnapshotSegment seg;
     seg.address = detail::segment_address(p, id);
@@ -592,7 +599,7 @@ MemorySnapshot DevicePool::snapshot() const {
     }
     snap.segments.push_back(std::move(seg));
   }
-  snap.events = p.events;
+  snap.events.assign(p.events.begin(), p.events.end());
   return snap;
 }
 

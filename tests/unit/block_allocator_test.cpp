@@ -735,9 +735,10 @@ TEST_CASE("allocate asks Reached about a timeline only when earlier answers do n
     CHECK(asked[A] == 1);
     CHECK(asked.count(C) == 0);
   }
-  SUBCASE("answers out of walk order are still asked") {
-    // Allocate the first block on A again and free it at a high value: the walk now meets A@40
-    // first ("not reached"), then A@2, which that answer does not decide.
+  SUBCASE("of one size, the oldest free point comes first, wherever it lies") {
+    // Allocate the first block on A again and free it at a high value: A@40 now lies at the
+    // lowest offset, A@2 after it. Blocks of one size are tried oldest point first, so A@2 is
+    // asked about (reached) and taken; A@40 is never asked about.
     const auto first = must(a, req(64 * KiB, A));
     CHECK(first.offset == on_a[0].offset);
     a.release(first.segment, first.offset, FreePoint{A, 40});
@@ -745,8 +746,31 @@ TEST_CASE("allocate asks Reached about a timeline only when earlier answers do n
     REQUIRE(p.has_value());
     CHECK_FALSE(p->pending_reuse);
     CHECK(p->offset == on_a[1].offset);  // A@2, reached
-    CHECK(asked[A] == 2);
+    CHECK(asked[A] == 1);
     expect_valid(a);
+  }
+  SUBCASE("sizes above a size whose oldest point is not reached are still tried") {
+    // A lone 64 KiB block freed on A at 10 (not reached) and a 128 KiB block freed on A at 2
+    // (two neighbours freed at one point merge): the 64 KiB size answers "no", the 128 KiB
+    // size is tried next and serves the request.
+    BlockAllocator b;
+    b.add_segment(1, 2 * MiB, A, true);
+    std::vector<Placement> blocks;
+    for (int i = 0; i < 6; ++i) blocks.push_back(must(b, req(64 * KiB, A)));
+    b.release(1, blocks[0].offset, FreePoint{A, 10});
+    b.release(1, blocks[2].offset, FreePoint{A, 2});
+    b.release(1, blocks[3].offset, FreePoint{A, 2});
+    expect_valid(b);
+    std::map<std::uint32_t, int> asked_b;
+    const auto p = b.allocate(req(64 * KiB, B), [&](const FreePoint& fp) {
+      ++asked_b[fp.timeline];
+      return fp.value <= 5;
+    });
+    REQUIRE(p.has_value());
+    CHECK_FALSE(p->pending_reuse);
+    CHECK(p->offset == blocks[2].offset);  // the front of the 128 KiB block freed at A@2
+    CHECK(asked_b[A] == 2);                // A@10 for 64 KiB, A@2 for 128 KiB
+    expect_valid(b);
   }
 }
 
