@@ -39,7 +39,7 @@ class SmallVector {
   }
 
  private:
-  std::array<T, N> inline_{};
+  std::array<T, N> inline_;  // not value-initialized: trivial elements cost nothing until used
   std::vector<T> heap_;
   std::size_t size_ = 0;
 };

@@ -6,7 +6,7 @@
 #   bash tools/gpu-validate.sh OUTDIR [STEP...]
 # STEPs: build test-cuda test-vulkan test-pair bench-cuda bench-vulkan bench-pair memcheck
 # racecheck synccheck initcheck (default: all, in that order), and on request probe-vulkan,
-# probe-cuda (tools/probe experiments) and memcheck-pair (memcheck over the vulkan_cuda suite). FERRY_GPU_DEADLINE (seconds, default 570) bounds
+# probe-cuda, probe-front-end (tools/probe experiments) and memcheck-pair (memcheck over the vulkan_cuda suite). FERRY_GPU_DEADLINE (seconds, default 570) bounds
 # the whole run; each step gets its own limit within it, so one slow step cannot eat the rest.
 # FERRY_BENCH_SIZES (default 64M,512M) sets the benchmark sizes.
 set -uo pipefail
@@ -62,6 +62,7 @@ for s in "${steps[@]}"; do
       done ;;
     probe-vulkan) run_step probe-vulkan 90 "$build/tools/probe/ferry-probe-vulkan" --json "$out/probe-vulkan.json" ;;
     probe-cuda) run_step probe-cuda 90 "$build/tools/probe/ferry-probe-cuda" --json "$out/probe-cuda.json" ;;
+    probe-front-end) run_step probe-front-end 60 "$build/tools/probe/ferry-probe-front-end" --repeat 3 ;;
     memcheck-pair)
       run_step "$s" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/conformance-vulkan_cuda" "$skip" ;;
     bench-cuda) run_step bench-cuda 150 "$build/tools/ferry-bench" --backend cuda --sizes "$sizes" --quiet --out "$out/bench-cuda" --snapshot "$out/snapshot-cuda" ;;
