@@ -151,6 +151,7 @@ class BoundThread {
 };
 
 struct BlockState {
+  BlockState() {}  // user-provided: make_shared<BlockState>() sets the members, no zeroing first
   std::weak_ptr<DeviceState> device;
   DeviceState* device_id = nullptr;
   std::uint64_t segment_id = 0;

@@ -76,7 +76,7 @@ struct ReachedQuery {
     bool queried = false;     // `value` is this call's backend query (or the timeline is gone)
     std::shared_ptr<SemaphoreState> semaphore;
   };
-  SmallVector<Known, 4> known{};  // a few timelines per call: linear search
+  SmallVector<Known, 4> known;  // a few timelines per call: linear search
 
   explicit ReachedQuery(DeviceState& d) : device(d) {}
   ReachedQuery(DeviceState& d, std::int64_t lazy_now) : device(d), lazy(true), now(lazy_now) {}

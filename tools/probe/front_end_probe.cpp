@@ -8,7 +8,7 @@
 // beside `ferry-bench --host-cost-only` on the same machine, whose upload call adds the
 // driver's four calls (wait, copy, record, wait).
 //
-//   ferry-probe-front-end [--calls N] [--size SIZE] [--lag N] [--repeat N]
+//   ferry-probe-front-end [--calls N] [--size SIZE] [--lag N] [--repeat N] [--case I]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -156,7 +156,7 @@ Times time_loop(std::uint64_t lag, bool record_events, const UploadOptions& opti
 }
 
 int run(int argc, char** argv) {
-  int calls = 4096, repeat = 3;
+  int calls = 4096, repeat = 3, only = -1;
   std::uint64_t bytes = 64 << 10, lag = 8;
   probe::Args args(argc, argv);
   while (args.next()) {
@@ -164,14 +164,18 @@ int run(int argc, char** argv) {
     else if (args.flag() == "--size") bytes = probe::parse_size(args.value());
     else if (args.flag() == "--lag") lag = std::stoull(args.value());
     else if (args.flag() == "--repeat") repeat = std::stoi(args.value());
+    else if (args.flag() == "--case") only = std::stoi(args.value());
     else if (args.flag() == "--help") {
-      std::printf("usage: %s [--calls N (4096)] [--size SIZE (64K)] [--lag SIGNALS (8)] [--repeat N (3)]\n", args.program());
+      std::printf("usage: %s [--calls N (4096)] [--size SIZE (64K)] [--lag SIGNALS (8)] [--repeat N (3)]\n"
+                  "  [--case I: only loop I of the three (0 defaults, 1 owner_waits = false, 2 record_events = false)]\n",
+                  args.program());
       return 0;
     } else {
       throw std::runtime_error("unknown option " + args.flag());
     }
   }
   if (calls < 1 || repeat < 1) throw std::runtime_error("--calls and --repeat must be >= 1");
+  if (only < -1 || only > 2) throw std::runtime_error("--case takes 0, 1 or 2");
   std::printf("ferry front end on a null device (no driver): %d uploads of %s, each released; device %llu signals behind\n",
               calls, probe::size_str(bytes).c_str(), static_cast<unsigned long long>(lag));
   std::printf("%-44s %18s %18s\n", "loop (us of host time)", "upload med / p90", "release med / p90");
@@ -186,7 +190,9 @@ int run(int argc, char** argv) {
       {"  record_events = false", false, {.tag = "host cost"}},
   };
   for (int r = 0; r < repeat; ++r) {
-    for (const Case& c : cases) {
+    for (int i = 0; i < 3; ++i) {
+      if (only != -1 && i != only) continue;
+      const Case& c = cases[i];
       const Times t = time_loop(lag, c.record_events, c.options, bytes, calls);
       std::printf("%-44s %8.2f / %7.2f %8.2f / %7.2f\n", c.what, t.upload_median, t.upload_p90, t.release_median,
                   t.release_p90);
