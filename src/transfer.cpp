@@ -454,10 +454,13 @@ detail::DeviceState& transfer_device(const std::unique_ptr<detail::TransferState
   return *s->device.state();
 }
 
-std::shared_ptr<detail::QueueState> checked_owner(const Queue& owner, detail::DeviceState& d, const char* function,
-                                                  const std::source_location& where) {
-  detail::QueueState& q = detail::checked_queue(owner, function, where);
-  FERRY_REQUIRE(q.device_id == &d, function, "the owner queue belongs to another device", where);
+/// The owner queue's state, checked against `d`: the transfer's device, which the caller has
+/// found open and which the transfer keeps alive, so no lock of the queue's device is needed
+/// once the queue is known to belong to it.
+const std::shared_ptr<detail::QueueState>& checked_owner(const Queue& owner, detail::DeviceState& d,
+                                                         const char* function, const std::source_location& where) {
+  FERRY_REQUIRE(static_cast<bool>(owner), function, "null queue handle", where);
+  FERRY_REQUIRE(owner.state()->device_id == &d, function, "the owner queue belongs to another device", where);
   return owner.state();
 }
 }  // namespace
@@ -474,11 +477,11 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
   const detail::BoundThread bound(*d.backend);
   auto& host = detail::checked_host(source, &d, "Transfer::upload", where);
   detail::check_range(offset, bytes, host.memory->size, "Transfer::upload", "source", where);
-  auto q = checked_owner(owner, d, "Transfer::upload", where);
+  const auto& q = checked_owner(owner, d, "Transfer::upload", where);
   FERRY_REQUIRE(options.mode != CopyMode::preallocated, "Transfer::upload",
           "CopyMode::preallocated needs a destination: use Transfer::upload_into", where);
   std::lock_guard lock(state_->mutex);
-  auto self = state_->device.state();
+  const auto& self = state_->device.state();
   const detail::HostRef src{host.memory.get(), offset};
   const auto& exec = state_->exec;
   Upload up;
@@ -539,7 +542,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   FERRY_REQUIRE(!views.empty(), fn, "empty span of views", where);
   FERRY_REQUIRE(views.size() <= max_batch_views, fn,
           std::to_string(views.size()) + " views exceed the limit of " + std::to_string(max_batch_views), where);
-  auto q = checked_owner(owner, d, fn, where);
+  const auto& q = checked_owner(owner, d, fn, where);
   FERRY_REQUIRE(options.mode == CopyMode::owner_owned || options.mode == CopyMode::blocking, fn,
           "host views support the owner_owned and blocking modes", where);
   // Layout: inputs packed at 256-byte aligned offsets.
