@@ -81,6 +81,16 @@ struct HostMemory {
   bool registered = false;       ///< user memory (vs. allocated by the backend)
 };
 
+/// Host memory at `ptr` as the backend knows it: `registered` for user memory (registered,
+/// never freed by the backend), else memory the backend allocated and frees.
+inline std::unique_ptr<HostMemory> host_memory(std::byte* ptr, std::uint64_t bytes, bool registered) {
+  auto memory = std::make_unique<HostMemory>();
+  memory->ptr = ptr;
+  memory->size = bytes;
+  memory->registered = registered;
+  return memory;
+}
+
 /// Interop: device memory exported as an opaque POSIX fd (VK_KHR_external_memory_fd).
 struct ExternalMemory {
   int fd = -1;               ///< owned by whoever holds the struct until imported

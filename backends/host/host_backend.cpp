@@ -431,20 +431,12 @@ class HostDevice final : public BackendDevice {
                   "host: cannot allocate " + std::to_string(bytes) + " bytes of host memory",
                   "aligned_alloc");
     }
-    auto memory = std::make_unique<HostMemory>();
-    memory->ptr = static_cast<std::byte*>(p);
-    memory->size = bytes;
-    memory->registered = false;
-    return memory;
+    return host_memory(static_cast<std::byte*>(p), bytes, /*registered=*/false);
   }
 
   // Any range is accepted: there is nothing to pin. The memory stays the user's.
   std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) override {
-    auto memory = std::make_unique<HostMemory>();
-    memory->ptr = ptr;
-    memory->size = bytes;
-    memory->registered = true;
-    return memory;
+    return host_memory(ptr, bytes, /*registered=*/true);
   }
 
   void free_host(std::unique_ptr<HostMemory> memory) override {

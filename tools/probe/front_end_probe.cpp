@@ -96,17 +96,10 @@ class NullDevice final : public BackendDevice {
   }
   void free_segment(std::unique_ptr<Segment>) override {}
   std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override {
-    auto m = std::make_unique<HostMemory>();
-    m->ptr = new std::byte[bytes];
-    m->size = bytes;
-    return m;
+    return host_memory(new std::byte[bytes], bytes, /*registered=*/false);
   }
   std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) override {
-    auto m = std::make_unique<HostMemory>();
-    m->ptr = ptr;
-    m->size = bytes;
-    m->registered = true;
-    return m;
+    return host_memory(ptr, bytes, /*registered=*/true);
   }
   void free_host(std::unique_ptr<HostMemory> memory) override {
     if (memory && !memory->registered) delete[] memory->ptr;
