@@ -30,7 +30,7 @@ bool BlockAllocator::mergeable(const Block& a, const Block& b) noexcept {
 
 void BlockAllocator::index_free(std::uint64_t segment, const SegmentInfo& info, const Block& block) {
   const FreePoint& fp = block.free_point;
-  class_index(info)[fp.timeline].by_size.emplace(block.size, fp.value, segment, block.offset);
+  class_index(info)[fp.timeline].emplace(block.size, fp.value, segment, block.offset);
   if (fp.pending()) ++pending_blocks_;
   free_bytes_ += block.size;
   free_by_timeline_[fp.timeline] += block.size;
@@ -40,7 +40,7 @@ void BlockAllocator::unindex_free(std::uint64_t segment, const SegmentInfo& info
   const FreePoint& fp = block.free_point;
   ClassIndex& index = class_index(info);
   auto t = index.find(fp.timeline);
-  t->second.by_size.erase(Key{block.size, fp.value, segment, block.offset});
+  t->second.erase(Key{block.size, fp.value, segment, block.offset});
   if (fp.pending()) --pending_blocks_;
   // An emptied timeline keeps its (empty) entry: the clean one empties and fills on most
   // allocations. refresh() drops the empty entries of other timelines (they come and go with
@@ -90,10 +90,10 @@ BlockAllocator::Placement BlockAllocator::take(std::uint64_t segment, std::uint6
     rest.size = block.size - rounded;
     rest.owner = block.owner;
     rest.free_point = point;
-    auto& by_size = (info.small ? free_small_ : free_large_).at(point.timeline).by_size;
-    auto node = by_size.extract(Key{block.size, point.value, segment, block.offset});
+    TimelineFree& free = class_index(info).at(point.timeline);
+    auto node = free.extract(Key{block.size, point.value, segment, block.offset});
     node.value() = Key{rest.size, point.value, segment, rest.offset};
-    by_size.insert(std::move(node));
+    free.insert(std::move(node));
     free_bytes_ -= rounded;
     free_by_timeline_.at(point.timeline) -= rounded;  // the remainder keeps it above 0
     block.size = rounded;
@@ -176,8 +176,8 @@ std::optional<BlockAllocator::Placement> BlockAllocator::allocate(const Request&
   };
   SmallVector<Other, 8> others;
   for (const auto& [timeline, t] : index) {
-    const auto it = t.by_size.lower_bound(from);
-    if (it == t.by_size.end() || !fits(*it)) continue;
+    const auto it = t.lower_bound(from);
+    if (it == t.end() || !fits(*it)) continue;
     if (timeline == 0 || timeline == request.first_user) {
       if (!best || *it < *best) best = *it;
     } else {
@@ -192,14 +192,14 @@ std::optional<BlockAllocator::Placement> BlockAllocator::allocate(const Request&
   ReachedMemo memo(reached);
   for (const Other& o : others) {
     if (best && !(o.first < *best)) break;
-    for (auto it = o.free->by_size.lower_bound(from); it != o.free->by_size.end();) {
+    for (auto it = o.free->lower_bound(from); it != o.free->end();) {
       if (!fits(*it) || (best && !(*it < *best))) break;
       const auto [size, value, segment, offset] = *it;
       if (memo(FreePoint{o.timeline, value})) {
         best = *it;
         break;
       }
-      it = o.free->by_size.lower_bound(Key{size + 1, 0, 0, 0});  // the next size
+      it = o.free->lower_bound(Key{size + 1, 0, 0, 0});  // the next size
     }
   }
   if (best) {
@@ -251,13 +251,13 @@ std::uint64_t BlockAllocator::refresh(const Reached& reached) {
   for (const ClassIndex* index : {&free_small_, &free_large_}) {
     for (const auto& [timeline, t] : *index) {
       if (timeline == 0) continue;
-      for (const auto& [size, value, segment, offset] : t.by_size) {
+      for (const auto& [size, value, segment, offset] : t) {
         if (memo(FreePoint{timeline, value})) done.emplace_back(segment, offset);
       }
     }
   }
   for (ClassIndex* index : {&free_small_, &free_large_}) {
-    std::erase_if(*index, [](const auto& entry) { return entry.first != 0 && entry.second.by_size.empty(); });
+    std::erase_if(*index, [](const auto& entry) { return entry.first != 0 && entry.second.empty(); });
   }
   for (const auto& [segment, offset] : done) {
     SegmentInfo& info = segments_.at(segment);
@@ -298,7 +298,7 @@ std::uint64_t BlockAllocator::unusable_free_bytes(std::uint64_t bytes, std::uint
   ReachedMemo memo(reached);
   for (const auto& [timeline, t] : is_small(bytes) ? free_small_ : free_large_) {
     if (timeline == 0 || timeline == first_user) continue;
-    for (const auto& [size, value, segment, offset] : t.by_size) {
+    for (const auto& [size, value, segment, offset] : t) {
       if (!memo(FreePoint{timeline, value})) total += size;
     }
   }
@@ -326,7 +326,7 @@ std::string BlockAllocator::validate() const {
         by_timeline[b.free_point.timeline] += b.size;
         const auto& index = info.small ? free_small_ : free_large_;
         const auto t = index.find(b.free_point.timeline);
-        if (t == index.end() || !t->second.by_size.contains(Key{b.size, b.free_point.value, id, b.offset})) {
+        if (t == index.end() || !t->second.contains(Key{b.size, b.free_point.value, id, b.offset})) {
           err << "segment " << id << ": free block at " << b.offset << " not indexed under its free point; ";
         }
         if (b.free_point.pending()) ++pending_count;
@@ -339,7 +339,7 @@ std::string BlockAllocator::validate() const {
   }
   std::size_t indexed_count = 0;
   for (const ClassIndex* index : {&free_small_, &free_large_}) {
-    for (const auto& [timeline, t] : *index) indexed_count += t.by_size.size();
+    for (const auto& [timeline, t] : *index) indexed_count += t.size();
   }
   if (free_count != indexed_count) err << "free index holds " << indexed_count << " blocks, segments hold " << free_count << "; ";
   if (pending_count != pending_blocks_) err << "pending block counter " << pending_blocks_ << " != " << pending_count << "; ";

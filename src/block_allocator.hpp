@@ -148,9 +148,7 @@ class BlockAllocator {
   // segment, offset): best fit is a lower_bound, and the blocks of one size come oldest free
   // point first, so when that one is not reached, none of that size is (see allocate).
   using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>;
-  struct TimelineFree {
-    std::set<Key> by_size;
-  };
+  using TimelineFree = std::set<Key>;
   using ClassIndex = std::map<std::uint32_t, TimelineFree>;
 
   [[nodiscard]] ClassIndex& class_index(const SegmentInfo& info) { return info.small ? free_small_ : free_large_; }
