@@ -67,7 +67,6 @@ std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_pt
   return q;
 }
 
-
 std::uint64_t query_value(SemaphoreState& s) {
   std::lock_guard lock(s.mutex);
   const std::uint64_t v = s.backend == nullptr ? UINT64_MAX : s.backend->value();

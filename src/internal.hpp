@@ -244,7 +244,6 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
 
   ~DeviceState();
   void close() noexcept;
-  [[nodiscard]] std::uint64_t now_ns() const { return since_opened_ns(steady_now_ns()); }
   /// A steady_now_ns() reading as ns since the device was opened (what events and spans carry).
   [[nodiscard]] std::uint64_t since_opened_ns(std::int64_t steady_ns) const {
     return static_cast<std::uint64_t>(steady_ns - opened_steady_ns);
@@ -293,7 +292,7 @@ void record_activity(DeviceState& device, const QueueState& q, std::string name,
 /// Stamp the end time of recorded activity whose point is reached. Caller holds activity_mutex.
 void resolve_activity(DeviceState& device, bool force = false);
 /// The same with the caller's clock reading (steady_now_ns()).
-void resolve_activity(DeviceState& device, bool force, std::int64_t now);
+void resolve_activity(DeviceState& device, bool force, std::int64_t steady_now);
 
 // Pool internals (pool.cpp).
 DeviceBuffer pool_allocate(DeviceState& device, const std::shared_ptr<DeviceState>& self,

@@ -81,13 +81,15 @@ struct ReachedQuery {
   explicit ReachedQuery(DeviceState& d) : device(d) {}
   ReachedQuery(DeviceState& d, std::int64_t lazy_now) : device(d), lazy(true), now(lazy_now) {}
 
-  Known& entry(std::uint32_t timeline) {
+  /// The call's entry for `timeline`; `held` is its semaphore when the caller holds it
+  /// (pending frees do), which saves the lookup.
+  Known& entry(std::uint32_t timeline, const std::shared_ptr<SemaphoreState>* held = nullptr) {
     for (auto& k : known) {
       if (k.timeline == timeline) return k;
     }
     Known k;
     k.timeline = timeline;
-    k.semaphore = pool_semaphore(device, timeline);
+    k.semaphore = held != nullptr ? *held : pool_semaphore(device, timeline);
     if (k.semaphore) {
       k.value = k.semaphore->reached.load(std::memory_order_acquire);
     } else {
@@ -97,29 +99,27 @@ struct ReachedQuery {
     return known.push_back(std::move(k));
   }
 
-  bool operator()(const FreePoint& fp) {
-    if (!fp.pending()) return true;
-    Known& k = entry(fp.timeline);
-    if (k.value < fp.value && !k.queried) {
+  /// Whether `value` of k's timeline is reached: the watermark, else this call's one query.
+  bool reached(Known& k, std::uint64_t value) {
+    if (k.value < value && !k.queried) {
       k.value = lazy ? query_value_throttled(*k.semaphore, now) : query_value(*k.semaphore);
       k.queried = true;
     }
-    return k.value >= fp.value;
+    return k.value >= value;
   }
+
+  bool operator()(const FreePoint& fp) { return !fp.pending() || reached(entry(fp.timeline), fp.value); }
 };
 
-// Record free_completed for released blocks whose free point has been reached. The frees of
-// one timeline are in increasing value: its watermark answers first, then (when the first free
-// is beyond it) one query, `lazy` as in ReachedQuery; the first free not reached ends the scan.
-// `now`: the caller's clock reading (steady_now_ns()).
-void complete_frees(DeviceState& d, bool lazy, std::int64_t now) {
+// Record free_completed for released blocks whose free point has been reached, asking
+// `reached` (the call's ReachedQuery, so a timeline is queried once per call however many
+// passes ask). The frees of one timeline are in increasing value: the first one not reached
+// ends that timeline's scan. `now`: the caller's clock reading (steady_now_ns()).
+void complete_frees(DeviceState& d, ReachedQuery& reached, std::int64_t now) {
   for (auto it = d.pool.pending_frees.begin(); it != d.pool.pending_frees.end();) {
     auto& [semaphore, frees] = it->second;
-    std::uint64_t value = semaphore->reached.load(std::memory_order_acquire);
-    if (!frees.empty() && frees.front().point.value > value) {
-      value = lazy ? query_value_throttled(*semaphore, now) : query_value(*semaphore);
-    }
-    while (!frees.empty() && frees.front().point.value <= value) {
+    ReachedQuery::Known& k = reached.entry(it->first, &semaphore);
+    while (!frees.empty() && reached.reached(k, frees.front().point.value)) {
       const PoolState::PendingFree& f = frees.front();
       record(d, PoolEventKind::free_completed, f.address, f.size, f.queue, f.tag, now);
       frees.pop_front();
@@ -139,7 +139,7 @@ std::uint64_t trim_locked(DeviceState& d) {
   ReachedQuery reached(d);
   p.allocator.refresh(std::ref(reached));
   const std::int64_t now = steady_now_ns();
-  complete_frees(d, /*lazy=*/false, now);
+  complete_frees(d, reached, now);
   std::uint64_t returned = 0;
   for (std::uint64_t id : p.allocator.idle_segments()) {
     const std::uint64_t address = segment_address(p, id);
@@ -192,7 +192,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   // driver nothing. Only when that finds nothing are the timelines queried, before growing.
   const std::int64_t now = steady_now_ns();  // one clock reading for the call
   ReachedQuery lazy(d, now);
-  complete_frees(d, /*lazy=*/true, now);
+  complete_frees(d, lazy, now);
   auto placement = p.allocator.allocate(request, std::ref(lazy));
   ReachedQuery reached(d);
   if (!placement) {
@@ -570,7 +570,7 @@ MemorySnapshot DevicePool::snapshot() const {
   std::lock_guard lock(device_->pool.mutex);
   const auto& p = device_->pool;
   detail::ReachedQuery reached(*device_);
-  detail::complete_frees(*device_, /*lazy=*/false, detail::steady_now_ns());
+  detail::complete_frees(*device_, reached, detail::steady_now_ns());
   for (const auto& [id, info] : p.allocator.segments()) {
     SnapshotSegment seg;
     seg.address = detail::segment_address(p, id);
