@@ -291,13 +291,21 @@ struct TransferState {
 
   /// Keep `host` alive until `done`. Completed entries are dropped in batches, once 32 more
   /// are kept than after the last prune: each prune asks the backend, and a query costs the
-  /// copy path (see kHotPathQueryIntervalNs), so most calls ask nothing.
+  /// copy path (see kHotPathQueryIntervalNs), so most calls ask nothing. Caller holds `mutex`.
   void keep(const TimelinePoint& done, const std::shared_ptr<HostAllocation>& host) {
     if (in_flight.size() >= prune_at) {
-      while (!in_flight.empty() && point_reached(in_flight.front().done)) in_flight.pop_front();
+      prune_completed();
       prune_at = in_flight.size() + 32;
     }
     in_flight.push_back({done, host});
+  }
+  /// Drop the entries whose copy is complete, and only those: an entry is released when its
+  /// own point is seen reached, never because of a wait that began before it was kept (a
+  /// copy enqueued by another thread during that wait still reads or writes its memory).
+  /// Entries are kept in call order on the executor's timeline, so the first entry not
+  /// reached ends the scan. Caller holds `mutex`.
+  void prune_completed() {
+    while (!in_flight.empty() && point_reached(in_flight.front().done)) in_flight.pop_front();
   }
   std::size_t prune_at = 32;
 };
@@ -416,6 +424,9 @@ Transfer::Transfer(const Device& device, TransferOptions options, std::source_lo
           "Transfer::Transfer", "staging_chunk_bytes must be in [4 KiB, 4 GiB]", where);
   FERRY_REQUIRE(options.staging_chunks >= 1 && options.staging_chunks <= 64, "Transfer::Transfer",
           "staging_chunks must be in [1, 64]", where);
+  FERRY_REQUIRE(options.staging_threads >= -1, "Transfer::Transfer",
+                "staging_threads must be -1 (automatic) or >= 0, not " + std::to_string(options.staging_threads),
+                where);
   state_ = std::make_unique<detail::TransferState>();
   state_->device = device;
   if (options.executor) {
@@ -799,7 +810,10 @@ void Transfer::synchronize(std::chrono::nanoseconds timeout, std::source_locatio
   if (!state_->device.is_open()) return;
   Queue(state_->exec).synchronize(timeout, where);
   std::lock_guard lock(state_->mutex);
-  state_->in_flight.clear();
+  // Copies enqueued by other threads while this thread waited are not covered by the wait:
+  // only what is seen complete is let go.
+  state_->prune_completed();
+  state_->prune_at = state_->in_flight.size() + 32;
 }
 
 void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input, const DeviceBuffer& output,

@@ -76,6 +76,7 @@ struct TransferOptions {
   bool staging = true;
   /// Helper threads packing host memory into staging (persistent, started on first use).
   /// -1 = one less than the hardware threads, at most 15; 0 = pack on the calling thread.
+  /// Any other negative value is refused (`invalid_argument` from the constructor).
   int staging_threads = -1;
 };
 
@@ -214,7 +215,9 @@ class Transfer {
   TimelinePoint copy(const DeviceBuffer& source, const DeviceBuffer& destination,
                      std::uint64_t bytes = 0,
                      std::source_location where = std::source_location::current());
-  /// @brief Host wait for every copy this Transfer has enqueued.
+  /// @brief Host wait for every copy this Transfer had enqueued when the call began; throws
+  /// `timeout` after `timeout`. Copies other threads enqueue during the wait are not waited
+  /// for, and the host memory they use stays alive until they complete.
   void synchronize(std::chrono::nanoseconds timeout = std::chrono::seconds(60),
                    std::source_location where = std::source_location::current());
 
