@@ -292,12 +292,13 @@ std::uint64_t BlockAllocator::remove_segment(std::uint64_t id) {
   return size;
 }
 
-std::uint64_t BlockAllocator::unusable_free_bytes(std::uint64_t bytes, std::uint32_t first_user,
+std::uint64_t BlockAllocator::unusable_free_bytes(const Request& request, std::uint32_t owner_timeline,
                                                   const Reached& reached) const {
+  if (request.allow_pending) return 0;
   std::uint64_t total = 0;
   ReachedMemo memo(reached);
-  for (const auto& [timeline, t] : is_small(bytes) ? free_small_ : free_large_) {
-    if (timeline == 0 || timeline == first_user) continue;
+  for (const auto& [timeline, t] : is_small(request.bytes) ? free_small_ : free_large_) {
+    if (timeline == 0 || timeline == request.first_user || timeline == owner_timeline) continue;
     for (const auto& [size, value, segment, offset] : t) {
       if (!memo(FreePoint{timeline, value})) total += size;
     }

@@ -127,8 +127,12 @@ class BlockAllocator {
   [[nodiscard]] std::vector<std::uint64_t> idle_segments() const;
   /// Remove an idle segment; returns its size.
   std::uint64_t remove_segment(std::uint64_t id);
-  /// Free bytes in segments of the request's size class that `first_user` cannot use now.
-  [[nodiscard]] std::uint64_t unusable_free_bytes(std::uint64_t bytes, std::uint32_t first_user,
+  /// Stranded bytes for `request`: free bytes in segments of its size class that neither its
+  /// first user nor its owner (`owner_timeline`, the owner queue's timeline) can reuse, i.e.
+  /// blocks pending on a third timeline whose point is not reached. The owner's own pending
+  /// blocks are not stranded (its later work is ordered after their free points), and a
+  /// request that may wait for a pending block (`allow_pending`) strands nothing.
+  [[nodiscard]] std::uint64_t unusable_free_bytes(const Request& request, std::uint32_t owner_timeline,
                                                   const Reached& reached) const;
   /// Check every invariant; returns an empty string or a description of the first broken one.
   [[nodiscard]] std::string validate() const;

@@ -201,7 +201,8 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   }
   if (!placement) {
     // Grow by one segment. Record what the asking queue could not reuse (stranded memory).
-    p.budget.stranded_bytes = p.allocator.unusable_free_bytes(bytes, request.first_user, std::ref(reached));
+    p.budget.stranded_bytes =
+        p.allocator.unusable_free_bytes(request, owner->timeline->timeline_id, std::ref(reached));
     const std::uint64_t segment_bytes = p.allocator.segment_size_for(bytes);
     std::unique_ptr<Segment> segment;
     try {

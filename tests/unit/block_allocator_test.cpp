@@ -177,10 +177,15 @@ TEST_CASE("stream ordering of a pending block") {
     CHECK_FALSE(a.allocate(req(4 * KiB, B), reached_upto(A, 4)).has_value());
     CHECK_FALSE(a.allocate(req(4 * KiB, B), reached_upto(B, 99)).has_value());
     expect_valid(a);
-    CHECK(a.unusable_free_bytes(4 * KiB, B, never) == MiB);
-    CHECK(a.unusable_free_bytes(4 * KiB, A, never) == 0);
-    CHECK(a.unusable_free_bytes(4 * KiB, B, reached_upto(A, 5)) == 0);
-    CHECK(a.unusable_free_bytes(4 * MiB, B, never) == 0);  // other size class
+    constexpr std::uint32_t C = 3;  // a third queue's timeline: the owner of the requests below
+    CHECK(a.unusable_free_bytes(req(4 * KiB, B), C, never) == MiB);
+    CHECK(a.unusable_free_bytes(req(4 * KiB, A), C, never) == 0);
+    CHECK(a.unusable_free_bytes(req(4 * KiB, B), C, reached_upto(A, 5)) == 0);
+    CHECK(a.unusable_free_bytes(req(4 * MiB, B), C, never) == 0);  // other size class
+    // The owner reuses its own pending blocks: not stranded, whoever writes first.
+    CHECK(a.unusable_free_bytes(req(4 * KiB, B), A, never) == 0);
+    // A request that may wait for a free point strands nothing.
+    CHECK(a.unusable_free_bytes(req(4 * KiB, B, true), C, never) == 0);
   }
   SUBCASE("other timeline, reached: no wait") {
     const Placement p = must(a, req(4 * KiB, B), reached_upto(A, 5));
@@ -332,7 +337,7 @@ TEST_CASE("stranding in miniature") {
 
   SUBCASE("executor without allow_pending: the pool must grow") {
     CHECK_FALSE(a.allocate(req(MiB, T), never).has_value());
-    CHECK(a.unusable_free_bytes(MiB, T, never) == MiB);
+    CHECK(a.unusable_free_bytes(req(MiB, T), T, never) == MiB);
   }
   SUBCASE("the owner's own timeline reuses it at once") {
     const Placement p = must(a, req(MiB, Q));
@@ -580,16 +585,18 @@ class RandomRun {
 
   void check_unusable() {
     const std::uint64_t bytes = random_size();
-    const std::uint32_t t = timeline();
+    const std::uint32_t t = timeline(), owner = timeline();
+    const bool allow_pending = uniform(0, 3) == 0;
     std::uint64_t expect = 0;
     for (const auto& [id, seg] : a_.segments()) {
-      if (seg.small != a_.is_small(bytes)) continue;
+      if (allow_pending || seg.small != a_.is_small(bytes)) continue;
       for (const auto& [off, b] : seg.blocks)
         if (!b.allocated && b.free_point.pending() && b.free_point.timeline != t &&
-            !reached(b.free_point))
+            b.free_point.timeline != owner && !reached(b.free_point))
           expect += b.size;
     }
-    ensure(a_.unusable_free_bytes(bytes, t, reached_) == expect, "unusable_free_bytes is wrong");
+    ensure(a_.unusable_free_bytes(Request{bytes, owner, t, allow_pending}, owner, reached_) == expect,
+           "unusable_free_bytes is wrong");
   }
 
   void trim() {
