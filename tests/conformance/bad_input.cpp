@@ -16,7 +16,7 @@ using conformance::expect_error;
 using conformance::expect_error_any;
 
 namespace {
-constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB;
+constexpr std::uint64_t KiB = 1024;
 constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
 constexpr auto kInvalid = ErrorCode::invalid_argument;
 }  // namespace
@@ -70,7 +70,11 @@ CONFORMANCE_CASE("bad input: interop pairings that do not exist") {
   CHECK(pair_backend(Backend::vulkan, Backend::cuda) == Backend::vulkan_cuda);
   CHECK(pair_backend(Backend::cuda, Backend::vulkan) == Backend::cuda_vulkan);
   // HIP cannot import a timeline semaphore on Linux: refused with the reason, either way round.
-  for (auto [executor, owner] : {std::pair{Backend::vulkan, Backend::hip}, std::pair{Backend::hip, Backend::vulkan}}) {
+  for (const auto& pairing : {std::pair{Backend::vulkan, Backend::hip}, std::pair{Backend::hip, Backend::vulkan}}) {
+    // Named variables, not structured bindings: the lambda below captures them, which clang
+    // accepts only from version 16 on.
+    const Backend executor = pairing.first;
+    const Backend owner = pairing.second;
     try {
       (void)pair_backend(executor, owner);
       FAIL("a HIP pairing was accepted");
