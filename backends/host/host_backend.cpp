@@ -14,6 +14,20 @@
 // out_of_memory once the sum of live segment sizes would exceed it, so tests can exercise
 // the pool's out-of-memory path. It is reported as device_memory_bytes.
 //
+// Fault injection (FERRY_HOST_FAULTS, read at open): a comma-separated list of key=N, each N
+// a decimal integer >= 1, each key at most once; anything else makes the open fail with
+// invalid_argument naming the variable. Faults exist so that tests can drive the front end's
+// error paths, which a CPU never takes on its own:
+//  - device_lost_at=N: the N-th enqueue of an operation on any queue of the device (copies,
+//    signals, waits and compute, counted from 1) loses the device. It and every later
+//    enqueue throws device_lost; the workers drop what is still queued (as a GPU abandons
+//    its work), so points not reached by then never are, and a host wait for one throws
+//    device_lost instead of waiting; wait_idle throws it after the queues ran dry.
+//  - alloc_fail_at=N, alloc_fail_count=K (default 1): allocate_segment calls N..N+K-1 throw
+//    out_of_memory, as a full GPU does when the pool grows.
+//  - copy_fail_at=N: the N-th copy enqueued (h2d, d2h or d2d, any queue) throws
+//    backend_error and is not queued; the device stays usable, as after a failed copy call.
+//
 // Lifetime contracts for the front end:
 //  - Operations capture raw pointers: segments, host memory and semaphores named by enqueued
 //    work must stay alive until that work has completed (synchronize / wait_idle).
@@ -31,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -103,6 +118,121 @@ std::uint64_t env_number(const char* name, std::uint64_t fallback) {
   return v;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Fault injection (see the file comment)
+
+constexpr const char* kFaultsVariable = "FERRY_HOST_FAULTS";
+
+struct FaultPlan {
+  std::uint64_t device_lost_at = 0;  // 0 = never
+  std::uint64_t alloc_fail_at = 0;
+  std::uint64_t alloc_fail_count = 1;
+  std::uint64_t copy_fail_at = 0;
+  std::string text;  // the variable's value, for reports
+
+  [[nodiscard]] bool any() const { return device_lost_at != 0 || alloc_fail_at != 0 || copy_fail_at != 0; }
+};
+
+[[noreturn]] void bad_faults(const std::string& text, const std::string& why) {
+  throw Error(ErrorCode::invalid_argument,
+              std::string("host: environment variable ") + kFaultsVariable + "='" + text + "': " + why +
+                  " (expected a comma-separated list of device_lost_at=N, alloc_fail_at=N, "
+                  "alloc_fail_count=N, copy_fail_at=N, each N an integer >= 1)",
+              {}, std::source_location{});
+}
+
+// Strict: digits only (no sign, no spaces), no overflow, at least 1.
+std::uint64_t fault_number(const std::string& text, const std::string& key, const std::string& value) {
+  if (value.empty() || value.size() > 19 ||
+      !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    bad_faults(text, "the value of " + key + " ('" + value + "') is not a decimal integer");
+  }
+  const std::uint64_t n = std::stoull(value);  // 19 digits always fit in 64 bits
+  if (n == 0) bad_faults(text, "the value of " + key + " must be at least 1");
+  return n;
+}
+
+FaultPlan parse_faults() {
+  FaultPlan plan;
+  const char* env = std::getenv(kFaultsVariable);
+  if (env == nullptr || *env == '\0') return plan;
+  const std::string text(env);
+  plan.text = text;
+  bool seen[4] = {false, false, false, false};
+  std::size_t begin = 0;
+  for (;;) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    const std::size_t eq = item.find('=');
+    if (item.empty()) bad_faults(text, "empty entry");
+    if (eq == std::string::npos) bad_faults(text, "entry '" + item + "' has no '='");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    static constexpr const char* keys[4] = {"device_lost_at", "alloc_fail_at", "alloc_fail_count", "copy_fail_at"};
+    const std::size_t k = static_cast<std::size_t>(std::find(std::begin(keys), std::end(keys), key) - std::begin(keys));
+    if (k == 4) bad_faults(text, "unknown key '" + key + "'");
+    if (seen[k]) bad_faults(text, "key '" + key + "' given twice");
+    seen[k] = true;
+    std::uint64_t* fields[4] = {&plan.device_lost_at, &plan.alloc_fail_at, &plan.alloc_fail_count, &plan.copy_fail_at};
+    *fields[k] = fault_number(text, key, value);
+    if (end == text.size()) break;
+    begin = end + 1;
+  }
+  if (seen[2] && !seen[1]) bad_faults(text, "alloc_fail_count needs alloc_fail_at");
+  return plan;
+}
+
+// What the device's queues, semaphores and allocations share while faults are injected.
+class FaultState {
+ public:
+  explicit FaultState(const FaultPlan& plan) : plan_(plan) {}
+
+  [[nodiscard]] bool lost() const { return lost_.load(std::memory_order_acquire); }
+
+  [[noreturn]] void throw_lost() const {
+    throw Error(ErrorCode::device_lost,
+                "host: the device is lost (injected: " + std::string(kFaultsVariable) +
+                    " device_lost_at=" + std::to_string(plan_.device_lost_at) + ")",
+                "host queue", std::source_location{});
+  }
+
+  // Counts one enqueue; throws when it is (or comes after) the fatal one, or is the failing copy.
+  void enqueue(bool copy) {
+    if (lost()) throw_lost();
+    const std::uint64_t n = operations_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (plan_.device_lost_at != 0 && n >= plan_.device_lost_at) {
+      lost_.store(true, std::memory_order_release);
+      throw_lost();
+    }
+    if (copy && plan_.copy_fail_at != 0 && copies_.fetch_add(1, std::memory_order_relaxed) + 1 == plan_.copy_fail_at) {
+      throw Error(ErrorCode::backend_error,
+                  "host: copy " + std::to_string(plan_.copy_fail_at) + " failed (injected: " + kFaultsVariable +
+                      " copy_fail_at=" + std::to_string(plan_.copy_fail_at) + ")",
+                  "memcpy", std::source_location{});
+    }
+  }
+
+  // Counts one segment allocation; throws out_of_memory for the failing ones.
+  void allocate(std::uint64_t bytes) {
+    if (plan_.alloc_fail_at == 0) return;
+    const std::uint64_t n = allocations_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (n >= plan_.alloc_fail_at && n - plan_.alloc_fail_at < plan_.alloc_fail_count) {
+      throw Error(ErrorCode::out_of_memory,
+                  "host: cannot allocate " + std::to_string(bytes) + " bytes (injected: allocation " +
+                      std::to_string(n) + ", " + kFaultsVariable + " alloc_fail_at=" +
+                      std::to_string(plan_.alloc_fail_at) + " alloc_fail_count=" +
+                      std::to_string(plan_.alloc_fail_count) + ")",
+                  "aligned_alloc", std::source_location{});
+    }
+  }
+
+ private:
+  const FaultPlan plan_;
+  std::atomic<std::uint64_t> operations_{0};
+  std::atomic<std::uint64_t> copies_{0};
+  std::atomic<std::uint64_t> allocations_{0};
+  std::atomic<bool> lost_{false};
+};
+
 std::uint64_t physical_memory_bytes() noexcept {
 #if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
   const long pages = sysconf(_SC_PHYS_PAGES);
@@ -118,7 +248,8 @@ std::uint64_t physical_memory_bytes() noexcept {
 
 class HostSemaphore final : public BackendSemaphore {
  public:
-  explicit HostSemaphore(std::uint64_t initial) : value_(initial) {}
+  HostSemaphore(std::uint64_t initial, std::shared_ptr<const FaultState> faults)
+      : value_(initial), faults_(std::move(faults)) {}
 
   // A host thread may destroy the semaphore as soon as it observes the value (value() or
   // wait()), while the signalling worker is still inside signal(): taking the mutex here
@@ -137,7 +268,25 @@ class HostSemaphore final : public BackendSemaphore {
     cv_.notify_all();
   }
 
+  // A value reached is reached, lost device or not. Under fault injection the wait sleeps in
+  // slices, so that a device lost while it waits (nobody will signal) is reported promptly.
   bool wait(std::uint64_t v, std::chrono::nanoseconds timeout) override {
+    if (!faults_) return wait_for(v, timeout);
+    using clock = std::chrono::steady_clock;
+    const auto deadline = timeout >= std::chrono::hours(24 * 365) ? clock::time_point::max() : clock::now() + timeout;
+    for (;;) {
+      if (value() >= v) return true;
+      if (faults_->lost()) faults_->throw_lost();
+      const auto now = clock::now();
+      if (now >= deadline) return false;
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
+      if (wait_for(v, std::min<std::chrono::nanoseconds>(left, kWaitSlice))) return true;
+    }
+  }
+
+  // The plain wait, which never throws (the queue workers' too): true once `v` is reached,
+  // false at the timeout.
+  bool wait_for(std::uint64_t v, std::chrono::nanoseconds timeout) {
     if (value() >= v) return true;
     std::unique_lock lock(mutex_);
     const auto reached = [&] { return value_.load(std::memory_order_acquire) >= v; };
@@ -151,6 +300,7 @@ class HostSemaphore final : public BackendSemaphore {
 
  private:
   std::atomic<std::uint64_t> value_;
+  const std::shared_ptr<const FaultState> faults_;  // null: no faults injected
   std::mutex mutex_;
   std::condition_variable cv_;
 };
@@ -170,8 +320,8 @@ struct QueueRegistry {
 
 class HostQueue final : public BackendQueue {
  public:
-  HostQueue(std::shared_ptr<QueueRegistry> registry, std::uint32_t latency_us)
-      : registry_(std::move(registry)), latency_us_(latency_us) {
+  HostQueue(std::shared_ptr<QueueRegistry> registry, std::uint32_t latency_us, std::shared_ptr<FaultState> faults)
+      : registry_(std::move(registry)), latency_us_(latency_us), faults_(std::move(faults)) {
     if (latency_us_ > 0) rng_.seed(std::random_device{}());
     {
       std::lock_guard lock(registry_->mutex);
@@ -236,7 +386,8 @@ class HostQueue final : public BackendQueue {
     return true;
   }
 
-  // Block until everything enqueued before this call has run (or the queue is stopping).
+  // Block until everything enqueued before this call has run or was dropped (a lost device),
+  // or the queue is stopping.
   void drain() {
     std::unique_lock lock(mutex_);
     const std::uint64_t target = submitted_;
@@ -268,6 +419,7 @@ class HostQueue final : public BackendQueue {
   static std::byte* host_ptr(HostRef r) { return r.memory->ptr + r.offset; }
 
   void push(const Op& op) {
+    if (faults_) faults_->enqueue(op.kind == Op::Kind::copy);  // throws an injected fault
     {
       std::lock_guard lock(mutex_);
       ops_.push_back(op);
@@ -283,6 +435,13 @@ class HostQueue final : public BackendQueue {
         std::unique_lock lock(mutex_);
         work_cv_.wait(lock, [&] { return stop_.load() || !ops_.empty(); });
         if (stop_.load()) return;  // remaining operations are dropped
+        if (faults_ && faults_->lost()) {
+          // A lost device runs nothing more: what is queued is dropped, which completes drain().
+          completed_ += ops_.size();
+          ops_.clear();
+          done_cv_.notify_all();
+          continue;
+        }
         op = ops_.front();
         ops_.pop_front();
       }
@@ -316,9 +475,11 @@ class HostQueue final : public BackendQueue {
         op.sem->signal(op.value);
         return true;
       case Op::Kind::wait:
-        // Sleep on the semaphore's condition variable in slices so destruction can interrupt.
-        while (!op.sem->wait(op.value, kWaitSlice)) {
+        // Sleep on the semaphore's condition variable in slices so destruction can interrupt
+        // (and a device loss: the wait is abandoned, and what follows it dropped).
+        while (!op.sem->wait_for(op.value, kWaitSlice)) {
           if (stop_.load()) return false;
+          if (faults_ && faults_->lost()) return true;
         }
         return true;
     }
@@ -327,6 +488,7 @@ class HostQueue final : public BackendQueue {
 
   std::shared_ptr<QueueRegistry> registry_;
   const std::uint32_t latency_us_;
+  const std::shared_ptr<FaultState> faults_;  // null: no faults injected
   std::mt19937 rng_;  // used by the worker only
 
   std::mutex mutex_;                  // guards ops_, submitted_, completed_
@@ -351,6 +513,8 @@ class HostDevice final : public BackendDevice {
     latency = std::min<std::uint64_t>(latency, 10'000'000);  // cap at 10 s per operation
     latency_us_ = static_cast<std::uint32_t>(latency);
     memory_limit_ = env_number("FERRY_HOST_MEMORY_LIMIT", 0);
+    const FaultPlan faults = parse_faults();
+    if (faults.any()) faults_ = std::make_shared<FaultState>(faults);
 
     caps_.name = "ferry host reference (CPU)";
     caps_.backend = Backend::host;
@@ -371,9 +535,10 @@ class HostDevice final : public BackendDevice {
     if (memory_limit_ != 0) {
       caps_.notes += "; memory limit " + std::to_string(memory_limit_) + " bytes (FERRY_HOST_MEMORY_LIMIT)";
     }
+    if (faults_) caps_.notes += "; fault injection: " + faults.text + " (" + kFaultsVariable + ")";
 
-    compute_ = std::make_unique<HostQueue>(registry_, latency_us_);
-    transfer_ = std::make_unique<HostQueue>(registry_, latency_us_);
+    compute_ = std::make_unique<HostQueue>(registry_, latency_us_, faults_);
+    transfer_ = std::make_unique<HostQueue>(registry_, latency_us_, faults_);
   }
 
   [[nodiscard]] const Capabilities& capabilities() const override { return caps_; }
@@ -383,7 +548,7 @@ class HostDevice final : public BackendDevice {
   }
 
   std::unique_ptr<BackendQueue> create_queue(QueueRole /*role*/, int /*priority*/) override {
-    return std::make_unique<HostQueue>(registry_, latency_us_);
+    return std::make_unique<HostQueue>(registry_, latency_us_, faults_);
   }
 
   std::unique_ptr<BackendQueue> adopt_queue(QueueRole /*role*/, const NativeQueue& /*native*/) override {
@@ -391,10 +556,11 @@ class HostDevice final : public BackendDevice {
   }
 
   std::unique_ptr<BackendSemaphore> create_semaphore(std::uint64_t initial) override {
-    return std::make_unique<HostSemaphore>(initial);
+    return std::make_unique<HostSemaphore>(initial, faults_);
   }
 
   std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) override {
+    if (faults_) faults_->allocate(bytes);  // throws an injected out_of_memory
     if (memory_limit_ != 0) {
       std::uint64_t used = used_.load();
       do {
@@ -448,6 +614,7 @@ class HostDevice final : public BackendDevice {
     // workers never take this lock, so draining cannot deadlock on it.
     std::lock_guard lock(registry_->mutex);
     for (HostQueue* q : registry_->queues) q->drain();
+    if (faults_ && faults_->lost()) faults_->throw_lost();  // as vkDeviceWaitIdle reports a loss
   }
 
  private:
@@ -455,6 +622,7 @@ class HostDevice final : public BackendDevice {
   std::uint32_t latency_us_ = 0;
   std::uint64_t memory_limit_ = 0;  // 0 = no limit
   std::atomic<std::uint64_t> used_{0};
+  std::shared_ptr<FaultState> faults_;  // null: no faults injected (FERRY_HOST_FAULTS unset)
   std::shared_ptr<QueueRegistry> registry_ = std::make_shared<QueueRegistry>();
   std::unique_ptr<HostQueue> compute_;   // declared after registry_: destroyed before it
   std::unique_ptr<HostQueue> transfer_;
