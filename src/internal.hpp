@@ -197,6 +197,10 @@ struct PoolState {
   /// DeviceState::timelines, read under this mutex instead of the device's (a few entries;
   /// expired ones are dropped when met).
   std::vector<std::pair<std::uint32_t, std::weak_ptr<SemaphoreState>>> semaphores;
+  /// Released blocks whose free point could not be enqueued (a lost device): nothing orders a
+  /// later user after the work that may still use them, so they stay allocated, held here,
+  /// until the device closes.
+  std::vector<std::shared_ptr<BlockState>> quarantined;
 };
 
 struct HostPoolState {

@@ -321,6 +321,7 @@ void pool_close(DeviceState& d) noexcept {
   }
   p.segments.clear();
   p.allocator = BlockAllocator(p.allocator.config());
+  p.quarantined.clear();
 }
 
 void host_pool_close(DeviceState& d) noexcept {
@@ -418,6 +419,24 @@ TimelinePoint free_point(detail::BlockState& b, const TimelinePoint& extra) {
   q.backend->flush();
   return p;
 }
+
+// Return `b` to the pool at its free point. When the free point cannot be enqueued (a lost
+// device), nothing would order a later user of the memory after work that may still use it:
+// the block stays allocated, held by the pool until the device closes, the handle becomes
+// inert, and the error goes to the caller.
+void release_at_free_point(detail::DeviceState& d, const std::shared_ptr<detail::BlockState>& b,
+                           const TimelinePoint& extra) {
+  TimelinePoint point;
+  try {
+    point = free_point(*b, extra);
+  } catch (...) {
+    std::lock_guard lock(d.pool.mutex);
+    d.pool.quarantined.push_back(b);
+    b->released = true;
+    throw;
+  }
+  detail::pool_release(d, *b, point);
+}
 }  // namespace
 
 void DeviceBuffer::release(std::source_location where) {
@@ -428,7 +447,7 @@ void DeviceBuffer::release(std::source_location where) {
     return;
   }
   FERRY_REQUIRE(!state_->released, "DeviceBuffer::release", "the buffer was already released (double release)", where);
-  detail::pool_release(*d, *state_, free_point(*state_, {}));
+  release_at_free_point(*d, state_, {});
 }
 
 void DeviceBuffer::release_after(const TimelinePoint& point, std::source_location where) {
@@ -437,7 +456,7 @@ void DeviceBuffer::release_after(const TimelinePoint& point, std::source_locatio
   FERRY_REQUIRE(point.semaphore->device_id == b.device_id, "DeviceBuffer::release_after",
           "the point's semaphore belongs to another device", where);
   auto d = b.device.lock();
-  detail::pool_release(*d, b, free_point(b, point));
+  release_at_free_point(*d, state_, point);
 }
 
 // ---- DevicePool --------------------------------------------------------------------------

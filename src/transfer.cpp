@@ -592,7 +592,15 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
     std::lock_guard elock(exec->mutex);
     detail::enqueue_wait(*exec, b.ready_after);
   }
-  s.staged_h2d(pieces, total, b, where);
+  try {
+    s.staged_h2d(pieces, total, b, where);
+  } catch (...) {
+    // The chunks issued before the failure still write the block: its release (the batch's
+    // buffer goes with the exception) must come after them.
+    std::lock_guard elock(exec->mutex);
+    (void)detail::finish_access(exec, b, q);
+    throw;
+  }
   {
     std::lock_guard elock(exec->mutex);
     batch.ready = detail::finish_access(exec, b, q);
