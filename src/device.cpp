@@ -58,6 +58,7 @@ std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_pt
   q->owned = std::move(owned);
   q->backend = q->owned ? q->owned.get() : backend;
   q->timeline = make_semaphore(device, self, 0);
+  q->timeline->queue_private = true;
   std::lock_guard lock(device.mutex);
   q->id = device.next_queue_id++;
   q->name = name.empty() ? (role == QueueRole::compute ? "compute" : "transfer") +
@@ -339,15 +340,20 @@ Backend parse_backend(std::string_view name, std::source_location where) {
 
 // ---- TimelinePoint / TimelineSemaphore --------------------------------------------------
 
-bool TimelinePoint::reached() const { return detail::point_reached(*this); }
+bool TimelinePoint::reached(std::source_location where) const {
+  try {
+    return detail::point_reached(*this);
+  } catch (const Error& err) {  // a device error while querying: name the caller
+    throw Error(err.code(), "TimelinePoint::reached: " + err.message(), err.call(), where);
+  }
+}
 
 void TimelinePoint::wait(std::chrono::nanoseconds timeout, std::source_location where) const {
   if (empty()) return;
   TimelineSemaphore(semaphore).wait(value, timeout, where);
 }
 
-std::uint64_t TimelineSemaphore::value() const {
-  const auto where = std::source_location::current();
+std::uint64_t TimelineSemaphore::value(std::source_location where) const {
   FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::value", "null semaphore handle", where);
   std::lock_guard lock(state_->mutex);
   FERRY_REQUIRE(state_->backend != nullptr, "TimelineSemaphore::value", "the device is closed", where);
@@ -359,6 +365,11 @@ std::uint64_t TimelineSemaphore::value() const {
 void TimelineSemaphore::signal(std::uint64_t value, std::source_location where) {
   FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::signal", "null semaphore handle", where);
   auto device = detail::lock_device(state_->device, "TimelineSemaphore::signal", where);
+  FERRY_REQUIRE(!state_->queue_private, "TimelineSemaphore::signal",
+                "the semaphore is a queue's private timeline, which only ferry signals (signalling it "
+                "would make the queue's marks report pending work complete); signal a semaphore from "
+                "Device::create_semaphore instead",
+                where);
   std::lock_guard lock(state_->mutex);
   FERRY_REQUIRE(state_->backend != nullptr, "TimelineSemaphore::signal", "the device is closed", where);
   const std::uint64_t current = std::max(state_->max_signal, state_->backend->value());
@@ -371,8 +382,8 @@ void TimelineSemaphore::signal(std::uint64_t value, std::source_location where) 
   state_->note_reached(value);  // a host signal takes effect at once
 }
 
-bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds timeout) const {
-  const auto where = std::source_location::current();
+bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds timeout,
+                                 std::source_location where) const {
   FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::try_wait", "null semaphore handle", where);
   detail::BackendSemaphore* backend = nullptr;
   {
@@ -395,33 +406,32 @@ bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds t
 void TimelineSemaphore::wait(std::uint64_t value, std::chrono::nanoseconds timeout,
                              std::source_location where) const {
   FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::wait", "null semaphore handle", where);
-  if (!try_wait(value, timeout)) {
+  if (!try_wait(value, timeout, where)) {
     fail(ErrorCode::timeout,
          "TimelineSemaphore::wait: value " + std::to_string(value) + " not reached within " +
              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
-             " ms (current value " + std::to_string(this->value()) + ")",
+             " ms (current value " + std::to_string(this->value(where)) + ")",
          where);
   }
 }
 
-TimelinePoint TimelineSemaphore::at(std::uint64_t value) const {
-  FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::at", "null semaphore handle",
-          std::source_location::current());
+TimelinePoint TimelineSemaphore::at(std::uint64_t value, std::source_location where) const {
+  FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::at", "null semaphore handle", where);
   return TimelinePoint{state_, value};
 }
 
 // ---- Queue -------------------------------------------------------------------------------
 
-QueueRole Queue::role() const {
-  FERRY_REQUIRE(state_ != nullptr, "Queue::role", "null queue handle", std::source_location::current());
+QueueRole Queue::role(std::source_location where) const {
+  FERRY_REQUIRE(state_ != nullptr, "Queue::role", "null queue handle", where);
   return state_->role;
 }
-std::uint32_t Queue::id() const {
-  FERRY_REQUIRE(state_ != nullptr, "Queue::id", "null queue handle", std::source_location::current());
+std::uint32_t Queue::id(std::source_location where) const {
+  FERRY_REQUIRE(state_ != nullptr, "Queue::id", "null queue handle", where);
   return state_->id;
 }
-const std::string& Queue::name() const {
-  FERRY_REQUIRE(state_ != nullptr, "Queue::name", "null queue handle", std::source_location::current());
+const std::string& Queue::name(std::source_location where) const {
+  FERRY_REQUIRE(state_ != nullptr, "Queue::name", "null queue handle", where);
   return state_->name;
 }
 
@@ -442,8 +452,10 @@ void Queue::signal(const TimelinePoint& point, std::source_location where) {
   FERRY_REQUIRE(!point.empty(), "Queue::signal", "empty timeline point", where);
   FERRY_REQUIRE(point.semaphore->device_id == q.device_id, "Queue::signal",
           "the point's semaphore belongs to another device", where);
-  FERRY_REQUIRE(point.semaphore != q.timeline, "Queue::signal",
-          "a queue's private timeline is signalled by ferry only", where);
+  FERRY_REQUIRE(!point.semaphore->queue_private, "Queue::signal",
+                "the point is on a queue's private timeline, which only ferry signals; signal a semaphore "
+                "from Device::create_semaphore instead",
+                where);
   std::lock_guard lock(q.mutex);
   {
     std::lock_guard slock(point.semaphore->mutex);
@@ -479,7 +491,7 @@ void Queue::synchronize(std::chrono::nanoseconds timeout, std::source_location w
 
 namespace {
 detail::DeviceState& checked(const std::shared_ptr<detail::DeviceState>& s, const char* function,
-                             const std::source_location& where = std::source_location::current()) {
+                             const std::source_location& where) {
   FERRY_REQUIRE(s != nullptr, function, "null device handle", where);
   FERRY_REQUIRE(!s->closed.load(), function, "the device is closed", where);
   return *s;
@@ -543,17 +555,26 @@ int Device::count(Backend backend) noexcept {
 
 bool Device::built_with(Backend backend) noexcept { return detail::entry(backend).built; }
 
-const Capabilities& Device::capabilities() const { return checked(state_, "Device::capabilities").caps; }
-Backend Device::backend() const { return checked(state_, "Device::backend").options.backend; }
+const Capabilities& Device::capabilities(std::source_location where) const {
+  return checked(state_, "Device::capabilities", where).caps;
+}
+Backend Device::backend(std::source_location where) const {
+  return checked(state_, "Device::backend", where).options.backend;
+}
 
-Queue Device::queue(QueueRole role) const {
-  auto& s = checked(state_, "Device::queue");
+Queue Device::queue(QueueRole role, std::source_location where) const {
+  auto& s = checked(state_, "Device::queue", where);
   return Queue(role == QueueRole::compute ? s.compute : s.transfer);
 }
 
 Queue Device::create_queue(QueueRole role, std::string name, int priority, std::source_location where) {
   auto& s = checked(state_, "Device::create_queue", where);
-  auto backend = s.backend->create_queue(role, priority);
+  std::unique_ptr<detail::BackendQueue> backend;
+  try {
+    backend = s.backend->create_queue(role, priority);
+  } catch (const Error& err) {
+    throw Error(err.code(), "Device::create_queue: " + err.message(), err.call(), where);
+  }
   return Queue(detail::make_queue(s, state_, role, std::move(name), nullptr, std::move(backend)));
 }
 
@@ -575,17 +596,19 @@ TimelineSemaphore Device::create_semaphore(std::uint64_t initial, std::source_lo
   return TimelineSemaphore(detail::make_semaphore(s, state_, initial));
 }
 
-DevicePool& Device::pool() const { return checked(state_, "Device::pool").pool_api; }
-HostPool& Device::host_pool() const { return checked(state_, "Device::host_pool").host_pool_api; }
+DevicePool& Device::pool(std::source_location where) const { return checked(state_, "Device::pool", where).pool_api; }
+HostPool& Device::host_pool(std::source_location where) const {
+  return checked(state_, "Device::host_pool", where).host_pool_api;
+}
 
-std::uint64_t Device::validation_messages() const {
-  FERRY_REQUIRE(state_ != nullptr, "Device::validation_messages", "null device handle", std::source_location::current());
+std::uint64_t Device::validation_messages(std::source_location where) const {
+  FERRY_REQUIRE(state_ != nullptr, "Device::validation_messages", "null device handle", where);
   if (state_->closed.load()) return state_->validation_messages_at_close;
   return state_->backend->validation_messages();
 }
 
-std::uint64_t Device::host_waits() const {
-  FERRY_REQUIRE(state_ != nullptr, "Device::host_waits", "null device handle", std::source_location::current());
+std::uint64_t Device::host_waits(std::source_location where) const {
+  FERRY_REQUIRE(state_ != nullptr, "Device::host_waits", "null device handle", where);
   return state_->host_waits.load(std::memory_order_relaxed);
 }
 

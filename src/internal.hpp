@@ -51,6 +51,9 @@ struct SemaphoreState {
   std::mutex mutex;
   std::unique_ptr<BackendSemaphore> backend;  // null once the device closed
   std::uint64_t max_signal = 0;               // highest value signalled or enqueued for signal
+  /// A queue's private progress timeline: only ferry signals it (Queue::mark), so marks never
+  /// report work complete that is still pending. Host and queue signals of it are refused.
+  bool queue_private = false;
   /// Greatest value seen reached: raised by every query through query_value(), by host
   /// signals and by successful host waits; never lowered (timelines only grow). A point at or
   /// below it is reached without asking the backend (lock-free). UINT64_MAX once closed.

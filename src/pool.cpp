@@ -385,16 +385,16 @@ bool DeviceBuffer::valid() const noexcept {
   return d != nullptr && !d->closed.load();
 }
 
-std::uint64_t DeviceBuffer::size() const {
-  return live_block(state_, "DeviceBuffer::size", std::source_location::current()).requested;
+std::uint64_t DeviceBuffer::size(std::source_location where) const {
+  return live_block(state_, "DeviceBuffer::size", where).requested;
 }
 
-Queue DeviceBuffer::owner() const {
-  return Queue(live_block(state_, "DeviceBuffer::owner", std::source_location::current()).owner);
+Queue DeviceBuffer::owner(std::source_location where) const {
+  return Queue(live_block(state_, "DeviceBuffer::owner", where).owner);
 }
 
-DeviceView DeviceBuffer::view() const {
-  const auto& b = live_block(state_, "DeviceBuffer::view", std::source_location::current());
+DeviceView DeviceBuffer::view(std::source_location where) const {
+  const auto& b = live_block(state_, "DeviceBuffer::view", where);
   DeviceView v;
   v.native = b.segment->native;
   v.offset = b.offset;
@@ -403,8 +403,8 @@ DeviceView DeviceBuffer::view() const {
   return v;
 }
 
-TimelinePoint DeviceBuffer::ready_after() const {
-  return live_block(state_, "DeviceBuffer::ready_after", std::source_location::current()).ready_after;
+TimelinePoint DeviceBuffer::ready_after(std::source_location where) const {
+  return live_block(state_, "DeviceBuffer::ready_after", where).ready_after;
 }
 
 namespace {
@@ -452,7 +452,10 @@ void DeviceBuffer::release(std::source_location where) {
 
 void DeviceBuffer::release_after(const TimelinePoint& point, std::source_location where) {
   auto& b = live_block(state_, "DeviceBuffer::release_after", where);
-  FERRY_REQUIRE(!point.empty(), "DeviceBuffer::release_after", "empty timeline point", where);
+  if (point.empty()) {  // an empty point counts as reached: a plain release
+    release(where);
+    return;
+  }
   FERRY_REQUIRE(point.semaphore->device_id == b.device_id, "DeviceBuffer::release_after",
           "the point's semaphore belongs to another device", where);
   auto d = b.device.lock();
@@ -634,21 +637,27 @@ void DevicePool::clear_events() {
 // ---- HostBuffer / HostPool ---------------------------------------------------------------
 
 namespace {
-const detail::HostMemory& live_host(const std::shared_ptr<detail::HostAllocation>& s, const char* function) {
-  const auto where = std::source_location::current();
+const detail::HostMemory& live_host(const std::shared_ptr<detail::HostAllocation>& s, const char* function,
+                                    const std::source_location& where) {
   FERRY_REQUIRE(s != nullptr, function, "null or moved-from host buffer", where);
   FERRY_REQUIRE(s->memory != nullptr, function, "the device of this host buffer is closed", where);
   return *s->memory;
 }
 }  // namespace
 
-std::span<std::byte> HostBuffer::span() const {
-  const auto& m = live_host(state_, "HostBuffer::span");
+std::span<std::byte> HostBuffer::span(std::source_location where) const {
+  const auto& m = live_host(state_, "HostBuffer::span", where);
   return {m.ptr, static_cast<std::size_t>(m.size)};
 }
-std::byte* HostBuffer::data() const { return live_host(state_, "HostBuffer::data").ptr; }
-std::uint64_t HostBuffer::size() const { return live_host(state_, "HostBuffer::size").size; }
-bool HostBuffer::registered() const { return live_host(state_, "HostBuffer::registered").registered; }
+std::byte* HostBuffer::data(std::source_location where) const {
+  return live_host(state_, "HostBuffer::data", where).ptr;
+}
+std::uint64_t HostBuffer::size(std::source_location where) const {
+  return live_host(state_, "HostBuffer::size", where).size;
+}
+bool HostBuffer::registered(std::source_location where) const {
+  return live_host(state_, "HostBuffer::registered", where).registered;
+}
 
 HostBuffer HostPool::allocate(std::uint64_t bytes, std::source_location where) {
   auto d = device_->shared_from_this();

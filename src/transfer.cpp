@@ -452,8 +452,8 @@ Transfer::~Transfer() {
 Transfer::Transfer(Transfer&&) noexcept = default;
 Transfer& Transfer::operator=(Transfer&&) noexcept = default;
 
-Queue Transfer::executor() const {
-  FERRY_REQUIRE(state_ != nullptr, "Transfer::executor", "moved-from transfer", std::source_location::current());
+Queue Transfer::executor(std::source_location where) const {
+  FERRY_REQUIRE(state_ != nullptr, "Transfer::executor", "moved-from transfer", where);
   return Queue(state_->exec);
 }
 

@@ -118,7 +118,7 @@ struct TimelinePoint {
   /// @brief True for an empty point.
   [[nodiscard]] bool empty() const noexcept { return semaphore == nullptr; }
   /// @brief Non-blocking query: has the point been reached? Empty points are reached.
-  [[nodiscard]] bool reached() const;
+  [[nodiscard]] bool reached(std::source_location where = std::source_location::current()) const;
   /// @brief Block the calling thread until reached; throws `timeout` after `timeout`.
   void wait(std::chrono::nanoseconds timeout = std::chrono::seconds(60),
             std::source_location where = std::source_location::current()) const;
@@ -132,16 +132,19 @@ class TimelineSemaphore {
  public:
   TimelineSemaphore() = default;
   /// @brief The current value (non-blocking query).
-  [[nodiscard]] std::uint64_t value() const;
-  /// @brief Signal from the host. Throws `invalid_argument` if `value` <= current value.
+  [[nodiscard]] std::uint64_t value(std::source_location where = std::source_location::current()) const;
+  /// @brief Signal from the host. Throws `invalid_argument` if `value` <= current value, and
+  /// for a queue's private timeline (a `Queue::mark()` point's semaphore), which only ferry
+  /// signals: a user signal would make the queue's marks report pending work complete.
   void signal(std::uint64_t value, std::source_location where = std::source_location::current());
   /// @brief Block the calling thread until the value is >= `value`; throws `timeout`.
   void wait(std::uint64_t value, std::chrono::nanoseconds timeout = std::chrono::seconds(60),
             std::source_location where = std::source_location::current()) const;
   /// @brief Like `wait`, but returns false instead of throwing on timeout.
-  [[nodiscard]] bool try_wait(std::uint64_t value, std::chrono::nanoseconds timeout) const;
+  [[nodiscard]] bool try_wait(std::uint64_t value, std::chrono::nanoseconds timeout,
+                              std::source_location where = std::source_location::current()) const;
   /// @brief The point `(this, value)`.
-  [[nodiscard]] TimelinePoint at(std::uint64_t value) const;
+  [[nodiscard]] TimelinePoint at(std::uint64_t value, std::source_location where = std::source_location::current()) const;
   /// @brief True for a non-null handle.
   explicit operator bool() const noexcept { return state_ != nullptr; }
 
@@ -161,11 +164,11 @@ class Queue {
  public:
   Queue() = default;
   /// @brief Compute (owner) or transfer (executing).
-  [[nodiscard]] QueueRole role() const;
+  [[nodiscard]] QueueRole role(std::source_location where = std::source_location::current()) const;
   /// @brief Stable per-device id (used in snapshots and statistics).
-  [[nodiscard]] std::uint32_t id() const;
+  [[nodiscard]] std::uint32_t id(std::source_location where = std::source_location::current()) const;
   /// @brief Name for reports ("compute", "transfer", or the name given at creation).
-  [[nodiscard]] const std::string& name() const;
+  [[nodiscard]] const std::string& name(std::source_location where = std::source_location::current()) const;
   /// @brief Make later work on this queue wait for `point` (GPU-side; host not blocked).
   /// Waiting on a point of another device's semaphore is `invalid_argument`.
   void wait(const TimelinePoint& point,
@@ -232,36 +235,43 @@ class Device {
   static bool built_with(Backend backend) noexcept;
 
   /// @brief Capabilities and limits.
-  [[nodiscard]] const Capabilities& capabilities() const;
+  [[nodiscard]] const Capabilities& capabilities(std::source_location where = std::source_location::current()) const;
   /// @brief The backend.
-  [[nodiscard]] Backend backend() const;
+  [[nodiscard]] Backend backend(std::source_location where = std::source_location::current()) const;
   /// @brief The device's default queue of a role (created at open). For `transfer`, a
   /// dedicated transfer queue when the device has one, else a second queue of the compute
   /// family (or, on one-queue devices, the compute queue itself; see capabilities).
-  [[nodiscard]] Queue queue(QueueRole role) const;
+  [[nodiscard]] Queue queue(QueueRole role, std::source_location where = std::source_location::current()) const;
   /// @brief Create another queue of a role. `priority` > 0 asks for higher priority where the
-  /// backend supports it.
+  /// backend supports it. Throws `unsupported` when the device has no queue left to give (a
+  /// Vulkan device whose families' queues are all in use; lavapipe has one queue in all), and
+  /// the backend's error (`out_of_memory`, `backend_error`) when creating the native queue fails.
   Queue create_queue(QueueRole role, std::string name = {}, int priority = 0,
                      std::source_location where = std::source_location::current());
   /// @brief Adopt an engine's native queue (see NativeQueue). ferry never destroys it.
+  /// A native handle cannot be validated: it must be a live stream (CUDA/HIP) or queue
+  /// (Vulkan) of this device, and must outlive every use of the returned Queue; anything else
+  /// is undefined behaviour in the driver. What can be checked is: a null handle is
+  /// `invalid_argument`, and on Vulkan the family and index must exist on the device and the
+  /// family must support the role (`invalid_argument` naming them).
   Queue adopt_queue(QueueRole role, const NativeQueue& native, std::string name = {},
                     std::source_location where = std::source_location::current());
   /// @brief Create a timeline semaphore starting at `initial`.
   TimelineSemaphore create_semaphore(std::uint64_t initial = 0,
                                      std::source_location where = std::source_location::current());
   /// @brief The device memory pool (stream-ordered; see pool.hpp).
-  [[nodiscard]] DevicePool& pool() const;
+  [[nodiscard]] DevicePool& pool(std::source_location where = std::source_location::current()) const;
   /// @brief The pinned host memory pool (see pool.hpp).
-  [[nodiscard]] HostPool& host_pool() const;
+  [[nodiscard]] HostPool& host_pool(std::source_location where = std::source_location::current()) const;
   /// @brief Vulkan with validation: number of validation messages seen so far (0 elsewhere).
   /// Readable after `close()` too (then it includes messages raised during teardown).
-  [[nodiscard]] std::uint64_t validation_messages() const;
+  [[nodiscard]] std::uint64_t validation_messages(std::source_location where = std::source_location::current()) const;
   /// @brief How many times a host wait on this device's timelines actually blocked: explicit
   /// waits (`TimelinePoint::wait`, `TimelineSemaphore::wait`/`try_wait`, `synchronize`) and
   /// ferry's own (staging slots, `blocking` copies, pageable downloads) that found their point
   /// not yet reached. Waits on reached points do not count. Lets a loop check that its steady
   /// state never stalls the host. Readable after `close()`.
-  [[nodiscard]] std::uint64_t host_waits() const;
+  [[nodiscard]] std::uint64_t host_waits(std::source_location where = std::source_location::current()) const;
   /// @brief Wait for all work, free everything, invalidate handles. Idempotent.
   /// Like vkDeviceWaitIdle, it waits for every queue: a queue blocked on a semaphore value
   /// that nobody will signal keeps it waiting. Signal or abandon such waits first.

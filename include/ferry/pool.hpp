@@ -67,14 +67,14 @@ class DeviceBuffer {
   ~DeviceBuffer();
 
   /// @brief Size requested at allocation, in bytes.
-  [[nodiscard]] std::uint64_t size() const;
+  [[nodiscard]] std::uint64_t size(std::source_location where = std::source_location::current()) const;
   /// @brief The owner queue (whose pool the block returns to).
-  [[nodiscard]] Queue owner() const;
+  [[nodiscard]] Queue owner(std::source_location where = std::source_location::current()) const;
   /// @brief Native addressing (device pointer or VkBuffer + offset).
-  [[nodiscard]] DeviceView view() const;
+  [[nodiscard]] DeviceView view(std::source_location where = std::source_location::current()) const;
   /// @brief The point a queue other than the owner must wait for before writing this block
   /// (the previous owner's free point; empty when the block was already free for everyone).
-  [[nodiscard]] TimelinePoint ready_after() const;
+  [[nodiscard]] TimelinePoint ready_after(std::source_location where = std::source_location::current()) const;
   /// @brief Stream-ordered free on the owner queue (see the pool contract). Releasing twice,
   /// or a moved-from/null buffer, throws `invalid_argument`.
   void release(std::source_location where = std::source_location::current());
@@ -83,6 +83,7 @@ class DeviceBuffer {
   /// `release()` would. Use it when another queue or the host still uses the buffer up to
   /// `point`. (`CopyMode::executor_owned` models PyTorch's `record_stream` differently: the
   /// block stays unusable for its owner until the consuming queue's point is reached.)
+  /// An empty `point` counts as reached: the call is then exactly `release()`.
   void release_after(const TimelinePoint& point,
                      std::source_location where = std::source_location::current());
   /// @brief Whether this handle holds a live block.
@@ -189,13 +190,13 @@ class HostBuffer {
   ~HostBuffer() = default;
 
   /// @brief The bytes (throws `invalid_argument` for a null buffer).
-  [[nodiscard]] std::span<std::byte> span() const;
+  [[nodiscard]] std::span<std::byte> span(std::source_location where = std::source_location::current()) const;
   /// @brief Start of the memory.
-  [[nodiscard]] std::byte* data() const;
+  [[nodiscard]] std::byte* data(std::source_location where = std::source_location::current()) const;
   /// @brief Size in bytes.
-  [[nodiscard]] std::uint64_t size() const;
+  [[nodiscard]] std::uint64_t size(std::source_location where = std::source_location::current()) const;
   /// @brief True for memory registered from the user (not allocated by ferry).
-  [[nodiscard]] bool registered() const;
+  [[nodiscard]] bool registered(std::source_location where = std::source_location::current()) const;
   /// @brief Whether this handle holds memory.
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
   explicit operator bool() const noexcept { return valid(); }

@@ -148,7 +148,7 @@ class Transfer {
   Transfer& operator=(const Transfer&) = delete;
 
   /// @brief The executing queue.
-  [[nodiscard]] Queue executor() const;
+  [[nodiscard]] Queue executor(std::source_location where = std::source_location::current()) const;
 
   /// @brief Copy pinned/registered host memory to a new device buffer owned by `owner`.
   /// Returns at once (except in `blocking` mode). Errors: empty source, queue of another
