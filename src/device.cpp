@@ -210,7 +210,12 @@ void DeviceState::close() noexcept {
   if (closed.exchange(true)) return;
   if (!backend) return;  // Device::open failed before the backend existed
   try {
-    for (auto& q : queues) {
+    std::vector<std::shared_ptr<QueueState>> open_queues;
+    {
+      std::lock_guard lock(mutex);  // the registry grows under it (create_queue, adopt_queue)
+      open_queues = queues;
+    }
+    for (auto& q : open_queues) {
       std::lock_guard lock(q->mutex);
       if (q->backend != nullptr) q->backend->flush();
     }

@@ -13,8 +13,13 @@
 /// `ErrorCode::invalid_argument`. After `Device::close()` every handle of that device throws
 /// `invalid_argument` ("device is closed") instead of touching freed backend objects.
 ///
-/// Thread-safety: all methods of these handles may be called concurrently from several threads.
-/// Work enqueued on one queue from several threads is ordered by the order of the calls.
+/// Thread-safety: all methods of these handles may be called concurrently from several threads,
+/// on one handle object or on copies of it, with one exception: `Device::close()` is teardown
+/// and must not run while another thread is inside a call on any handle of that device (after
+/// it returns, those handles throw `invalid_argument` instead of touching freed objects). The
+/// same holds for dropping the last handle, which closes the device. Work enqueued on one
+/// queue from several threads is ordered by the order of the calls (each queue serializes its
+/// enqueues), and a point a call returns covers exactly the work enqueued before it.
 #pragma once
 
 #include <array>

@@ -22,8 +22,14 @@
 ///    retried, then `ErrorCode::out_of_memory` is thrown naming the request and pool state.
 ///
 /// Thread-safety: DevicePool and HostPool methods may be called from any thread (one mutex
-/// per pool). A DeviceBuffer/HostBuffer object is not itself synchronized: do not release
-/// one object from two threads at once.
+/// per pool); `get_budget`, `calculate_statistics`, `snapshot` and `validate` see a
+/// consistent state while other threads allocate and release. A DeviceBuffer/HostBuffer
+/// object is not itself synchronized: its const accessors may be called concurrently, but
+/// releasing, moving or destroying one object must not race with any other use of it. Calls
+/// that use one DeviceBuffer (copies, compute, release) from several threads must be ordered
+/// by the caller, except calls through one Transfer, which it serializes. A HostBuffer's
+/// handle may be dropped while copies that use it are in flight on any thread: the memory
+/// stays alive until the last of them completes.
 #pragma once
 
 #include <cstddef>

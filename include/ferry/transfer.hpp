@@ -27,7 +27,10 @@
 /// Destroying a Transfer waits for its in-flight copies.
 ///
 /// Thread-safety: a Transfer may be used from several threads; calls are serialized
-/// internally and enqueue in call order.
+/// internally and enqueue in call order. `synchronize()` waits for the copies enqueued before
+/// it began; copies other threads enqueue meanwhile keep their host memory alive until they
+/// complete. Moving or destroying a Transfer must not race with a call on it. Several
+/// Transfers may share one executor queue; each keeps its own staging ring.
 #pragma once
 
 #include <chrono>
