@@ -13,6 +13,14 @@ using conformance::expect_error;
 
 namespace {
 
+#if defined(__clang__) && __clang_major__ < 17
+// clang before 17 evaluates std::source_location::current() in a default argument where the
+// function is declared, not where it is called (CWG 2631): only the throw can be checked.
+constexpr bool kCallerLocations = false;
+#else
+constexpr bool kCallerLocations = true;
+#endif
+
 /// Runs `fn`, which must throw `code` from a call on line `line` of this file.
 template <class Fn>
 void expect_at(ErrorCode code, Fn&& fn, std::uint_least32_t line, const char* what) {
@@ -22,6 +30,7 @@ void expect_at(ErrorCode code, Fn&& fn, std::uint_least32_t line, const char* wh
   } catch (const Error& e) {
     const std::string text = e.what();
     CHECK_MESSAGE(e.code() == code, what << ": " << text);
+    if (!kCallerLocations) return;
     CHECK_MESSAGE(std::string(e.where().file_name()).find("misuse.cpp") != std::string::npos,
                   what << ": " << text);
     CHECK_MESSAGE(e.where().line() == line, what << ": " << text);
@@ -102,7 +111,9 @@ CONFORMANCE_CASE("misuse: create_queue on a device with no queue left names the 
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::unsupported);
       CHECK_MESSAGE(std::string(e.message()).find("Device::create_queue") != std::string::npos, e.what());
-      CHECK_MESSAGE(std::string(e.where().file_name()).find("misuse.cpp") != std::string::npos, e.what());
+      if (kCallerLocations) {
+        CHECK_MESSAGE(std::string(e.where().file_name()).find("misuse.cpp") != std::string::npos, e.what());
+      }
       break;
     }
   }
