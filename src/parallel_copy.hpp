@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Persistent helper threads for host memcpy (packing pageable and scattered sources into
-// pinned staging). One pass of the calling thread plus the helpers copies disjoint parts.
+// pinned staging, scattering staging into destinations), running a CopyPlan's units.
 #pragma once
 
 #include <atomic>
@@ -14,13 +14,6 @@
 #include <vector>
 
 namespace ferry::detail {
-
-/// A piece of a gather: `size` bytes from `src` land at `at` in the packed layout.
-struct GatherPiece {
-  std::uint64_t at = 0;
-  const std::byte* src = nullptr;
-  std::uint64_t size = 0;
-};
 
 /// memcpy with non-temporal (streaming) stores for sizes >= 256 bytes where the CPU has them
 /// (SSE2), plain memcpy otherwise. Call finish_stream_copies() before another thread may read
@@ -99,17 +92,10 @@ class ParallelCopier {
   ParallelCopier(const ParallelCopier&) = delete;
   ParallelCopier& operator=(const ParallelCopier&) = delete;
 
-  /// Copy the packed range [begin, end) of `pieces` (sorted by `at`, non-overlapping) into
-  /// `dst` (dst[0] corresponds to `begin`). Splits the range across the helpers when it is
-  /// large enough to pay for the hand-off; returns when every byte is copied.
-  void gather(const std::vector<GatherPiece>& pieces, std::uint64_t begin, std::uint64_t end, std::byte* dst);
-  /// Copy `bytes` from `src` to `dst` in parallel parts.
-  void copy(std::byte* dst, const std::byte* src, std::uint64_t bytes);
   [[nodiscard]] unsigned threads() const noexcept { return static_cast<unsigned>(workers_.size()); }
 
  private:
   friend class PipelinedCopy;
-  void run(const std::function<void(unsigned part, unsigned parts)>& job, unsigned parts);
   /// Wake the helpers once to run `job(index, parts)` (index >= 1) without the caller;
   /// `finish` waits until every helper has returned from it.
   void start(const std::function<void(unsigned, unsigned)>& job, unsigned parts);

@@ -18,6 +18,8 @@
 
 #include "internal.hpp"
 #include "parallel_copy.hpp"
+#include "planning.hpp"
+#include "small_vector.hpp"
 
 namespace ferry {
 namespace detail {
@@ -57,121 +59,39 @@ struct TransferState {
   // ---- Pipelined staging -------------------------------------------------------------------
   //
   // A staged copy moves a "stream" of `total` bytes (a batch upload's packed layout, or the
-  // coalesced source ranges of a batch download) through the ring in chunks of `chunk` bytes.
-  // The ring keeps its configured buffers (staging_chunks x staging_chunk_bytes: the cap is
-  // never exceeded); a call may cut each buffer into several smaller chunks.
+  // coalesced source ranges of a batch download) through the ring in chunks (see
+  // planning::staging_geometry). The ring keeps its configured buffers (staging_chunks x
+  // staging_chunk_bytes: the cap is never exceeded); a call may cut each buffer into several
+  // smaller chunks.
   //
   // Why smaller chunks: with 4 x 16 MiB and a 64 MiB batch, chunk k's DMA cannot start before
   // all of chunk k is packed, so the first 16 MiB of packing and the last 16 MiB of DMA do not
   // overlap anything: on the H200 (16 threads, 42.6 GB/s memcpy, 55.5 GB/s DMA) that is
-  // ~0.4 ms + ~0.3 ms on top of ~1.6 ms of packing. Aiming at >= kTargetChunks chunks per call
-  // (2 MiB for 64 MiB) leaves ~40 us of fill and drain. The floor kMinChunk keeps DMAs large
-  // enough for the copy engine to reach full rate (per-copy launch ~5-10 us is hidden behind
-  // the previous DMA of >= 1 MiB, ~20 us at 55 GB/s). Chunks are the buffer size divided by a
-  // power of two, so they tile every buffer exactly.
+  // ~0.4 ms + ~0.3 ms on top of ~1.6 ms of packing. Aiming at >= 32 chunks per call (2 MiB
+  // for 64 MiB) leaves ~40 us of fill and drain. The 1 MiB floor keeps DMAs large enough for
+  // the copy engine to reach full rate (per-copy launch ~5-10 us is hidden behind the previous
+  // DMA of >= 1 MiB, ~20 us at 55 GB/s). Chunks are the buffer size divided by a power of
+  // two, so they tile every buffer exactly. Figures: docs/benchmarks.md.
   //
-  // Host side: the whole call's memcpys are planned up front (CopyPlan) and split into units
-  // of about kUnitBytes, cut at 4 KiB boundaries of the stream (two threads never write one
-  // cache line of staging), balanced by bytes (views are grouped contiguously, not
-  // dispatched one by one). The helpers are woken once per call and claim units in order, so
-  // all threads work on the oldest chunks first; the calling thread issues each chunk's DMA
-  // the moment its last unit finishes and packs units in between.
-  //
-  // Tuning experiments only (documented in docs/benchmarks.md, read once per process):
-  // FERRY_STAGING_MIN_CHUNK_KB, FERRY_STAGING_TARGET_CHUNKS, FERRY_STAGING_UNIT_KB override
-  // these, and FERRY_STAGING_CALLER_PACKS=0 keeps the calling thread to issuing DMAs.
-  static std::uint64_t tuned(const char* name, std::uint64_t fallback, std::uint64_t unit) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return fallback;
-    const unsigned long long n = std::strtoull(v, nullptr, 10);
-    return n == 0 ? fallback : static_cast<std::uint64_t>(n) * unit;
-  }
-  inline static const std::uint64_t kMinChunk = tuned("FERRY_STAGING_MIN_CHUNK_KB", 1ull << 20, 1024);
-  inline static const std::uint64_t kTargetChunks = tuned("FERRY_STAGING_TARGET_CHUNKS", 32, 1);
-  inline static const std::uint64_t kUnitBytes = tuned("FERRY_STAGING_UNIT_KB", 256ull << 10, 1024);
-  inline static const bool kCallerPacks = [] {
-    const char* v = std::getenv("FERRY_STAGING_CALLER_PACKS");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  // Host side: the whole call's memcpys are planned up front (planning::plan_copies) and
+  // split into units balanced by bytes. The helpers are woken once per call and claim units
+  // in order, so all threads work on the oldest chunks first; the calling thread issues each
+  // chunk's DMA the moment its last unit finishes and packs units in between.
+  static constexpr planning::StagingTuning kTuning{};
 
-  struct Geometry {
-    std::uint64_t chunk = 0;       // bytes per chunk
-    std::uint64_t per_buffer = 0;  // chunks per ring buffer
-    std::uint64_t ring_chunks = 0; // chunks the ring holds at once
-    std::size_t first = 0;         // ring buffer of chunk 0
-    std::uint64_t chunks = 0;      // chunks in this call
-    [[nodiscard]] std::size_t buffer(std::uint64_t k, std::size_t n) const {
-      return (first + (k % ring_chunks) / per_buffer) % n;
-    }
-    [[nodiscard]] std::uint64_t offset(std::uint64_t k) const { return (k % ring_chunks) % per_buffer * chunk; }
-  };
+  using StreamPiece = planning::StreamPiece;
+  using Run = planning::Run;
 
-  Geometry geometry(std::uint64_t total) const {
-    Geometry g;
-    g.chunk = options.staging_chunk_bytes;
-    while (g.chunk % 2 == 0 && g.chunk / 2 >= kMinChunk && (total + g.chunk - 1) / g.chunk < kTargetChunks) g.chunk /= 2;
-    g.per_buffer = options.staging_chunk_bytes / g.chunk;
-    g.ring_chunks = g.per_buffer * ring.size();
-    g.first = next_slot;
-    g.chunks = (total + g.chunk - 1) / g.chunk;
-    return g;
+  planning::Geometry geometry(std::uint64_t total) const {
+    return planning::staging_geometry(total, options.staging_chunk_bytes, ring.size(), next_slot, kTuning);
   }
 
-  /// A piece of the stream: `size` bytes at stream position `at` correspond to `host`.
-  struct StreamPiece {
-    std::uint64_t at = 0;
-    std::byte* host = nullptr;  // written only by downloads (uploads never write through it)
-    std::uint64_t size = 0;
-  };
-
-  std::byte* stage(const Geometry& g, std::uint64_t k) const {
-    return ring[g.buffer(k, ring.size())].buffer.data() + g.offset(k);
-  }
-
-  /// Plan the host memcpys of a staged copy: `to_staging` packs (upload), else scatters.
-  CopyPlan plan_copies(const std::vector<StreamPiece>& pieces, std::uint64_t total, const Geometry& g,
+  CopyPlan plan_copies(const std::vector<StreamPiece>& pieces, std::uint64_t total, const planning::Geometry& g,
                        bool to_staging) const {
-    CopyPlan plan;
-    plan.chunks = static_cast<std::uint32_t>(g.chunks);
-    const std::uint64_t workers = copier->threads() + 1;
-    std::vector<std::uint64_t> unit_begin;  // stream position where unit u starts
-    for (std::uint64_t k = 0; k < g.chunks; ++k) {
-      const std::uint64_t cb = k * g.chunk, n = std::min(g.chunk, total - cb);
-      const std::uint64_t parts = std::clamp<std::uint64_t>(n / kUnitBytes, 1, workers);
-      std::uint64_t prev = cb;
-      for (std::uint64_t i = 1; i <= parts; ++i) {
-        const std::uint64_t e = i == parts ? cb + n : cb + (n * i / parts) / 4096 * 4096;
-        if (e <= prev) continue;
-        unit_begin.push_back(prev);
-        plan.units.push_back({0, 0, static_cast<std::uint32_t>(k)});
-        prev = e;
-      }
-    }
-    const std::size_t units = plan.units.size();
-    auto unit_end = [&](std::size_t u) { return u + 1 < units ? unit_begin[u + 1] : total; };
-    // Visit the fragments of every piece, cut at unit boundaries.
-    auto for_each_fragment = [&](auto&& fn) {
-      for (const StreamPiece& p : pieces) {
-        std::size_t u = static_cast<std::size_t>(
-            std::upper_bound(unit_begin.begin(), unit_begin.end(), p.at) - unit_begin.begin() - 1);
-        for (; u < units && unit_begin[u] < p.at + p.size; ++u) {
-          const std::uint64_t a = std::max(p.at, unit_begin[u]), b = std::min(p.at + p.size, unit_end(u));
-          if (a < b) fn(u, p, a, b);
-        }
-      }
-    };
-    std::vector<std::uint32_t> count(units + 1, 0);
-    for_each_fragment([&](std::size_t u, const StreamPiece&, std::uint64_t, std::uint64_t) { ++count[u + 1]; });
-    for (std::size_t u = 0; u < units; ++u) count[u + 1] += count[u];
-    for (std::size_t u = 0; u < units; ++u) plan.units[u].begin = plan.units[u].end = count[u];
-    plan.items.resize(count[units]);
-    for_each_fragment([&](std::size_t u, const StreamPiece& p, std::uint64_t a, std::uint64_t b) {
-      const std::uint64_t k = plan.units[u].chunk;
-      std::byte* staged = stage(g, k) + (a - k * g.chunk);
-      std::byte* host = p.host + (a - p.at);
-      plan.items[plan.units[u].end++] = to_staging ? CopyItem{staged, host, b - a} : CopyItem{host, staged, b - a};
-    });
-    return plan;
+    SmallVector<std::byte*, 8> bases;
+    for (const Slot& slot : ring) bases.push_back(slot.buffer.data());
+    return planning::plan_copies(pieces, total, g, std::span<std::byte* const>(bases.data(), bases.size()),
+                                 copier->threads() + 1, kTuning, to_staging);
   }
 
   /// Spin briefly, then yield: the caller waits for helpers finishing a unit (tens of us).
@@ -184,7 +104,7 @@ struct TransferState {
   /// b.ready_after.
   void staged_h2d(const std::vector<StreamPiece>& pieces, std::uint64_t total, const BlockState& b,
                   const std::source_location& where) {
-    const Geometry g = geometry(total);
+    const planning::Geometry g = geometry(total);
     const CopyPlan plan = plan_copies(pieces, total, g, true);
     const std::uint64_t K = g.chunks, R = g.ring_chunks;
     std::vector<TimelinePoint> before(ring.size());  // last use of each buffer before this call
@@ -193,7 +113,7 @@ struct TransferState {
     // Chunk k's staging may be written once its previous reader is done: a DMA of an earlier
     // call (first lap) or of chunk k - R of this call.
     auto gate = [&](std::uint64_t k) -> const TimelinePoint& {
-      return k < R ? before[g.buffer(k, ring.size())] : dma[k - R];
+      return k < R ? before[g.buffer(k)] : dma[k - R];
     };
     PipelinedCopy job(*copier, plan);
     std::uint64_t released = 0, issued = 0;
@@ -206,7 +126,7 @@ struct TransferState {
       }
       while (issued < released && job.chunk_done(static_cast<std::uint32_t>(issued))) {
         const std::uint64_t at = issued * g.chunk, n = std::min(g.chunk, total - at);
-        Slot& slot = ring[g.buffer(issued, ring.size())];
+        Slot& slot = ring[g.buffer(issued)];
         std::lock_guard elock(exec->mutex);
         exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + at},
                                 HostRef{slot.buffer.state()->memory.get(), g.offset(issued)}, n);
@@ -217,7 +137,7 @@ struct TransferState {
         progress = true;
       }
       if (issued == K) break;
-      if ((kCallerPacks && job.run_one()) || progress) {
+      if (job.run_one() || progress) {
         idle = 0;
         continue;
       }
@@ -227,15 +147,8 @@ struct TransferState {
         pause(idle);  // helpers are finishing the oldest chunk
       }
     }
-    next_slot = (g.buffer(K - 1, ring.size()) + 1) % ring.size();
+    next_slot = g.next_first();
   }
-
-  /// A run of the source buffer copied as one contiguous part of the stream.
-  struct Run {
-    std::uint64_t stream = 0;  // stream position of the run's first byte
-    std::uint64_t source = 0;  // offset in the source buffer
-    std::uint64_t size = 0;
-  };
 
   /// Download: DMA the stream (`runs` of `b`, `total` bytes) through the ring chunk by chunk
   /// and scatter each chunk into `pieces` as soon as its DMA completes. Returns when every
@@ -243,7 +156,7 @@ struct TransferState {
   /// source's producers.
   void staged_d2h(const std::vector<StreamPiece>& pieces, const std::vector<Run>& runs, std::uint64_t total,
                   const BlockState& b, const std::source_location& where) {
-    const Geometry g = geometry(total);
+    const planning::Geometry g = geometry(total);
     const CopyPlan plan = plan_copies(pieces, total, g, false);
     const std::uint64_t K = g.chunks, R = g.ring_chunks;
     std::vector<TimelinePoint> dma(K);
@@ -256,7 +169,7 @@ struct TransferState {
       // DMA ahead while the ring has room: chunk k reuses the staging of chunk k - R, whose
       // scatter must be complete; in the first lap, wait for earlier calls' use of the buffer.
       while (issued < K && (issued < R || job.chunk_done(static_cast<std::uint32_t>(issued - R)))) {
-        Slot& slot = ring[g.buffer(issued, ring.size())];
+        Slot& slot = ring[g.buffer(issued)];
         if (issued < R && g.offset(issued) == 0) slot.free.wait(std::chrono::hours(1), where);
         const std::uint64_t cb = issued * g.chunk, ce = std::min(total, cb + g.chunk);
         std::lock_guard elock(exec->mutex);
@@ -276,7 +189,7 @@ struct TransferState {
         job.release_through(static_cast<std::uint32_t>(released++));
         progress = true;
       }
-      if ((kCallerPacks && job.run_one()) || progress) {
+      if (job.run_one() || progress) {
         idle = 0;
         continue;
       }
@@ -286,7 +199,7 @@ struct TransferState {
         pause(idle);  // helpers are finishing units
       }
     }
-    next_slot = (g.buffer(K - 1, ring.size()) + 1) % ring.size();
+    next_slot = g.next_first();
   }
 
   /// Keep `host` alive until `done`. Completed entries are dropped in batches, once 32 more
@@ -556,13 +469,6 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   const auto& q = checked_owner(owner, d, fn, where);
   FERRY_REQUIRE(options.mode == CopyMode::owner_owned || options.mode == CopyMode::blocking, fn,
           "host views support the owner_owned and blocking modes", where);
-  // Layout: inputs packed at 256-byte aligned offsets.
-  constexpr std::uint64_t align = 256;
-  UploadBatch batch;
-  batch.offsets.reserve(views.size());
-  std::vector<detail::TransferState::StreamPiece> pieces;
-  pieces.reserve(views.size());
-  std::uint64_t total = 0;
   for (std::size_t i = 0; i < views.size(); ++i) {
     const HostView& v = views[i];
     FERRY_REQUIRE(v.data != nullptr, fn, "view " + std::to_string(i) + " has a null data pointer", where);
@@ -572,16 +478,14 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
                       " bytes of host memory) is larger than the staging cap of 0 bytes: staging is disabled "
                       "(TransferOptions::staging = false); upload a HostBuffer instead",
                   where);
-    FERRY_REQUIRE(v.size <= detail::BlockAllocator::max_request() && total <= detail::BlockAllocator::max_request(), fn,
-            "the batch exceeds the largest supported allocation (2^52 bytes)", where);
-    total = (total + align - 1) / align * align;
-    batch.offsets.push_back(total);
-    // const_cast: an upload only reads through StreamPiece::host.
-    pieces.push_back({total, const_cast<std::byte*>(static_cast<const std::byte*>(v.data)), v.size});
-    total += v.size;
   }
-  FERRY_REQUIRE(total <= detail::BlockAllocator::max_request(), fn,
-          "the batch exceeds the largest supported allocation (2^52 bytes)", where);
+  std::optional<detail::planning::BatchLayout> layout =
+      detail::planning::layout_batch(views, detail::BlockAllocator::max_request());
+  FERRY_REQUIRE(layout.has_value(), fn, "the batch exceeds the largest supported allocation (2^52 bytes)", where);
+  const std::uint64_t total = layout->total;
+  UploadBatch batch;
+  batch.offsets = std::move(layout->offsets);
+  const std::vector<detail::planning::StreamPiece>& pieces = layout->pieces;
   std::lock_guard lock(state_->mutex);
   auto& s = *state_;
   s.ensure_staging(d, where);
@@ -723,27 +627,7 @@ void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView
                       std::to_string(std::max(p, c)) + " overlap",
                   where);
   }
-  // The stream: source ranges sorted by offset, coalesced into runs (a gap of up to kGap bytes
-  // is downloaded rather than paying another DMA), concatenated.
-  constexpr std::uint64_t kGap = 64 << 10;
-  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
-    return views[x].offset < views[y].offset || (views[x].offset == views[y].offset && x < y);
-  });
-  std::vector<detail::TransferState::Run> runs;
-  std::vector<detail::TransferState::StreamPiece> pieces;
-  pieces.reserve(views.size());
-  std::uint64_t total = 0;
-  for (const std::uint32_t i : order) {
-    const DownloadView& v = views[i];
-    if (runs.empty() || v.offset > runs.back().source + runs.back().size + kGap) {
-      runs.push_back({total, v.offset, 0});
-    }
-    auto& r = runs.back();
-    const std::uint64_t end = std::max(r.source + r.size, v.offset + v.size);
-    total += end - (r.source + r.size);
-    r.size = end - r.source;
-    pieces.push_back({r.stream + (v.offset - r.source), static_cast<std::byte*>(v.data), v.size});
-  }
+  const detail::planning::DownloadPlan plan = detail::planning::coalesce_downloads(views);
   std::lock_guard lock(state_->mutex);
   auto& s = *state_;
   s.ensure_staging(d, where);
@@ -752,7 +636,7 @@ void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView
   detail::prepare_access(exec, b, true);  // after the work that produced the data
   TimelinePoint done;
   try {
-    s.staged_d2h(pieces, runs, total, b, where);
+    s.staged_d2h(plan.pieces, plan.runs, plan.total, b, where);
   } catch (...) {
     std::lock_guard elock(exec->mutex);
     (void)detail::finish_access(exec, b, owner);  // keep the block's ordering consistent
@@ -762,7 +646,7 @@ void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView
     std::lock_guard elock(exec->mutex);
     done = detail::finish_access(exec, b, owner);
   }
-  detail::record_activity(d, *exec, "copy d2h (staged)", total, done);
+  detail::record_activity(d, *exec, "copy d2h (staged)", plan.total, done);
 }
 
 void Transfer::download(const UploadBatch& batch, std::span<const HostSpan> destinations, std::source_location where) {

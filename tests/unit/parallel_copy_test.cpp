@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Unit tests of the staging packer (src/parallel_copy.cpp): gathers of scattered pieces into a
-// packed range, split across helper threads, byte-exact against a serial model.
+// Unit tests of the staging packer (src/parallel_copy.cpp): pipelined copies run every unit
+// once, chunk by chunk, and streaming copies are byte-exact.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,79 +12,7 @@
 
 #include "parallel_copy.hpp"
 
-using ferry::detail::GatherPiece;
 using ferry::detail::ParallelCopier;
-
-namespace {
-
-struct Scatter {
-  std::vector<std::vector<std::byte>> sources;
-  std::vector<GatherPiece> pieces;  // packed with gaps, like a batch upload's aligned layout
-  std::uint64_t total = 0;
-};
-
-Scatter make_scatter(std::mt19937_64& rng, int count, std::uint64_t max_size, std::uint64_t align) {
-  Scatter s;
-  s.sources.reserve(static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i) {
-    const std::uint64_t size = 1 + rng() % max_size;
-    s.sources.emplace_back(size);
-    for (auto& b : s.sources.back()) b = static_cast<std::byte>(rng());
-    s.total = (s.total + align - 1) / align * align;
-    s.pieces.push_back({s.total, s.sources.back().data(), size});
-    s.total += size;
-  }
-  return s;
-}
-
-// What [begin, end) of the packed layout must hold; gap bytes keep `fill`.
-std::vector<std::byte> expected(const Scatter& s, std::uint64_t begin, std::uint64_t end, std::byte fill) {
-  std::vector<std::byte> out(end - begin, fill);
-  for (const auto& p : s.pieces) {
-    for (std::uint64_t i = 0; i < p.size; ++i) {
-      const std::uint64_t at = p.at + i;
-      if (at >= begin && at < end) out[at - begin] = p.src[i];
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-TEST_CASE("parallel copy: gathers of random chunks match a serial model") {
-  std::mt19937_64 rng(42);
-  for (unsigned threads : {0u, 1u, 3u, 7u}) {
-    CAPTURE(threads);
-    ParallelCopier copier(threads);
-    CHECK(copier.threads() == threads);
-    // Small pieces (many per chunk) and large ones (one piece spanning several chunks).
-    for (std::uint64_t max_size : {std::uint64_t{300}, std::uint64_t{3} << 20}) {
-      CAPTURE(max_size);
-      const Scatter s = make_scatter(rng, max_size > 1000 ? 6 : 4000, max_size, 256);
-      const std::uint64_t chunk = max_size > 1000 ? (1u << 20) + 13 : 4096 + 7;  // odd chunk edges
-      for (std::uint64_t begin = 0; begin < s.total; begin += chunk) {
-        const std::uint64_t end = std::min(s.total, begin + chunk);
-        std::vector<std::byte> dst(end - begin, std::byte{0xEE});
-        copier.gather(s.pieces, begin, end, dst.data());
-        if (dst != expected(s, begin, end, std::byte{0xEE})) {
-          FAIL("gather of [" << begin << ", " << end << ") differs from the model");
-        }
-      }
-    }
-  }
-}
-
-TEST_CASE("parallel copy: a large contiguous copy is exact and reusable many times") {
-  ParallelCopier copier(5);
-  std::vector<std::byte> src((8u << 20) + 3);
-  std::mt19937_64 rng(7);
-  for (auto& b : src) b = static_cast<std::byte>(rng());
-  for (int round = 0; round < 20; ++round) {  // the helpers are persistent: reuse them
-    std::vector<std::byte> dst(src.size());
-    copier.copy(dst.data(), src.data(), src.size());
-    REQUIRE(dst == src);
-  }
-}
 
 TEST_CASE("pipelined copy: chunks released in order, helpers and caller run every unit once") {
   using ferry::detail::CopyItem;

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: MIT
+// Transfer planning as pure functions: where each input of a batch lands, which device ranges
+// a batch download reads, how a staged copy is cut into chunks of the staging ring, and which
+// memcpys the host threads run. No device, no queue, no lock: unit-tested on the CPU
+// (tests/unit/planning_test.cpp). The front end (transfer.cpp) checks arguments first, then
+// plans, then enqueues what was planned.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "ferry/transfer.hpp"
+#include "parallel_copy.hpp"
+
+namespace ferry::detail::planning {
+
+/// Inputs of a batch upload start at multiples of this many bytes in its allocation: the
+/// largest alignment a kernel's vector loads need on every backend.
+inline constexpr std::uint64_t kBatchAlignment = 256;
+
+/// A batch download reads a gap of up to this many bytes between two requested source
+/// ranges rather than paying for another DMA (a copy's fixed cost is worth ~64 KiB of
+/// bandwidth on a PCIe Gen5 link).
+inline constexpr std::uint64_t kCoalesceGap = 64 << 10;
+
+/// A piece of a staged copy's *stream* (the bytes that pass through the staging ring, in
+/// order): `size` bytes at stream position `at` correspond to host memory at `host`.
+struct StreamPiece {
+  std::uint64_t at = 0;
+  std::byte* host = nullptr;  ///< written only by downloads (uploads never write through it)
+  std::uint64_t size = 0;
+};
+
+/// Where a batch upload's inputs land: input i at `offsets[i]` of one allocation of `total`
+/// bytes; the stream of the staged copy is that layout.
+struct BatchLayout {
+  std::vector<std::uint64_t> offsets;
+  std::vector<StreamPiece> pieces;
+  std::uint64_t total = 0;
+};
+
+/// Pack `views` (each non-null and non-empty) at kBatchAlignment-aligned offsets, in order.
+/// nullopt when the total would exceed `limit` bytes (the allocator's largest request).
+std::optional<BatchLayout> layout_batch(std::span<const HostView> views, std::uint64_t limit);
+
+/// A run of the source buffer copied as one contiguous part of a download's stream.
+struct Run {
+  std::uint64_t stream = 0;  ///< stream position of the run's first byte
+  std::uint64_t source = 0;  ///< offset in the source buffer
+  std::uint64_t size = 0;
+};
+
+/// What a batch download reads and where each byte goes.
+struct DownloadPlan {
+  std::vector<Run> runs;            ///< by increasing source offset; disjoint
+  std::vector<StreamPiece> pieces;  ///< one per view, in increasing source offset
+  std::uint64_t total = 0;          ///< stream bytes (requested bytes plus coalesced gaps)
+};
+
+/// Coalesce the source ranges of `views` (in range of the source, possibly overlapping each
+/// other) into runs: ranges that overlap or lie within `gap` bytes of each other share a run.
+DownloadPlan coalesce_downloads(std::span<const DownloadView> views, std::uint64_t gap = kCoalesceGap);
+
+/// Tuning of the staging geometry (see TransferOptions and docs/benchmarks.md).
+struct StagingTuning {
+  std::uint64_t min_chunk = 1ull << 20;  ///< smallest chunk a ring buffer is cut into
+  std::uint64_t target_chunks = 32;      ///< chunks per call aimed at (pipeline fill and drain)
+  std::uint64_t unit_bytes = 256ull << 10;  ///< host memcpy work per unit
+};
+
+/// How one staged copy of `total` bytes is cut into chunks of the staging ring.
+struct Geometry {
+  std::uint64_t chunk = 0;        ///< bytes per chunk
+  std::uint64_t per_buffer = 0;   ///< chunks per ring buffer
+  std::uint64_t ring_chunks = 0;  ///< chunks the ring holds at once
+  std::size_t first = 0;          ///< ring buffer of chunk 0
+  std::size_t buffers = 0;        ///< ring buffers
+  std::uint64_t chunks = 0;       ///< chunks in this call
+  /// The ring buffer of chunk k.
+  [[nodiscard]] std::size_t buffer(std::uint64_t k) const {
+    return (first + (k % ring_chunks) / per_buffer) % buffers;
+  }
+  /// The offset of chunk k in its ring buffer.
+  [[nodiscard]] std::uint64_t offset(std::uint64_t k) const { return (k % ring_chunks) % per_buffer * chunk; }
+  /// The ring buffer the next call starts with.
+  [[nodiscard]] std::size_t next_first() const { return chunks == 0 ? first : (buffer(chunks - 1) + 1) % buffers; }
+};
+
+/// Cut ring buffers of `buffer_bytes` (`buffers` of them, the next call starting at `first`)
+/// into chunks for a copy of `total` bytes: halve the chunk while it stays a whole fraction of
+/// a buffer and at least tuning.min_chunk, until the call has tuning.target_chunks chunks, so
+/// packing (or scattering) and DMA overlap even for a copy of a few buffers' worth.
+Geometry staging_geometry(std::uint64_t total, std::uint64_t buffer_bytes, std::size_t buffers, std::size_t first,
+                          const StagingTuning& tuning);
+
+/// Plan the host memcpys of a staged copy. `ring` holds the ring buffers' base addresses;
+/// `to_staging` packs (upload), else scatters (download). Every stream byte of `pieces` is
+/// copied by exactly one item; items are grouped into units of about tuning.unit_bytes, at
+/// most `workers` per chunk, cut at 4 KiB stream boundaries (no two threads write one cache
+/// line of staging), and units are ordered by chunk.
+CopyPlan plan_copies(std::span<const StreamPiece> pieces, std::uint64_t total, const Geometry& g,
+                     std::span<std::byte* const> ring, std::uint64_t workers, const StagingTuning& tuning,
+                     bool to_staging);
+
+}  // namespace ferry::detail::planning

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of transfer planning (src/planning.cpp): batch layout, download coalescing,
+// staging geometry and the host copy plan, checked against direct models on random inputs.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "planning.hpp"
+
+using namespace ferry;
+using namespace ferry::detail::planning;
+
+namespace {
+constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB;
+}  // namespace
+
+TEST_CASE("planning: batch layout packs inputs in order at aligned, disjoint offsets") {
+  std::mt19937_64 rng(11);
+  std::vector<std::byte> memory(1);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<HostView> views(1 + rng() % 40);
+    for (auto& v : views) v = {memory.data(), 1 + rng() % (3 * kBatchAlignment)};
+    const auto layout = layout_batch(views, UINT64_MAX / 4);
+    REQUIRE(layout.has_value());
+    REQUIRE(layout->offsets.size() == views.size());
+    REQUIRE(layout->pieces.size() == views.size());
+    std::uint64_t end = 0;
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      CHECK(layout->offsets[i] % kBatchAlignment == 0);
+      CHECK(layout->offsets[i] >= end);                        // after the previous input
+      CHECK(layout->offsets[i] < end + kBatchAlignment);       // and no further than alignment needs
+      CHECK(layout->pieces[i].at == layout->offsets[i]);
+      CHECK(layout->pieces[i].size == views[i].size);
+      end = layout->offsets[i] + views[i].size;
+    }
+    CHECK(layout->total == end);
+  }
+}
+
+TEST_CASE("planning: batch layout refuses a total above the limit, also near overflow") {
+  std::byte b{};
+  const std::vector<HostView> two = {{&b, 1000}, {&b, 1000}};
+  CHECK(layout_batch(two, 2000 + kBatchAlignment).has_value());
+  CHECK_FALSE(layout_batch(two, 1999).has_value());
+  const std::vector<HostView> huge = {{&b, UINT64_MAX / 2}, {&b, UINT64_MAX / 2}, {&b, UINT64_MAX / 2}};
+  CHECK_FALSE(layout_batch(huge, std::uint64_t{1} << 52).has_value());
+}
+
+TEST_CASE("planning: download coalescing reads every requested byte once per run") {
+  std::mt19937_64 rng(3);
+  std::vector<std::byte> host(1);
+  for (int round = 0; round < 200; ++round) {
+    const std::uint64_t source = 1 + rng() % (4 * MiB);
+    std::vector<DownloadView> views(1 + rng() % 30);
+    for (auto& v : views) {
+      v.offset = rng() % source;
+      v.size = 1 + rng() % std::min<std::uint64_t>(source - v.offset, 300 * KiB);
+      v.data = host.data();
+    }
+    const std::uint64_t gap = rng() % 2 ? kCoalesceGap : rng() % (8 * KiB);
+    const DownloadPlan plan = coalesce_downloads(views, gap);
+    REQUIRE(plan.pieces.size() == views.size());
+    // Runs: increasing, disjoint, separated by more than `gap`, contiguous in the stream.
+    std::uint64_t stream = 0;
+    for (std::size_t r = 0; r < plan.runs.size(); ++r) {
+      CHECK(plan.runs[r].stream == stream);
+      CHECK(plan.runs[r].size > 0);
+      if (r > 0) CHECK(plan.runs[r].source > plan.runs[r - 1].source + plan.runs[r - 1].size + gap);
+      stream += plan.runs[r].size;
+    }
+    CHECK(plan.total == stream);
+    // Every view's range lies in one run, at the stream position its piece says.
+    std::vector<bool> matched(views.size(), false);
+    for (const StreamPiece& p : plan.pieces) {
+      const auto run = std::find_if(plan.runs.begin(), plan.runs.end(), [&](const Run& r) {
+        return p.at >= r.stream && p.at + p.size <= r.stream + r.size;
+      });
+      REQUIRE(run != plan.runs.end());
+      const std::uint64_t offset = run->source + (p.at - run->stream);
+      for (std::size_t i = 0; i < views.size(); ++i) {
+        if (!matched[i] && views[i].offset == offset && views[i].size == p.size) {
+          matched[i] = true;
+          break;
+        }
+      }
+    }
+    CHECK(std::all_of(matched.begin(), matched.end(), [](bool m) { return m; }));
+    // The runs hold nothing but requested bytes and gaps of at most `gap`.
+    std::uint64_t requested_span = 0;
+    for (const Run& r : plan.runs) requested_span += r.size;
+    CHECK(requested_span <= source);
+  }
+}
+
+TEST_CASE("planning: staging geometry tiles the ring with power-of-two chunks above the floor") {
+  const StagingTuning tuning{};
+  for (const std::uint64_t buffer : {4 * KiB, 16 * MiB, 16 * MiB + 4 * KiB, 3 * MiB}) {
+    for (const std::size_t buffers : {std::size_t{1}, std::size_t{4}}) {
+      for (const std::uint64_t total : {std::uint64_t{1}, 100 * KiB, 64 * MiB, 512 * MiB + 17}) {
+        for (std::size_t first = 0; first < buffers; ++first) {
+          CAPTURE(buffer);
+          CAPTURE(buffers);
+          CAPTURE(total);
+          const Geometry g = staging_geometry(total, buffer, buffers, first, tuning);
+          CHECK(g.chunk * g.per_buffer == buffer);                          // chunks tile a buffer
+          CHECK((g.chunk == buffer || g.chunk >= tuning.min_chunk));        // the floor holds
+          CHECK(g.chunks == (total + g.chunk - 1) / g.chunk);
+          CHECK(g.ring_chunks == g.per_buffer * buffers);
+          if (g.chunk != buffer && g.chunk / 2 >= tuning.min_chunk && (buffer / g.chunk) % 2 == 0) {
+            CHECK(g.chunks >= tuning.target_chunks);  // halved only while short of the target
+          }
+          // Chunks of one lap occupy distinct (buffer, offset) slots, starting at `first`.
+          CHECK(g.buffer(0) == first);
+          std::vector<std::pair<std::size_t, std::uint64_t>> slots;
+          for (std::uint64_t k = 0; k < std::min(g.chunks, g.ring_chunks); ++k) {
+            CHECK(g.offset(k) + g.chunk <= buffer);
+            slots.emplace_back(g.buffer(k), g.offset(k));
+          }
+          std::sort(slots.begin(), slots.end());
+          CHECK(std::adjacent_find(slots.begin(), slots.end()) == slots.end());
+          CHECK(g.next_first() == (g.buffer(g.chunks - 1) + 1) % buffers);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("planning: the copy plan moves every stream byte once, in units cut at 4 KiB") {
+  std::mt19937_64 rng(17);
+  for (int round = 0; round < 40; ++round) {
+    // Random pieces of a packed stream, as a batch upload lays them out.
+    std::vector<std::vector<std::byte>> sources(1 + rng() % 20);
+    std::vector<HostView> views;
+    for (auto& s : sources) {
+      s.resize(1 + rng() % (rng() % 4 == 0 ? 3 * MiB : 20 * KiB));
+      for (auto& b : s) b = static_cast<std::byte>(rng());
+      views.push_back({s.data(), s.size()});
+    }
+    const auto layout = layout_batch(views, UINT64_MAX / 4);
+    REQUIRE(layout.has_value());
+    const std::size_t buffers = 1 + rng() % 4;
+    const std::uint64_t buffer_bytes = (1 + rng() % 4) * MiB;
+    StagingTuning tuning;
+    tuning.unit_bytes = (1 + rng() % 64) * 4 * KiB;
+    const Geometry g = staging_geometry(layout->total, buffer_bytes, buffers, rng() % buffers, tuning);
+    std::vector<std::vector<std::byte>> ring(buffers, std::vector<std::byte>(buffer_bytes));
+    std::vector<std::byte*> bases;
+    for (auto& r : ring) bases.push_back(r.data());
+    const std::uint64_t workers = 1 + rng() % 8;
+    const ferry::detail::CopyPlan plan = plan_copies(layout->pieces, layout->total, g, bases, workers, tuning, true);
+    REQUIRE(plan.chunks == g.chunks);
+    // Units: ordered by chunk, at most `workers` per chunk, items contiguous.
+    std::vector<std::uint64_t> per_chunk(g.chunks, 0);
+    std::uint32_t next_item = 0;
+    for (std::size_t u = 0; u < plan.units.size(); ++u) {
+      const auto& unit = plan.units[u];
+      if (u > 0) CHECK(unit.chunk >= plan.units[u - 1].chunk);
+      CHECK(unit.begin == next_item);
+      next_item = unit.end;
+      ++per_chunk[unit.chunk];
+    }
+    CHECK(next_item == plan.items.size());
+    for (const std::uint64_t n : per_chunk) CHECK(n <= workers);
+    // Run the plan chunk by chunk the way the DMA would read it, lap by lap of the ring.
+    std::vector<std::byte> stream(layout->total, std::byte{0});
+    std::vector<bool> written(layout->total, false);
+    bool twice = false;
+    for (std::uint64_t k = 0; k < g.chunks; ++k) {
+      for (const auto& unit : plan.units) {
+        if (unit.chunk != k) continue;
+        std::byte* base = ring[g.buffer(k)].data() + g.offset(k);
+        for (std::uint32_t i = unit.begin; i < unit.end; ++i) {
+          const auto& item = plan.items[i];
+          REQUIRE(item.dst >= base);
+          REQUIRE(item.dst + item.size <= base + g.chunk);  // inside its chunk's staging
+          const std::uint64_t at = k * g.chunk + static_cast<std::uint64_t>(item.dst - base);
+          for (std::uint64_t j = 0; j < item.size; ++j) {
+            twice = twice || written[at + j];
+            written[at + j] = true;
+          }
+          std::memcpy(item.dst, item.src, item.size);
+        }
+      }
+      const std::uint64_t at = k * g.chunk, n = std::min(g.chunk, layout->total - at);
+      std::memcpy(stream.data() + at, ring[g.buffer(k)].data() + g.offset(k), n);
+    }
+    CHECK_FALSE(twice);
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      const std::uint64_t at = layout->offsets[i];
+      CHECK(std::memcmp(stream.data() + at, sources[i].data(), sources[i].size()) == 0);
+      CHECK(std::all_of(written.begin() + static_cast<std::ptrdiff_t>(at),
+                        written.begin() + static_cast<std::ptrdiff_t>(at + sources[i].size()), [](bool w) { return w; }));
+    }
+  }
+}
