@@ -73,7 +73,7 @@ enum class QueueRole : std::uint8_t {
 
 /// @brief Device capabilities and limits, filled by the backend at open.
 struct Capabilities {
-  std::string name;                         ///< human-readable device name
+  std::string name{};                       ///< human-readable device name
   Backend backend = Backend::host;          ///< backend that opened the device
   bool is_gpu = false;                      ///< false for the host backend and CPU Vulkan drivers
   std::uint64_t device_memory_bytes = 0;    ///< total device memory (0 = unknown)
@@ -90,7 +90,7 @@ struct Capabilities {
   /// `VkPhysicalDeviceIDProperties::deviceUUID`): the same GPU has the same UUID in every API.
   /// All zero when unknown (host backend).
   std::array<std::uint8_t, 16> uuid{};
-  std::string notes;                        ///< backend-specific facts ("transfer family 1 x2")
+  std::string notes{};                      ///< backend-specific facts ("transfer family 1 x2")
 };
 
 /// @brief How to open a device.
@@ -117,8 +117,8 @@ class TimelineSemaphore;
 /// @brief A point on a timeline: "all work up to here". Reached once the semaphore's value is
 /// >= `value`. A default-constructed point is *empty* and counts as already reached.
 struct TimelinePoint {
-  std::shared_ptr<detail::SemaphoreState> semaphore;  ///< null = empty point
-  std::uint64_t value = 0;                            ///< the value to reach
+  std::shared_ptr<detail::SemaphoreState> semaphore{};  ///< null = empty point
+  std::uint64_t value = 0;                              ///< the value to reach
 
   /// @brief True for an empty point.
   [[nodiscard]] bool empty() const noexcept { return semaphore == nullptr; }

@@ -106,7 +106,7 @@ class DeviceBuffer {
 /// @brief Cheap pool statistics (`get_budget`): read under the pool mutex, O(queues).
 struct QueueBudget {
   std::uint32_t queue_id = 0;          ///< the owner queue
-  std::string queue_name;              ///< its name
+  std::string queue_name{};            ///< its name
   std::uint64_t active_bytes = 0;      ///< bytes allocated to this owner and not released
   std::uint64_t free_bytes = 0;        ///< free bytes last owned by this queue
   std::uint64_t peak_active_bytes = 0; ///< high-water mark of active_bytes
@@ -128,12 +128,12 @@ struct PoolBudget {
   std::uint64_t segment_allocations = 0;  ///< segments requested from the backend
   std::uint64_t pending_reuses = 0;       ///< writer had to wait for the owner's free point
   std::uint64_t immediate_reuses = 0;     ///< block reused with no wait
-  std::vector<QueueBudget> queues;        ///< per-owner breakdown
+  std::vector<QueueBudget> queues{};      ///< per-owner breakdown
 };
 
 /// @brief Slow statistics (`calculate_statistics`): walks every block. For debugging.
 struct PoolDetailedStatistics {
-  PoolBudget budget;                       ///< the cheap numbers
+  PoolBudget budget{};                     ///< the cheap numbers
   std::uint64_t free_blocks = 0;           ///< free blocks
   std::uint64_t allocated_blocks = 0;      ///< allocated blocks
   std::uint64_t pending_free_blocks = 0;   ///< free blocks whose free point is not reached
@@ -143,11 +143,11 @@ struct PoolDetailedStatistics {
 
 /// @brief Options of one allocation.
 struct AllocationOptions {
-  std::string tag;  ///< free-form label recorded in pool events and snapshots
+  std::string tag{};  ///< free-form label recorded in pool events and snapshots
   /// The queue that will first write the block, when it is not the owner (an upload's
   /// executing queue). The pool then may hand out a block whose free point is still pending
   /// and reports that point in `DeviceBuffer::ready_after()`.
-  Queue first_writer;
+  Queue first_writer{};
 };
 
 /// @brief The device's stream-ordered memory pool. Obtained from `Device::pool()`.

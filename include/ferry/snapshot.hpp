@@ -38,7 +38,7 @@ struct PoolEvent {
   std::uint64_t size = 0;      ///< bytes
   std::uint32_t queue_id = 0;  ///< owner queue
   std::uint64_t time_ns = 0;   ///< ns since device open
-  std::string tag;             ///< user tag of the allocation
+  std::string tag{};           ///< user tag of the allocation
 };
 
 /// @brief Block states, as PyTorch names them.
@@ -58,33 +58,33 @@ struct SnapshotBlock {
   std::uint64_t requested_size = 0;  ///< bytes asked for (0 for free blocks)
   BlockStateKind state = BlockStateKind::inactive;
   std::uint32_t queue_id = 0;        ///< owner (last owner for free blocks)
-  std::string tag;                   ///< user tag
+  std::string tag{};                 ///< user tag
 };
 
 /// @brief One segment obtained from the backend.
 struct SnapshotSegment {
-  std::uint64_t address = 0;         ///< start address
-  std::uint64_t total_size = 0;      ///< bytes
-  std::uint64_t allocated_size = 0;  ///< bytes in active_allocated blocks
-  std::uint64_t active_size = 0;     ///< allocated + pending-free bytes
-  std::uint64_t requested_size = 0;  ///< bytes requested by callers of its blocks
-  std::uint32_t queue_id = 0;        ///< queue the segment was created for
-  bool large = false;                ///< a segment of the large-request class
-  std::vector<SnapshotBlock> blocks; ///< ordered by address
+  std::uint64_t address = 0;            ///< start address
+  std::uint64_t total_size = 0;         ///< bytes
+  std::uint64_t allocated_size = 0;     ///< bytes in active_allocated blocks
+  std::uint64_t active_size = 0;        ///< allocated + pending-free bytes
+  std::uint64_t requested_size = 0;     ///< bytes requested by callers of its blocks
+  std::uint32_t queue_id = 0;           ///< queue the segment was created for
+  bool large = false;                   ///< a segment of the large-request class
+  std::vector<SnapshotBlock> blocks{};  ///< ordered by address
 };
 
 /// @brief A queue known to the snapshot.
 struct SnapshotQueue {
   std::uint32_t id = 0;
-  std::string name;
-  std::string role;  ///< "compute" or "transfer"
+  std::string name{};
+  std::string role{};  ///< "compute" or "transfer"
 };
 
 /// @brief A span of queue activity recorded by ferry (copies, waits, compute), host-timed at
 /// enqueue and completion.
 struct QueueActivity {
   std::uint32_t queue_id = 0;
-  std::string name;            ///< "copy h2d", "wait", "compute", ...
+  std::string name{};          ///< "copy h2d", "wait", "compute", ...
   std::uint64_t begin_ns = 0;  ///< enqueue time
   std::uint64_t end_ns = 0;    ///< completion time observed (0 = unknown)
   std::uint64_t bytes = 0;     ///< bytes moved (copies)
@@ -92,12 +92,12 @@ struct QueueActivity {
 
 /// @brief Everything needed to draw a footprint.
 struct MemorySnapshot {
-  std::string device_name;
-  std::string backend;
-  std::vector<SnapshotQueue> queues;
-  std::vector<SnapshotSegment> segments;
-  std::vector<PoolEvent> events;
-  std::vector<QueueActivity> activity;
+  std::string device_name{};
+  std::string backend{};
+  std::vector<SnapshotQueue> queues{};
+  std::vector<SnapshotSegment> segments{};
+  std::vector<PoolEvent> events{};
+  std::vector<QueueActivity> activity{};
 };
 
 /// @brief The documented JSON form (schema: tools/snapshot.schema.json).

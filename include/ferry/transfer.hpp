@@ -61,7 +61,7 @@ std::string_view to_string(CopyMode mode) noexcept;
 /// @brief Options of a Transfer.
 struct TransferOptions {
   /// The executing queue; null = the device's transfer queue.
-  Queue executor;
+  Queue executor{};
   /// Pinned staging used for pageable sources/destinations: chunk size and number of chunks
   /// in the ring. The ring is allocated on first use and bounded by chunk * chunks bytes (the
   /// staging cap): a Transfer never holds more pinned staging than that, whatever the size of
@@ -91,10 +91,10 @@ struct HostView {
 
 /// @brief Result of a batch upload: one owner-owned allocation holding every input.
 struct UploadBatch {
-  DeviceBuffer buffer;                 ///< the destination region (owner = the owner queue)
-  std::vector<std::uint64_t> offsets;  ///< where input i starts inside `buffer` (256-aligned)
-  std::vector<DeviceView> views;       ///< device view of input i
-  TimelinePoint ready;                 ///< every copy complete once reached
+  DeviceBuffer buffer{};                 ///< the destination region (owner = the owner queue)
+  std::vector<std::uint64_t> offsets{};  ///< where input i starts inside `buffer` (256-aligned)
+  std::vector<DeviceView> views{};       ///< device view of input i
+  TimelinePoint ready{};                 ///< every copy complete once reached
 };
 
 /// @brief A destination of a batch download: `size` bytes of the source buffer starting at
@@ -117,7 +117,7 @@ inline constexpr std::size_t max_batch_views = std::size_t{1} << 20;
 /// @brief Options of one upload.
 struct UploadOptions {
   CopyMode mode = CopyMode::owner_owned;  ///< strategy; `preallocated` only via upload_into
-  std::string tag;                        ///< label for pool events
+  std::string tag{};                      ///< label for pool events
   /// owner_owned only: the pool's choice when no free block of the owner is ready yet.
   /// false (footprint first, the default): take a block the owner released but may still be
   /// reading, and make the copy wait for that owner work -- the footprint of a blocking copy,
@@ -134,8 +134,8 @@ struct UploadOptions {
 
 /// @brief Result of an upload: the owner-owned destination and the point it is ready at.
 struct Upload {
-  DeviceBuffer buffer;  ///< the destination (owner = the owner queue; executor in executor_owned)
-  TimelinePoint ready;  ///< the copy is complete once reached
+  DeviceBuffer buffer{};  ///< the destination (owner = the owner queue; executor in executor_owned)
+  TimelinePoint ready{};  ///< the copy is complete once reached
 };
 
 /// @brief Executes copies on a queue for buffers owned by other queues.
