@@ -10,6 +10,11 @@
 #endif
 #include <vulkan/vulkan.h>
 
+// Vulkan structs are written `VkFooInfo info{VK_STRUCTURE_TYPE_FOO_INFO};`: sType named, every
+// other member zero until set. -Wmissing-field-initializers flags each of them, so it is off
+// in the translation units of the Vulkan backend (and on in the rest of ferry).
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 #include <atomic>
 #include <cstdint>
 #include <memory>

@@ -7,6 +7,9 @@
 
 #include <dlfcn.h>
 #include <vulkan/vulkan.h>
+// Vulkan structs are written `VkFooInfo info{VK_STRUCTURE_TYPE_FOO_INFO};` (sType named, the
+// rest zero), which -Wmissing-field-initializers would flag at every one.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #include <atomic>
 #include <cstdio>

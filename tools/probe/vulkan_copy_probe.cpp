@@ -8,6 +8,9 @@
 #define VK_NO_PROTOTYPES
 #endif
 #include <vulkan/vulkan.h>
+// Vulkan structs are written `VkFooInfo info{VK_STRUCTURE_TYPE_FOO_INFO};` (sType named, the
+// rest zero), which -Wmissing-field-initializers would flag at every one.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #include <dlfcn.h>
 #include <sys/mman.h>
