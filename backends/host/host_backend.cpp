@@ -22,7 +22,9 @@
 //    signals, waits and compute, counted from 1) loses the device. It and every later
 //    enqueue throws device_lost; the workers drop what is still queued (as a GPU abandons
 //    its work), so points not reached by then never are, and a host wait for one throws
-//    device_lost instead of waiting; wait_idle throws it after the queues ran dry.
+//    device_lost instead of waiting; wait_idle throws it after the queues ran dry. A loss is
+//    reported only once no operation runs any more: the caller may then free what the lost
+//    work named, as after a GPU's loss.
 //  - alloc_fail_at=N, alloc_fail_count=K (default 1): allocate_segment calls N..N+K-1 throw
 //    out_of_memory, as a full GPU does when the pool grows.
 //  - copy_fail_at=N: the N-th copy enqueued (h2d, d2h or d2d, any queue) throws
@@ -188,7 +190,26 @@ class FaultState {
 
   [[nodiscard]] bool lost() const { return lost_.load(std::memory_order_acquire); }
 
-  [[noreturn]] void throw_lost() const {
+  // Worker side, around each operation: whether it may run (false once the device is lost);
+  // when it may, end_operation() follows it.
+  bool begin_operation() {
+    std::lock_guard lock(mutex_);
+    if (lost()) return false;
+    ++running_;
+    return true;
+  }
+  void end_operation() {
+    std::lock_guard lock(mutex_);
+    if (--running_ == 0) idle_.notify_all();
+  }
+
+  // Host side (never a worker). Waits until no operation runs: an operation begun before the
+  // loss finishes (a wait is abandoned within a slice), and none begins after it.
+  [[noreturn]] void throw_lost() {
+    {
+      std::unique_lock lock(mutex_);
+      idle_.wait(lock, [&] { return running_ == 0; });
+    }
     throw Error(ErrorCode::device_lost,
                 "host: the device is lost (injected: " + std::string(kFaultsVariable) +
                     " device_lost_at=" + std::to_string(plan_.device_lost_at) + ")",
@@ -231,6 +252,9 @@ class FaultState {
   std::atomic<std::uint64_t> copies_{0};
   std::atomic<std::uint64_t> allocations_{0};
   std::atomic<bool> lost_{false};
+  std::mutex mutex_;                // orders begin_operation against a loss
+  std::condition_variable idle_;    // running_ dropped to 0
+  std::uint64_t running_ = 0;       // operations the workers are executing
 };
 
 std::uint64_t physical_memory_bytes() noexcept {
@@ -248,7 +272,7 @@ std::uint64_t physical_memory_bytes() noexcept {
 
 class HostSemaphore final : public BackendSemaphore {
  public:
-  HostSemaphore(std::uint64_t initial, std::shared_ptr<const FaultState> faults)
+  HostSemaphore(std::uint64_t initial, std::shared_ptr<FaultState> faults)
       : value_(initial), faults_(std::move(faults)) {}
 
   // A host thread may destroy the semaphore as soon as it observes the value (value() or
@@ -300,7 +324,7 @@ class HostSemaphore final : public BackendSemaphore {
 
  private:
   std::atomic<std::uint64_t> value_;
-  const std::shared_ptr<const FaultState> faults_;  // null: no faults injected
+  const std::shared_ptr<FaultState> faults_;  // null: no faults injected
   std::mutex mutex_;
   std::condition_variable cv_;
 };
@@ -446,7 +470,19 @@ class HostQueue final : public BackendQueue {
         ops_.pop_front();
       }
       inject_latency();
-      if (!execute(op)) return;  // a wait abandoned because the queue is being destroyed
+      if (faults_ && !faults_->begin_operation()) {
+        // Lost while this operation waited its turn: it does not run, and the rest is
+        // dropped at the top of the loop.
+        {
+          std::lock_guard lock(mutex_);
+          ++completed_;
+        }
+        done_cv_.notify_all();
+        continue;
+      }
+      const bool ran = execute(op);
+      if (faults_) faults_->end_operation();
+      if (!ran) return;  // a wait abandoned because the queue is being destroyed
       {
         std::lock_guard lock(mutex_);
         ++completed_;
