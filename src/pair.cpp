@@ -24,7 +24,7 @@
 
 #include "ferry/config.hpp"
 #include "ferry/interop.hpp"
-#include "internal.hpp"
+#include "device_state.hpp"
 
 namespace ferry::detail {
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
-// Front end of the device pool (DESIGN §5) and the pinned host pool: argument checks,
-// statistics, events, segment growth and the out-of-memory path, around BlockAllocator.
+// Device pool: allocation (segment growth, the out-of-memory path) and stream-ordered
+// release around BlockAllocator, and the DeviceBuffer handle.
 #include <algorithm>
 #include <sstream>
 
-#include "internal.hpp"
+#include "device_state.hpp"
 #include "small_vector.hpp"
 
 namespace ferry {
@@ -31,6 +31,19 @@ void record(DeviceState& d, PoolEventKind kind, std::uint64_t address, std::uint
   if (d.pool.events.size() >= (4u << 20)) return;  // bounded: ~4M events
   d.pool.events.push_back(PoolEvent{kind, address, size, queue, d.since_opened_ns(steady_now), tag});
 }
+
+/// After every pool operation in builds with heavy checks: the whole pool's invariants
+/// (caller holds the pool mutex). A broken invariant is a bug in ferry: abort with it.
+void heavy_check(const DeviceState& d) {
+  if constexpr (FERRY_HEAVY_CHECKS) {
+    const std::string problems = pool_problems(d);
+    FERRY_ASSERT(problems.empty(), problems.c_str());
+  } else {
+    (void)d;
+  }
+}
+
+}  // namespace
 
 std::uint64_t segment_address(const PoolState& p, std::uint64_t id) {
   const Segment& s = *p.segments.at(id);
@@ -59,57 +72,6 @@ std::shared_ptr<SemaphoreState> pool_semaphore(DeviceState& d, std::uint32_t tim
   }
   return s;
 }
-
-// The Reached callback of one pool call. Per timeline: the semaphore is looked up once (see
-// pool_semaphore), its watermark answers points at or below it, and the backend is queried at
-// most once (DESIGN §5: by querying, never blocking). Only for the duration of one call: a
-// reached value older than the call could hide completed work, never claim incomplete work.
-// A `lazy` query asks the backend only when the timeline's last query is older than
-// kHotPathQueryIntervalNs (an allocation's first pass: see pool_allocate).
-struct ReachedQuery {
-  DeviceState& device;
-  bool lazy = false;
-  std::int64_t now = 0;  // lazy: the call's clock reading (steady_now_ns())
-  struct Known {
-    std::uint32_t timeline = 0;
-    std::uint64_t value = 0;  // a value known reached
-    bool queried = false;     // `value` is this call's backend query (or the timeline is gone)
-    std::shared_ptr<SemaphoreState> semaphore;
-  };
-  SmallVector<Known, 4> known;  // a few timelines per call: linear search
-
-  explicit ReachedQuery(DeviceState& d) : device(d) {}
-  ReachedQuery(DeviceState& d, std::int64_t lazy_now) : device(d), lazy(true), now(lazy_now) {}
-
-  /// The call's entry for `timeline`; `held` is its semaphore when the caller holds it
-  /// (pending frees do), which saves the lookup.
-  Known& entry(std::uint32_t timeline, const std::shared_ptr<SemaphoreState>* held = nullptr) {
-    for (auto& k : known) {
-      if (k.timeline == timeline) return k;
-    }
-    Known k;
-    k.timeline = timeline;
-    k.semaphore = held != nullptr ? *held : pool_semaphore(device, timeline);
-    if (k.semaphore) {
-      k.value = k.semaphore->reached.load(std::memory_order_acquire);
-    } else {
-      k.value = UINT64_MAX;  // a timeline that died with its queue is complete
-      k.queried = true;
-    }
-    return known.push_back(std::move(k));
-  }
-
-  /// Whether `value` of k's timeline is reached: the watermark, else this call's one query.
-  bool reached(Known& k, std::uint64_t value) {
-    if (k.value < value && !k.queried) {
-      k.value = lazy ? query_value_throttled(*k.semaphore, now) : query_value(*k.semaphore);
-      k.queried = true;
-    }
-    return k.value >= value;
-  }
-
-  bool operator()(const FreePoint& fp) { return !fp.pending() || reached(entry(fp.timeline), fp.value); }
-};
 
 // Record free_completed for released blocks whose free point has been reached, asking
 // `reached` (the call's ReachedQuery, so a timeline is queried once per call however many
@@ -152,27 +114,8 @@ std::uint64_t trim_locked(DeviceState& d) {
     p.budget.segment_count -= 1;
     record(d, PoolEventKind::segment_free, address, size, queue, {}, now);
   }
+  heavy_check(d);
   return returned;
-}
-
-}  // namespace
-
-HostAllocation::~HostAllocation() {
-  if (!memory) return;
-  auto d = device.lock();
-  if (!d || d->closed.load()) return;  // freed by host_pool_close
-  std::lock_guard lock(d->host.mutex);
-  if (!memory) return;
-  if (memory->registered) {
-    d->host.registered.erase(reinterpret_cast<std::uintptr_t>(memory->ptr));
-  } else {
-    d->host.pinned_bytes -= memory->size;
-  }
-  try {
-    d->backend->free_host(std::move(memory));
-  } catch (...) {
-    // Destructors do not throw; a failing free leaves the memory to the driver's teardown.
-  }
 }
 
 DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& self, std::uint64_t bytes,
@@ -238,7 +181,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
     }
   }
   if (!placement) {
-    throw Error(ErrorCode::backend_error, "DevicePool::allocate: internal error: a fresh segment did not fit " +
+    throw Error(ErrorCode::internal_error, "DevicePool::allocate: a fresh segment did not fit " +
                                               std::to_string(bytes) + " bytes", {}, where);
   }
   block->device = self;
@@ -270,6 +213,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   note_peaks(p.budget);
   record(d, PoolEventKind::alloc, segment_address(p, block->segment_id) + block->offset, placement->size,
          owner->id, tag, now);
+  heavy_check(d);
   return DeviceBuffer(std::move(block));
 }
 
@@ -300,6 +244,7 @@ void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
     frees.insert(pos, PoolState::PendingFree{fp, address, b.size, b.owner->id, b.tag});
   }
   b.released = true;
+  heavy_check(d);
 }
 
 void pool_close(DeviceState& d) noexcept {
@@ -324,25 +269,7 @@ void pool_close(DeviceState& d) noexcept {
   p.quarantined.clear();
 }
 
-void host_pool_close(DeviceState& d) noexcept {
-  std::lock_guard lock(d.host.mutex);
-  for (auto& w : d.host.live) {
-    if (auto a = w.lock()) {
-      if (a->memory) {
-        try {
-          d.backend->free_host(std::move(a->memory));
-        } catch (...) {
-        }
-      }
-    }
-  }
-  d.host.live.clear();
-  d.host.registered.clear();
-  d.host.pinned_bytes = 0;
-}
-
 }  // namespace detail
-
 
 // ---- DeviceBuffer ------------------------------------------------------------------------
 
@@ -495,221 +422,10 @@ DeviceBuffer DevicePool::allocate(std::uint64_t bytes, const Queue& owner, Alloc
   return detail::pool_allocate(*d, d, bytes, owner.state(), writer, options.tag, where);
 }
 
-PoolBudget DevicePool::get_budget() const {
-  std::lock_guard lock(device_->pool.mutex);
-  PoolBudget b = device_->pool.budget;
-  const auto& free_by = device_->pool.allocator.free_by_timeline();
-  std::unordered_map<std::uint32_t, std::uint32_t> timeline_of;  // queue id -> its timeline
-  {
-    std::lock_guard dl(device_->mutex);
-    for (const auto& q : device_->queues) timeline_of[q->id] = q->timeline->timeline_id;
-  }
-  for (const auto& [id, qb] : device_->pool.per_queue) {
-    QueueBudget copy = qb;
-    if (auto t = timeline_of.find(id); t != timeline_of.end()) {
-      auto it = free_by.find(t->second);
-      copy.free_bytes = it == free_by.end() ? 0 : it->second;
-    }
-    b.queues.push_back(std::move(copy));
-  }
-  return b;
-}
-
-PoolDetailedStatistics DevicePool::calculate_statistics() const {
-  PoolDetailedStatistics s;
-  s.budget = get_budget();
-  std::lock_guard lock(device_->pool.mutex);
-  detail::ReachedQuery reached(*device_);
-  for (const auto& [id, info] : device_->pool.allocator.segments()) {
-    bool idle = true;
-    for (const auto& [offset, block] : info.blocks) {
-      if (block.allocated) {
-        ++s.allocated_blocks;
-        idle = false;
-      } else {
-        ++s.free_blocks;
-        s.largest_free_block = std::max(s.largest_free_block, block.size);
-        if (block.free_point.pending() && !reached(block.free_point)) ++s.pending_free_blocks;
-      }
-    }
-    if (idle) ++s.idle_segments;
-  }
-  return s;
-}
-
-void DevicePool::reset_peaks() {
-  std::lock_guard lock(device_->pool.mutex);
-  auto& b = device_->pool.budget;
-  b.peak_reserved_bytes = b.reserved_bytes;
-  b.peak_active_bytes = b.active_bytes;
-  b.peak_stranded_bytes = b.stranded_bytes = 0;
-  for (auto& [id, qb] : device_->pool.per_queue) qb.peak_active_bytes = qb.active_bytes;
-}
-
 std::uint64_t DevicePool::trim() {
   FERRY_REQUIRE(!device_->closed.load(), "DevicePool::trim", "the device is closed", std::source_location::current());
   std::lock_guard lock(device_->pool.mutex);
   return detail::trim_locked(*device_);
-}
-
-void DevicePool::validate() const {
-  std::lock_guard lock(device_->pool.mutex);
-  const auto& p = device_->pool;
-  std::string problems = p.allocator.validate();
-  std::uint64_t reserved = 0;
-  std::uint64_t active = 0;
-  for (const auto& [id, info] : p.allocator.segments()) {
-    reserved += info.size;
-    if (!p.segments.contains(id)) problems += "segment " + std::to_string(id) + " has no backend memory; ";
-    for (const auto& [offset, block] : info.blocks) {
-      if (block.allocated) {
-        active += block.size;
-        if (block.user == nullptr) problems += "allocated block without a live buffer; ";
-      }
-    }
-  }
-  if (reserved != p.budget.reserved_bytes) problems += "reserved_bytes counter out of date; ";
-  if (active != p.budget.active_bytes) problems += "active_bytes counter out of date; ";
-  if (!problems.empty()) {
-    throw Error(ErrorCode::backend_error, "DevicePool::validate: " + problems, {}, std::source_location::current());
-  }
-}
-
-MemorySnapshot DevicePool::snapshot() const {
-  MemorySnapshot snap;
-  snap.device_name = device_->caps.name;
-  snap.backend = std::string(to_string(device_->options.backend));
-  {
-    std::lock_guard lock(device_->mutex);
-    for (const auto& q : device_->queues) {
-      snap.queues.push_back({q->id, q->name, q->role == QueueRole::compute ? "compute" : "transfer"});
-    }
-  }
-  {
-    std::lock_guard lock(device_->activity_mutex);
-    detail::resolve_activity(*device_, /*force=*/true);
-    snap.activity.assign(device_->activity.begin(), device_->activity.end());
-  }
-  std::lock_guard lock(device_->pool.mutex);
-  const auto& p = device_->pool;
-  detail::ReachedQuery reached(*device_);
-  detail::complete_frees(*device_, reached, detail::steady_now_ns());
-  for (const auto& [id, info] : p.allocator.segments()) {
-    SnapshotSegment seg;
-    seg.address = detail::segment_address(p, id);
-    seg.total_size = info.size;
-    seg.queue_id = info.queue;
-    seg.large = !info.small;
-    for (const auto& [offset, block] : info.blocks) {
-      SnapshotBlock sb;
-      sb.address = seg.address + offset;
-      sb.size = block.size;
-      sb.queue_id = block.owner;
-      if (block.allocated) {
-        sb.state = BlockStateKind::active_allocated;
-        sb.requested_size = block.requested;
-        if (block.user != nullptr) sb.tag = static_cast<const detail::BlockState*>(block.user)->tag;
-        seg.allocated_size += block.size;
-        seg.active_size += block.size;
-        seg.requested_size += block.requested;
-      } else if (block.free_point.pending() && !reached(block.free_point)) {
-        sb.state = BlockStateKind::active_pending_free;
-        seg.active_size += block.size;
-      } else {
-        sb.state = BlockStateKind::inactive;
-      }
-      seg.blocks.push_back(std::move(sb));
-    }
-    snap.segments.push_back(std::move(seg));
-  }
-  snap.events.assign(p.events.begin(), p.events.end());
-  return snap;
-}
-
-void DevicePool::clear_events() {
-  std::lock_guard lock(device_->pool.mutex);
-  device_->pool.events.clear();
-  std::lock_guard alock(device_->activity_mutex);
-  device_->activity.clear();
-  device_->unresolved_activity.clear();
-}
-
-// ---- HostBuffer / HostPool ---------------------------------------------------------------
-
-namespace {
-const detail::HostMemory& live_host(const std::shared_ptr<detail::HostAllocation>& s, const char* function,
-                                    const std::source_location& where) {
-  FERRY_REQUIRE(s != nullptr, function, "null or moved-from host buffer", where);
-  FERRY_REQUIRE(s->memory != nullptr, function, "the device of this host buffer is closed", where);
-  return *s->memory;
-}
-}  // namespace
-
-std::span<std::byte> HostBuffer::span(std::source_location where) const {
-  const auto& m = live_host(state_, "HostBuffer::span", where);
-  return {m.ptr, static_cast<std::size_t>(m.size)};
-}
-std::byte* HostBuffer::data(std::source_location where) const {
-  return live_host(state_, "HostBuffer::data", where).ptr;
-}
-std::uint64_t HostBuffer::size(std::source_location where) const {
-  return live_host(state_, "HostBuffer::size", where).size;
-}
-bool HostBuffer::registered(std::source_location where) const {
-  return live_host(state_, "HostBuffer::registered", where).registered;
-}
-
-HostBuffer HostPool::allocate(std::uint64_t bytes, std::source_location where) {
-  auto d = device_->shared_from_this();
-  FERRY_REQUIRE(!d->closed.load(), "HostPool::allocate", "the device is closed", where);
-  FERRY_REQUIRE(bytes > 0, "HostPool::allocate", "size 0 is not allowed", where);
-  FERRY_REQUIRE(bytes <= (1ull << 46), "HostPool::allocate",
-          "size " + std::to_string(bytes) + " exceeds the largest supported pinned allocation (64 TiB)", where);
-  auto a = std::make_shared<detail::HostAllocation>();
-  a->device = d;
-  a->device_id = device_;
-  try {
-    a->memory = d->backend->allocate_host(bytes);
-  } catch (const Error& err) {
-    throw Error(err.code(), "HostPool::allocate(" + std::to_string(bytes) + "): " + err.message(), err.call(), where);
-  }
-  std::lock_guard lock(d->host.mutex);
-  d->host.pinned_bytes += a->memory->size;
-  std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
-  d->host.live.push_back(a);
-  return HostBuffer(std::move(a));
-}
-
-HostBuffer HostPool::register_memory(std::span<std::byte> memory, std::source_location where) {
-  auto d = device_->shared_from_this();
-  FERRY_REQUIRE(!d->closed.load(), "HostPool::register_memory", "the device is closed", where);
-  FERRY_REQUIRE(!memory.empty() && memory.data() != nullptr, "HostPool::register_memory", "empty span", where);
-  const auto start = reinterpret_cast<std::uintptr_t>(memory.data());
-  const auto end = start + memory.size();
-  FERRY_REQUIRE(end > start, "HostPool::register_memory", "the range wraps around the address space", where);
-  std::lock_guard lock(d->host.mutex);
-  auto next = d->host.registered.lower_bound(start);
-  const bool overlaps_next = next != d->host.registered.end() && next->first < end;
-  const bool overlaps_prev = next != d->host.registered.begin() && std::prev(next)->second > start;
-  FERRY_REQUIRE(!overlaps_next && !overlaps_prev, "HostPool::register_memory",
-          "the range overlaps memory registered before", where);
-  auto a = std::make_shared<detail::HostAllocation>();
-  a->device = d;
-  a->device_id = device_;
-  try {
-    a->memory = d->backend->register_host(memory.data(), memory.size());
-  } catch (const Error& err) {
-    throw Error(err.code(), "HostPool::register_memory: " + err.message(), err.call(), where);
-  }
-  d->host.registered.emplace(start, end);
-  std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
-  d->host.live.push_back(a);
-  return HostBuffer(std::move(a));
-}
-
-std::uint64_t HostPool::pinned_bytes() const {
-  std::lock_guard lock(device_->host.mutex);
-  return device_->host.pinned_bytes;
 }
 
 }  // namespace ferry

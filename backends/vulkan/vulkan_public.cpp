@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "internal.hpp"
+#include "device_state.hpp"
 #include "vulkan_adopt.hpp"
 
 namespace ferry::vulkan {

@@ -32,6 +32,7 @@ enum class ErrorCode : std::uint8_t {
   device_lost,       ///< the device stopped working (VK_ERROR_DEVICE_LOST, sticky CUDA errors)
   timeout,           ///< a host wait ran past its deadline; the wait had no other effect
   backend_error,     ///< any other vendor API failure; `call()` names the call
+  internal_error,    ///< an invariant of ferry's own state was found broken: a bug in ferry
 };
 
 /// @brief Stable lower-case name of an error code ("invalid_argument", ...).
@@ -43,6 +44,7 @@ constexpr std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::device_lost: return "device_lost";
     case ErrorCode::timeout: return "timeout";
     case ErrorCode::backend_error: return "backend_error";
+    case ErrorCode::internal_error: return "internal_error";
   }
   return "unknown";
 }

@@ -167,8 +167,9 @@ class DevicePool {
   /// @brief Return idle segments (no allocated block, all free points reached) to the
   /// backend. Returns the bytes returned.
   std::uint64_t trim();
-  /// @brief Check every invariant of the pool; throws `backend_error` naming the broken one.
-  void validate() const;
+  /// @brief Check every invariant of the pool; throws `internal_error` naming the broken one
+  /// (a bug in ferry, never the caller's or the device's fault).
+  void validate(std::source_location where = std::source_location::current()) const;
   /// @brief Segments, blocks and the recorded event trace (slow; copies everything).
   [[nodiscard]] MemorySnapshot snapshot() const;
   /// @brief Drop recorded events (keeps segments and blocks).

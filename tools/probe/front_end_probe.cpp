@@ -21,7 +21,7 @@
 
 #include "backend.hpp"
 #include "ferry/ferry.hpp"
-#include "internal.hpp"
+#include "device_state.hpp"
 #include "probe_util.hpp"
 
 namespace {

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: MIT
+// Ordering of the executor's access to pool blocks (see access.hpp).
+#include "access.hpp"
+
+#include <string>
+
+namespace ferry::detail {
+
+DeviceRef ref(const BlockState& b) { return DeviceRef{b.segment, b.offset}; }
+
+/// Order `user` after every other queue's access to `b` and make it the holder.
+/// Caller holds user.mutex.
+void use_on(const QueuePtr& user, BlockState& b) {
+  enqueue_wait(*user, b.last_access);  // also records an acquire owed for this block
+  b.holder = user;
+}
+
+/// The queue whose work on `b` a later access must follow: the owner, or the queue recorded
+/// as using it (executor_owned uploads consumed by compute). By construction the holder of
+/// the range (queue-family ownership) is null, the executor, or this queue.
+const QueuePtr& last_user(const BlockState& b) { return b.recorded_user ? b.recorded_user : b.owner; }
+
+/// The executor is about to access `b`: order it after the last user's work enqueued so far
+/// and after any other queue's access. When `keep_contents` (a read) and the last user holds
+/// the range, the user releases it to the executor, which acquires it after the wait.
+/// Overwritten contents need no ownership transfer. Caller holds no queue mutex.
+void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents) {
+  const QueuePtr& user = last_user(b);
+  const bool hand_off = keep_contents && b.holder && b.holder != exec;
+  TimelinePoint user_done;
+  if (user != exec) {
+    std::lock_guard lock(user->mutex);
+    enqueue_wait(*user, b.last_access);  // performs an acquire this queue still owes
+    if (hand_off) {
+      user->backend->release_ownership(ref(b), b.size, *exec->backend);
+      user->dirty = true;
+    }
+    user_done = enqueue_mark(*user);
+    user->backend->flush();
+  }
+  std::lock_guard lock(exec->mutex);
+  enqueue_wait(*exec, b.last_access);
+  enqueue_wait(*exec, user_done);
+  if (hand_off) {
+    exec->backend->acquire_ownership(ref(b), b.size, *user->backend);
+    exec->dirty = true;
+  }
+}
+
+/// After the executor accessed `b` (caller holds exec->mutex): hand the range to `next` (the
+/// queue that uses it next), signal, and record the access. Returns the completion point.
+TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr& next) {
+  if (next != exec) exec->backend->release_ownership(ref(b), b.size, *next->backend);
+  TimelinePoint done = enqueue_mark(*exec);
+  exec->backend->flush();
+  b.last_access = done;
+  b.holder = next;
+  if (next != exec && next->backend->acquires_ownership()) {
+    std::lock_guard lock(next->mutex);
+    next->pending_acquires.push_back({done, ref(b), b.size, exec->backend});
+  }
+  return done;
+}
+
+void make_owner_wait(const QueuePtr& owner, const TimelinePoint& done) {
+  std::lock_guard lock(owner->mutex);
+  enqueue_wait(*owner, done, /*query=*/false);  // `done` was just enqueued: not reached yet
+  owner->backend->flush();
+}
+
+BlockState& checked_block(const DeviceBuffer& buffer, DeviceState* device, const char* function,
+                          const std::source_location& where) {
+  FERRY_REQUIRE(static_cast<bool>(buffer.state()), function, "null or moved-from device buffer", where);
+  BlockState& b = *buffer.state();
+  (void)lock_device(b.device, function, where);
+  FERRY_REQUIRE(!b.released, function, "the device buffer was released", where);
+  FERRY_REQUIRE(b.device_id == device, function, "the device buffer belongs to another device", where);
+  return b;
+}
+
+HostAllocation& checked_host(const HostBuffer& buffer, DeviceState* device, const char* function,
+                             const std::source_location& where) {
+  FERRY_REQUIRE(static_cast<bool>(buffer.state()), function, "null or moved-from host buffer", where);
+  HostAllocation& h = *buffer.state();
+  FERRY_REQUIRE(h.memory != nullptr, function, "the host buffer's device is closed", where);
+  FERRY_REQUIRE(h.device_id == device, function, "the host buffer belongs to another device", where);
+  return h;
+}
+
+void check_range(std::uint64_t offset, std::uint64_t bytes, std::uint64_t size, const char* function,
+                 const char* what, const std::source_location& where) {
+  FERRY_REQUIRE(bytes > 0, function, std::string(what) + ": size 0 is not allowed", where);
+  FERRY_REQUIRE(offset <= size && bytes <= size - offset, function,
+          std::string(what) + ": range [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+              ") exceeds the buffer's " + std::to_string(size) + " bytes",
+          where);
+}
+
+}  // namespace ferry::detail

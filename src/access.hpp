@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: MIT
+// Ordering of the executor's access to pool blocks: the waits, marks and queue-family
+// ownership hand-offs around a copy, and the checks of buffers passed to a Transfer call.
+// Not installed.
+//
+// Ownership protocol (no-ops on backends without queue families):
+//  - a block's contents are discarded when it is allocated, so the first writer needs no acquire;
+//  - after a queue X writes or reads a block that its owner O uses next, X releases the range
+//    to O and O owes an acquire, performed by O's first wait on X's signal (enqueue_wait);
+//  - before X reads a block that O holds, O releases it to X, signals, and X acquires after
+//    waiting for that signal.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <source_location>
+
+#include "device_state.hpp"
+
+namespace ferry::detail {
+
+using QueuePtr = std::shared_ptr<QueueState>;
+
+/// The block's range as the backend addresses it.
+DeviceRef ref(const BlockState& b);
+/// Order `user` after every other queue's access to `b` and make it the holder.
+/// Caller holds user.mutex.
+void use_on(const QueuePtr& user, BlockState& b);
+/// The queue whose work on `b` a later access must follow: the owner, or the queue recorded
+/// as using it (executor_owned uploads consumed by compute). By construction the holder of
+/// the range (queue-family ownership) is null, the executor, or this queue.
+const QueuePtr& last_user(const BlockState& b);
+/// The executor is about to access `b`: order it after the last user's work enqueued so far
+/// and after any other queue's access. When `keep_contents` (a read) and the last user holds
+/// the range, the user releases it to the executor, which acquires it after the wait.
+/// Overwritten contents need no ownership transfer. Caller holds no queue mutex.
+void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents);
+/// After the executor accessed `b` (caller holds exec->mutex): hand the range to `next` (the
+/// queue that uses it next), signal, and record the access. Returns the completion point.
+TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr& next);
+/// Make `owner` wait on the device for `done`, a point just enqueued by the executor.
+void make_owner_wait(const QueuePtr& owner, const TimelinePoint& done);
+/// Validate a device buffer argument: live, not released, of `device`.
+BlockState& checked_block(const DeviceBuffer& buffer, DeviceState* device, const char* function,
+                          const std::source_location& where);
+/// Validate a host buffer argument: live (its device open) and of `device`.
+HostAllocation& checked_host(const HostBuffer& buffer, DeviceState* device, const char* function,
+                             const std::source_location& where);
+/// Validate `bytes` at `offset` of a buffer of `size` bytes (`what` names the buffer).
+void check_range(std::uint64_t offset, std::uint64_t bytes, std::uint64_t size, const char* function,
+                 const char* what, const std::source_location& where);
+
+}  // namespace ferry::detail

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: MIT
+// The state of one allocated device block (what a DeviceBuffer holds). Not installed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend.hpp"
+#include "ferry/device.hpp"
+
+namespace ferry::detail {
+
+struct DeviceState;
+struct QueueState;
+
+struct BlockState {
+  BlockState() {}  // user-provided: make_shared<BlockState>() sets the members, no zeroing first
+  std::weak_ptr<DeviceState> device;
+  DeviceState* device_id = nullptr;
+  std::uint64_t segment_id = 0;
+  const Segment* segment = nullptr;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;       // rounded
+  std::uint64_t requested = 0;  // asked for
+  std::shared_ptr<QueueState> owner;
+  std::shared_ptr<QueueState> recorded_user;  // executor_owned: release waits for this queue
+  std::shared_ptr<QueueState> holder;  // queue holding queue-family ownership (null: none yet)
+  TimelinePoint ready_after;
+  TimelinePoint last_access;  // last access by a queue other than the owner (a copy)
+  std::string tag;
+  bool released = false;
+};
+
+}  // namespace ferry::detail

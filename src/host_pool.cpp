@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: MIT
+// The pinned host pool: allocations, registered user memory, and the HostBuffer handle.
+#include <algorithm>
+
+#include "device_state.hpp"
+
+namespace ferry {
+namespace detail {
+
+HostAllocation::~HostAllocation() {
+  if (!memory) return;
+  auto d = device.lock();
+  if (!d || d->closed.load()) return;  // freed by host_pool_close
+  std::lock_guard lock(d->host.mutex);
+  if (!memory) return;
+  if (memory->registered) {
+    d->host.registered.erase(reinterpret_cast<std::uintptr_t>(memory->ptr));
+  } else {
+    d->host.pinned_bytes -= memory->size;
+  }
+  try {
+    d->backend->free_host(std::move(memory));
+  } catch (...) {
+    // Destructors do not throw; a failing free leaves the memory to the driver's teardown.
+  }
+}
+
+void host_pool_close(DeviceState& d) noexcept {
+  std::lock_guard lock(d.host.mutex);
+  for (auto& w : d.host.live) {
+    if (auto a = w.lock()) {
+      if (a->memory) {
+        try {
+          d.backend->free_host(std::move(a->memory));
+        } catch (...) {
+        }
+      }
+    }
+  }
+  d.host.live.clear();
+  d.host.registered.clear();
+  d.host.pinned_bytes = 0;
+}
+
+}  // namespace detail
+
+// ---- HostBuffer / HostPool ---------------------------------------------------------------
+
+namespace {
+const detail::HostMemory& live_host(const std::shared_ptr<detail::HostAllocation>& s, const char* function,
+                                    const std::source_location& where) {
+  FERRY_REQUIRE(s != nullptr, function, "null or moved-from host buffer", where);
+  FERRY_REQUIRE(s->memory != nullptr, function, "the device of this host buffer is closed", where);
+  return *s->memory;
+}
+}  // namespace
+
+std::span<std::byte> HostBuffer::span(std::source_location where) const {
+  const auto& m = live_host(state_, "HostBuffer::span", where);
+  return {m.ptr, static_cast<std::size_t>(m.size)};
+}
+std::byte* HostBuffer::data(std::source_location where) const {
+  return live_host(state_, "HostBuffer::data", where).ptr;
+}
+std::uint64_t HostBuffer::size(std::source_location where) const {
+  return live_host(state_, "HostBuffer::size", where).size;
+}
+bool HostBuffer::registered(std::source_location where) const {
+  return live_host(state_, "HostBuffer::registered", where).registered;
+}
+
+HostBuffer HostPool::allocate(std::uint64_t bytes, std::source_location where) {
+  auto d = device_->shared_from_this();
+  FERRY_REQUIRE(!d->closed.load(), "HostPool::allocate", "the device is closed", where);
+  FERRY_REQUIRE(bytes > 0, "HostPool::allocate", "size 0 is not allowed", where);
+  FERRY_REQUIRE(bytes <= (1ull << 46), "HostPool::allocate",
+          "size " + std::to_string(bytes) + " exceeds the largest supported pinned allocation (64 TiB)", where);
+  auto a = std::make_shared<detail::HostAllocation>();
+  a->device = d;
+  a->device_id = device_;
+  try {
+    a->memory = d->backend->allocate_host(bytes);
+  } catch (const Error& err) {
+    throw Error(err.code(), "HostPool::allocate(" + std::to_string(bytes) + "): " + err.message(), err.call(), where);
+  }
+  std::lock_guard lock(d->host.mutex);
+  d->host.pinned_bytes += a->memory->size;
+  std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
+  d->host.live.push_back(a);
+  return HostBuffer(std::move(a));
+}
+
+HostBuffer HostPool::register_memory(std::span<std::byte> memory, std::source_location where) {
+  auto d = device_->shared_from_this();
+  FERRY_REQUIRE(!d->closed.load(), "HostPool::register_memory", "the device is closed", where);
+  FERRY_REQUIRE(!memory.empty() && memory.data() != nullptr, "HostPool::register_memory", "empty span", where);
+  const auto start = reinterpret_cast<std::uintptr_t>(memory.data());
+  const auto end = start + memory.size();
+  FERRY_REQUIRE(end > start, "HostPool::register_memory", "the range wraps around the address space", where);
+  std::lock_guard lock(d->host.mutex);
+  auto next = d->host.registered.lower_bound(start);
+  const bool overlaps_next = next != d->host.registered.end() && next->first < end;
+  const bool overlaps_prev = next != d->host.registered.begin() && std::prev(next)->second > start;
+  FERRY_REQUIRE(!overlaps_next && !overlaps_prev, "HostPool::register_memory",
+          "the range overlaps memory registered before", where);
+  auto a = std::make_shared<detail::HostAllocation>();
+  a->device = d;
+  a->device_id = device_;
+  try {
+    a->memory = d->backend->register_host(memory.data(), memory.size());
+  } catch (const Error& err) {
+    throw Error(err.code(), "HostPool::register_memory: " + err.message(), err.call(), where);
+  }
+  d->host.registered.emplace(start, end);
+  std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
+  d->host.live.push_back(a);
+  return HostBuffer(std::move(a));
+}
+
+std::uint64_t HostPool::pinned_bytes() const {
+  std::lock_guard lock(device_->host.mutex);
+  return device_->host.pinned_bytes;
+}
+
+}  // namespace ferry

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: MIT
+// Queue state and the enqueue helpers (waits, marks, ownership acquires owed). Not installed.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "ferry/device.hpp"
+#include "timeline.hpp"
+
+namespace ferry::detail {
+
+struct DeviceState;
+
+struct QueueState {
+  std::weak_ptr<DeviceState> device;
+  DeviceState* device_id = nullptr;
+  std::uint32_t id = 0;
+  std::string name;
+  QueueRole role = QueueRole::compute;
+  std::unique_ptr<BackendQueue> owned;  // null for the backend's default queues
+  BackendQueue* backend = nullptr;      // null once the device closed
+  std::shared_ptr<SemaphoreState> timeline;  // private progress timeline
+  std::recursive_mutex mutex;                // serializes enqueues on this queue
+  std::uint64_t last_mark = 0;               // last value signalled on `timeline`
+  bool dirty = false;                        // work enqueued since last mark
+  /// Queue-family ownership acquires this queue owes: performed by the first wait of this
+  /// queue on `point` (or later), since a release on `from` is ordered before that point.
+  struct PendingAcquire {
+    TimelinePoint point;
+    DeviceRef range;
+    std::uint64_t bytes = 0;
+    BackendQueue* from = nullptr;
+  };
+  std::vector<PendingAcquire> pending_acquires;
+  /// Waits enqueued on this queue, (timeline id, greatest value): on a backend whose waits
+  /// order all later work (BackendQueue::wait_orders_later_work), a wait at or below is
+  /// redundant. A small cache: forgetting an entry only costs a redundant wait. Ids are never
+  /// reused, so an entry cannot be mistaken for another semaphore's.
+  struct Waited {
+    std::uint32_t timeline = 0;  ///< 0 = unused slot
+    std::uint64_t value = 0;
+  };
+  std::array<Waited, 8> waited{};
+  std::size_t waited_next = 0;  ///< slot replaced next when the timeline is not cached
+};
+
+// Enqueue helpers; caller holds q.mutex. They mark the queue dirty.
+/// Make q's later work wait for `point`. Nothing is enqueued when the point is of q's own
+/// timeline, known reached (watermark, else one query), or (stream-ordered backends) already
+/// waited for by q. Also performs the ownership acquires q owes up to `point`.
+/// `query` false: trust the watermark alone (for a point just enqueued, or one queried moments
+/// ago in the same call), saving a backend query that would almost always answer "not yet";
+/// the cost of a stale watermark is a wait for a point already reached, which is harmless.
+void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query = true);
+/// Signal the queue's own timeline if work was enqueued since the last mark; returns the point.
+TimelinePoint enqueue_mark(QueueState& q);
+
+}  // namespace ferry::detail

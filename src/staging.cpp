@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT
+// The staging ring of a Transfer (see staging.hpp): pipelined packing and DMA for uploads,
+// DMA and scattering for downloads, and the keep-alive list of host memory.
+#include "staging.hpp"
+
+#include <algorithm>
+#include <thread>
+
+namespace ferry::detail {
+
+void TransferState::ensure_staging(DeviceState& d, const std::source_location& where) {
+  FERRY_REQUIRE(options.staging, "Transfer", "staging is disabled (TransferOptions::staging = false)", where);
+  if (ring.empty()) {
+    for (std::uint32_t i = 0; i < options.staging_chunks; ++i) {
+      ring.push_back({d.host_pool_api.allocate(options.staging_chunk_bytes, where), {}});
+    }
+  }
+  if (!copier) {
+    int n = options.staging_threads;
+    if (n < 0) n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) - 1, 0, 15);
+    copier = std::make_unique<ParallelCopier>(static_cast<unsigned>(n));
+  }
+}
+
+void TransferState::staged_h2d(const std::vector<StreamPiece>& pieces, std::uint64_t total, const BlockState& b,
+                const std::source_location& where) {
+  const planning::Geometry g = geometry(total);
+  const CopyPlan plan = plan_copies(pieces, total, g, true);
+  const std::uint64_t K = g.chunks, R = g.ring_chunks;
+  std::vector<TimelinePoint> before(ring.size());  // last use of each buffer before this call
+  for (std::size_t i = 0; i < ring.size(); ++i) before[i] = ring[i].free;
+  std::vector<TimelinePoint> dma(K);
+  // Chunk k's staging may be written once its previous reader is done: a DMA of an earlier
+  // call (first lap) or of chunk k - R of this call.
+  auto gate = [&](std::uint64_t k) -> const TimelinePoint& {
+    return k < R ? before[g.buffer(k)] : dma[k - R];
+  };
+  PipelinedCopy job(*copier, plan);
+  std::uint64_t released = 0, issued = 0;
+  unsigned idle = 0;
+  while (issued < K) {
+    bool progress = false;
+    while (released < K && (released < R || released - R < issued) && gate(released).reached()) {
+      job.release_through(static_cast<std::uint32_t>(released++));
+      progress = true;
+    }
+    while (issued < released && job.chunk_done(static_cast<std::uint32_t>(issued))) {
+      const std::uint64_t at = issued * g.chunk, n = std::min(g.chunk, total - at);
+      Slot& slot = ring[g.buffer(issued)];
+      std::lock_guard elock(exec->mutex);
+      exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + at},
+                              HostRef{slot.buffer.state()->memory.get(), g.offset(issued)}, n);
+      exec->dirty = true;
+      dma[issued] = slot.free = enqueue_mark(*exec);
+      exec->backend->flush();
+      ++issued;
+      progress = true;
+    }
+    if (issued == K) break;
+    if (job.run_one() || progress) {
+      idle = 0;
+      continue;
+    }
+    if (issued == released) {
+      gate(released).wait(std::chrono::hours(1), where);  // DMA-bound: sleep on the queue
+    } else {
+      pause(idle);  // helpers are finishing the oldest chunk
+    }
+  }
+  next_slot = g.next_first();
+}
+
+void TransferState::staged_d2h(const std::vector<StreamPiece>& pieces, const std::vector<Run>& runs, std::uint64_t total,
+                const BlockState& b, const std::source_location& where) {
+  const planning::Geometry g = geometry(total);
+  const CopyPlan plan = plan_copies(pieces, total, g, false);
+  const std::uint64_t K = g.chunks, R = g.ring_chunks;
+  std::vector<TimelinePoint> dma(K);
+  PipelinedCopy job(*copier, plan);
+  std::uint64_t released = 0, issued = 0;
+  std::size_t run = 0;
+  unsigned idle = 0;
+  while (!job.all_done()) {
+    bool progress = false;
+    // DMA ahead while the ring has room: chunk k reuses the staging of chunk k - R, whose
+    // scatter must be complete; in the first lap, wait for earlier calls' use of the buffer.
+    while (issued < K && (issued < R || job.chunk_done(static_cast<std::uint32_t>(issued - R)))) {
+      Slot& slot = ring[g.buffer(issued)];
+      if (issued < R && g.offset(issued) == 0) slot.free.wait(std::chrono::hours(1), where);
+      const std::uint64_t cb = issued * g.chunk, ce = std::min(total, cb + g.chunk);
+      std::lock_guard elock(exec->mutex);
+      while (run < runs.size() && runs[run].stream + runs[run].size <= cb) ++run;
+      for (std::size_t r = run; r < runs.size() && runs[r].stream < ce; ++r) {
+        const std::uint64_t a = std::max(cb, runs[r].stream), e = std::min(ce, runs[r].stream + runs[r].size);
+        exec->backend->copy_d2h(HostRef{slot.buffer.state()->memory.get(), g.offset(issued) + (a - cb)},
+                                DeviceRef{b.segment, b.offset + runs[r].source + (a - runs[r].stream)}, e - a);
+      }
+      exec->dirty = true;
+      dma[issued] = slot.free = enqueue_mark(*exec);
+      exec->backend->flush();
+      ++issued;
+      progress = true;
+    }
+    while (released < issued && dma[released].reached()) {
+      job.release_through(static_cast<std::uint32_t>(released++));
+      progress = true;
+    }
+    if (job.run_one() || progress) {
+      idle = 0;
+      continue;
+    }
+    if (released < issued) {
+      dma[released].wait(std::chrono::hours(1), where);  // DMA-bound: sleep on the queue
+    } else {
+      pause(idle);  // helpers are finishing units
+    }
+  }
+  next_slot = g.next_first();
+}
+
+void TransferState::keep(const TimelinePoint& done, const std::shared_ptr<HostAllocation>& host) {
+  if (in_flight.size() >= prune_at) {
+    prune_completed();
+    prune_at = in_flight.size() + 32;
+  }
+  in_flight.push_back({done, host});
+}
+
+void TransferState::prune_completed() {
+  while (!in_flight.empty() && point_reached(in_flight.front().done)) in_flight.pop_front();
+}
+
+}  // namespace ferry::detail

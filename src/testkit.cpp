@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: MIT
+// The synthetic compute step the suite, the bench and the examples stand a model's work with.
+#include "access.hpp"
+#include "ferry/transfer.hpp"
+
+namespace ferry {
+
+void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input, const DeviceBuffer& output,
+                           std::uint32_t units, std::source_location where) {
+  constexpr const char* fn = "run_synthetic_compute";
+  detail::QueueState& q = detail::checked_queue(queue, fn, where);
+  auto& in = detail::checked_block(input, q.device_id, fn, where);
+  auto& out = detail::checked_block(output, q.device_id, fn, where);
+  FERRY_REQUIRE(&in != &out, fn, "input and output must be different buffers", where);
+  FERRY_REQUIRE(in.requested == out.requested, fn,
+          "input (" + std::to_string(in.requested) + " bytes) and output (" + std::to_string(out.requested) +
+              " bytes) differ in size",
+          where);
+  FERRY_REQUIRE(units >= 1 && units <= 1'000'000, fn, "units must be in [1, 1000000]", where);
+  auto qs = queue.state();
+  std::lock_guard lock(q.mutex);
+  detail::use_on(qs, in);
+  detail::use_on(qs, out);
+  // A buffer owned by another queue (executor_owned uploads) is now in use by this queue too:
+  // its release must wait for this queue (PyTorch's record_stream).
+  for (auto* b : {&in, &out}) {
+    if (b->owner != qs) b->recorded_user = qs;
+  }
+  if (!q.backend->synthetic_compute(detail::ref(in), detail::ref(out), in.requested, units)) {
+    detail::fail(ErrorCode::unsupported, std::string(fn) + ": this backend has no synthetic compute kernel", where);
+  }
+  q.dirty = true;
+  auto d = q.device.lock();
+  if (d && d->options.record_events) {
+    const TimelinePoint done = detail::enqueue_mark(q);  // lets traces see when compute ends
+    q.backend->flush();
+    detail::record_activity(*d, q, "compute", in.requested, done);
+  } else {
+    q.backend->flush();
+  }
+}
+
+}  // namespace ferry
