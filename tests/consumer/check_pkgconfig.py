@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""ferry.pc serves a consumer on a machine with no GPU toolkit: it requires no other package.
+
+ferry opens its backends' drivers at run time (dlopen), so nothing a consumer compiles or links
+needs vulkan.pc (or CUDA's, or HIP's). pkg-config resolves Requires.private for --cflags as
+well as for --static, so a required package that is absent makes `pkg-config --cflags ferry`
+fail outright. Checks, in order:
+  1. the generated ferry.pc (meson-private) has no Requires or Requires.private line;
+  2. with a search path holding only that file, `pkg-config --cflags --libs ferry` succeeds;
+  3. after `meson install --destdir`, a consumer compiled and linked with only the staged
+     ferry.pc's flags (PKG_CONFIG_SYSROOT_DIR = the staging dir) runs on the host backend.
+Exit 77 (skip) for a step whose tool (pkg-config, meson) is missing, after the steps before it.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+
+def fail(message: str) -> None:
+    print(f"FAIL: {message}")
+    sys.exit(1)
+
+
+def run(cmd, env=None, cwd=None) -> str:
+    print("$ " + " ".join(cmd))
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    if proc.stdout.strip():
+        print(proc.stdout.rstrip())
+    if proc.returncode != 0:
+        print(proc.stderr.rstrip())
+        fail(f"{cmd[0]} exited {proc.returncode}")
+    return proc.stdout
+
+
+def pkg_env(path_dir: str, sysroot: str = "") -> dict:
+    env = dict(os.environ)
+    env.pop("PKG_CONFIG_PATH", None)
+    env["PKG_CONFIG_LIBDIR"] = path_dir  # the only directory searched: no system .pc files
+    if sysroot:
+        env["PKG_CONFIG_SYSROOT_DIR"] = sysroot
+    else:
+        env.pop("PKG_CONFIG_SYSROOT_DIR", None)
+    return env
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-root", required=True)
+    ap.add_argument("--consumer", required=True, help="the consumer's C++ source")
+    ap.add_argument("--meson", default="")
+    ap.add_argument("cxx", nargs="+", help="the project's C++ compiler command")
+    a = ap.parse_args()
+
+    generated = os.path.join(a.build_root, "meson-private", "ferry.pc")
+    with open(generated, encoding="utf-8") as f:
+        text = f.read()
+    requires = [line for line in text.splitlines() if line.split(":")[0].strip().lower()
+                in ("requires", "requires.private")]
+    if requires:
+        fail(f"{generated} requires other packages: {requires}")
+    print(f"ok: {generated} has no Requires lines")
+
+    pkg_config = shutil.which("pkg-config")
+    if pkg_config is None:
+        print("SKIPPED: pkg-config not installed (steps 2 and 3)")
+        return 77
+    run([pkg_config, "--cflags", "--libs", "ferry"],
+        env=pkg_env(os.path.dirname(generated)))
+    print("ok: pkg-config resolves ferry with no other .pc file present")
+
+    meson = a.meson or shutil.which("meson")
+    if not meson:
+        print("SKIPPED: meson not found (step 3)")
+        return 77
+    with tempfile.TemporaryDirectory(prefix="ferry-pc-") as tmp:
+        stage = os.path.join(tmp, "stage")
+        run([meson, "install", "-C", a.build_root, "--no-rebuild", "--quiet", "--destdir", stage])
+        staged_pc = [os.path.join(d, f) for d, _, files in os.walk(stage) for f in files
+                     if f == "ferry.pc"]
+        if len(staged_pc) != 1:
+            fail(f"expected one installed ferry.pc under {stage}, found {staged_pc}")
+        env = pkg_env(os.path.dirname(staged_pc[0]), sysroot=stage)
+        flags = run([pkg_config, "--cflags", "--libs", "ferry"], env=env).split()
+        exe = os.path.join(tmp, "consumer")
+        run(a.cxx + ["-std=c++20", "-Wall", "-Wextra", "-Werror", a.consumer, "-o", exe] + flags)
+        libdirs = [flag[2:] for flag in flags if flag.startswith("-L")]
+        run_env = dict(os.environ)
+        run_env["LD_LIBRARY_PATH"] = os.pathsep.join(libdirs)
+        run([exe], env=run_env)
+    print("ok: a consumer built from the installed ferry.pc alone runs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
