@@ -177,7 +177,7 @@ TEST_CASE("stream ordering of a pending block") {
     CHECK_FALSE(a.allocate(req(4 * KiB, B), reached_upto(A, 4)).has_value());
     CHECK_FALSE(a.allocate(req(4 * KiB, B), reached_upto(B, 99)).has_value());
     expect_valid(a);
-    constexpr std::uint32_t C = 3;  // a third queue's timeline: the owner of the requests below
+    // C, a third queue's timeline, is the owner of the requests below.
     CHECK(a.unusable_free_bytes(req(4 * KiB, B), C, never) == MiB);
     CHECK(a.unusable_free_bytes(req(4 * KiB, A), C, never) == 0);
     CHECK(a.unusable_free_bytes(req(4 * KiB, B), C, reached_upto(A, 5)) == 0);
