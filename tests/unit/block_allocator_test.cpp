@@ -2,7 +2,9 @@
 // Unit tests of ferry::detail::BlockAllocator, the pool's backend-free allocation algorithm
 // (DESIGN §5): size policy, splitting and coalescing, the stream-ordering rules, the
 // "stranding" scenario, footprint, and a long randomized run checked against validate() and a
-// brute-force oracle. Seed of the randomized run: FERRY_UNIT_SEED (printed on every run).
+// brute-force oracle. Seed of the randomized run: FERRY_UNIT_SEED; its length (operations per
+// configuration, default 100000): FERRY_ALLOCATOR_OPS, raised by tools/stress-long.sh. Both
+// are printed on every run.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -401,6 +403,14 @@ std::uint64_t seed_from_env() {
   return env != nullptr ? std::strtoull(env, nullptr, 0) : 0x5eedf0e77ull;
 }
 
+/// Operations per randomized run: FERRY_ALLOCATOR_OPS when set and > 0, else 100000 (fast
+/// enough for every test run; the long stress run asks for millions).
+std::size_t ops_from_env() {
+  const char* env = std::getenv("FERRY_ALLOCATOR_OPS");
+  const unsigned long long n = env != nullptr ? std::strtoull(env, nullptr, 0) : 0;
+  return n > 0 ? static_cast<std::size_t>(n) : 100'000;
+}
+
 class RandomRun {
  public:
   RandomRun(BlockAllocator::Config config, std::uint64_t seed) : a_(config), rng_(seed) {
@@ -783,14 +793,16 @@ TEST_CASE("allocate asks Reached about a timeline only when earlier answers do n
 
 TEST_CASE("randomized sequences keep every invariant") {
   const std::uint64_t seed = seed_from_env();
-  std::printf("ferry-unit: randomized seed %llu (override with FERRY_UNIT_SEED)\n",
-              static_cast<unsigned long long>(seed));
-  INFO("seed " << seed);
-  SUBCASE("default size policy") { RandomRun({}, seed).run(100'000); }
+  const std::size_t ops = ops_from_env();
+  std::printf("ferry-unit: randomized seed %llu (override with FERRY_UNIT_SEED), %zu operations per run "
+              "(FERRY_ALLOCATOR_OPS)\n",
+              static_cast<unsigned long long>(seed), ops);
+  INFO("seed " << seed << ", " << ops << " operations");
+  SUBCASE("default size policy") { RandomRun({}, seed).run(ops); }
   SUBCASE("small segments and alignment 256") {
     RandomRun({.alignment = 256, .small_request = 64 * KiB, .small_segment = 256 * KiB,
                .medium_request = MiB, .medium_segment = 4 * MiB, .large_round = 256 * KiB},
               seed ^ 0x9e3779b97f4a7c15ull)
-        .run(100'000);
+        .run(ops);
   }
 }
