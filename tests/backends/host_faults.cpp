@@ -142,7 +142,7 @@ int sweep(const std::string& what, std::string (*fault)(int), ErrorCode expected
         transfer_paths(dev, xfer);
       } catch (const Error& e) {
         failed = true;
-        CHECK_MESSAGE(e.code() == expected, what << " at " << n << ": " << e.what());
+        CHECK_MESSAGE(e.code() == expected, what << " at " << n << ": " << std::string(e.what()));
         CHECK_MESSAGE(!e.message().empty(), what << " at " << n);
       }
       if (failed) {
@@ -150,7 +150,7 @@ int sweep(const std::string& what, std::string (*fault)(int), ErrorCode expected
         try {
           dev.pool().validate();
         } catch (const std::exception& e) {
-          FAIL_CHECK(what << " at " << n << ": pool broken after the fault: " << e.what());
+          FAIL_CHECK(what << " at " << n << ": pool broken after the fault: " << std::string(e.what()));
         }
         after(dev, xfer, n);
       }
@@ -178,20 +178,20 @@ CONFORMANCE_CASE("faults: FERRY_HOST_FAULTS is parsed strictly at open") {
       "device_lost_at=1,",    ",",                      "device_lost_at=1,device_lost_at=2",
       "alloc_fail_count=2",   "copy_fail_at=1;alloc_fail_at=2", "=1",
   };
-  for (const char* value : bad) {
+  for (const std::string value : bad) {
     const ScopedFaults env(value);
     try {
       Device dev = Device::open(conformance::options());
       FAIL_CHECK("FERRY_HOST_FAULTS='" << value << "' was accepted");
       dev.close();
     } catch (const Error& e) {
-      CHECK_MESSAGE(e.code() == ErrorCode::invalid_argument, value << ": " << e.what());
-      CHECK_MESSAGE(e.message().find(kFaults) != std::string::npos, value << ": " << e.what());
+      CHECK_MESSAGE(e.code() == ErrorCode::invalid_argument, value << ": " << std::string(e.what()));
+      CHECK_MESSAGE(e.message().find(kFaults) != std::string::npos, value << ": " << std::string(e.what()));
     }
   }
   const char* good[] = {"device_lost_at=7", "alloc_fail_at=2,alloc_fail_count=3",
                         "copy_fail_at=1,device_lost_at=100,alloc_fail_at=5"};
-  for (const char* value : good) {
+  for (const std::string value : good) {
     Device dev = open_with_faults(value);
     CHECK_MESSAGE(dev.capabilities().notes.find(value) != std::string::npos, dev.capabilities().notes);
     conformance::finish_device(dev);
@@ -219,7 +219,7 @@ CONFORMANCE_CASE("faults: a device lost at any queued operation surfaces as devi
     try {
       xfer.synchronize(kWait);  // nothing left to wait for is fine; a hang or timeout is not
     } catch (const Error& e) {
-      CHECK_MESSAGE(e.code() == ErrorCode::device_lost, "Transfer::synchronize at " << n << ": " << e.what());
+      CHECK_MESSAGE(e.code() == ErrorCode::device_lost, "Transfer::synchronize at " << n << ": " << std::string(e.what()));
     }
   });
   CHECK(faulted > 20);

@@ -4,6 +4,7 @@
 // vkAllocateMemory, the host backend's memory limit), through the pool's one growth path, and
 // leaves a pool that validates, serves smaller requests and still moves data.
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "conformance.hpp"
@@ -44,10 +45,10 @@ CONFORMANCE_CASE("out of memory: growth past the free memory fails typed, and th
     try {
       held.push_back(dev.pool().allocate(chunk, owner));
     } catch (const Error& e) {
-      CHECK_MESSAGE(e.code() == ErrorCode::out_of_memory, e.what());
+      CHECK_MESSAGE(e.code() == ErrorCode::out_of_memory, std::string(e.what()));
       out_of_memory = true;
       MESSAGE("allocation " << i + 1 << " of " << chunk / MiB << " MiB (device " << total / MiB
-                            << " MiB): " << e.what());
+                            << " MiB): " << std::string(e.what()));
     }
   }
   CHECK_MESSAGE(out_of_memory, held.size() << " chunks of " << chunk / MiB << " MiB fit a device of "
