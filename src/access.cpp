@@ -11,7 +11,16 @@ DeviceRef ref(const BlockState& b) { return DeviceRef{b.segment, b.offset}; }
 /// Order `user` after every other queue's access to `b` and make it the holder.
 /// Caller holds user.mutex.
 void use_on(const QueuePtr& user, BlockState& b) {
-  enqueue_wait(*user, b.last_access);  // also records an acquire owed for this block
+  enqueue_wait(*user, b.last_access);  // also performs the acquires this queue owes
+  // A range released to this queue's family but not acquired yet (released to another queue
+  // of the family, which has not used it): this queue, first to use it, acquires it, after the
+  // wait above ordered it after the release.
+  if (const auto& owed = b.owed; owed && !owed->taken.load(std::memory_order_acquire) &&
+                                 owed->to->family() == user->backend->family() &&
+                                 !owed->taken.exchange(true, std::memory_order_acq_rel)) {
+    user->backend->acquire_ownership(owed->range, owed->bytes, *owed->from);
+    user->dirty = true;
+  }
   b.holder = user;
 }
 
@@ -55,9 +64,17 @@ TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr&
   exec->backend->flush();
   b.last_access = done;
   b.holder = next;
+  b.owed.reset();
   if (next != exec && next->backend->acquires_ownership()) {
+    auto owed = std::make_shared<OwedAcquire>();
+    owed->point = done;
+    owed->range = ref(b);
+    owed->bytes = b.size;
+    owed->from = exec->backend;
+    owed->to = next->backend;
+    b.owed = owed;
     std::lock_guard lock(next->mutex);
-    next->pending_acquires.push_back({done, ref(b), b.size, exec->backend});
+    next->pending_acquires.push_back(std::move(owed));
   }
   return done;
 }

@@ -2,6 +2,7 @@
 // The state of one allocated device block (what a DeviceBuffer holds). Not installed.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +14,20 @@ namespace ferry::detail {
 
 struct DeviceState;
 struct QueueState;
+
+/// A queue-family ownership acquire owed after a release of a block's range to a queue's
+/// family (Vulkan EXCLUSIVE buffers). Exactly one queue of that family performs it, after
+/// waiting for `point` (the releasing queue's signal): the queue it was released to, at its
+/// first wait on `point` or later (enqueue_wait), or another queue of the same family that
+/// uses the block first (use_on). `taken` makes it happen once whichever comes first.
+struct OwedAcquire {
+  TimelinePoint point;
+  DeviceRef range;
+  std::uint64_t bytes = 0;
+  BackendQueue* from = nullptr;  ///< the releasing queue
+  BackendQueue* to = nullptr;    ///< the queue the range was released to
+  std::atomic<bool> taken{false};
+};
 
 struct BlockState {
   BlockState() {}  // user-provided: make_shared<BlockState>() sets the members, no zeroing first
@@ -28,6 +43,7 @@ struct BlockState {
   std::shared_ptr<QueueState> holder;  // queue holding queue-family ownership (null: none yet)
   TimelinePoint ready_after;
   TimelinePoint last_access;  // last access by a queue other than the owner (a copy)
+  std::shared_ptr<OwedAcquire> owed;  // the acquire of the last release of the range, if any
   std::string tag;
   bool released = false;
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "block_state.hpp"
 #include "ferry/device.hpp"
 #include "timeline.hpp"
 
@@ -29,15 +30,10 @@ struct QueueState {
   std::recursive_mutex mutex;                // serializes enqueues on this queue
   std::uint64_t last_mark = 0;               // last value signalled on `timeline`
   bool dirty = false;                        // work enqueued since last mark
-  /// Queue-family ownership acquires this queue owes: performed by the first wait of this
-  /// queue on `point` (or later), since a release on `from` is ordered before that point.
-  struct PendingAcquire {
-    TimelinePoint point;
-    DeviceRef range;
-    std::uint64_t bytes = 0;
-    BackendQueue* from = nullptr;
-  };
-  std::vector<PendingAcquire> pending_acquires;
+  /// Queue-family ownership acquires released to this queue: performed by its first wait on
+  /// their point (or later), since the release is ordered before that point, unless another
+  /// queue of the family took them first (see OwedAcquire).
+  std::vector<std::shared_ptr<OwedAcquire>> pending_acquires;
   /// Waits enqueued on this queue, (timeline id, greatest value): on a backend whose waits
   /// order all later work (BackendQueue::wait_orders_later_work), a wait at or below is
   /// redundant. A small cache: forgetting an entry only costs a redundant wait. Ids are never

@@ -68,10 +68,13 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
   }
   // Ownership acquires whose release is ordered before this point are recorded now.
   if (!q.pending_acquires.empty()) {
-    std::erase_if(q.pending_acquires, [&](const QueueState::PendingAcquire& a) {
-      if (a.point.semaphore != point.semaphore || a.point.value > point.value) return false;
-      q.backend->acquire_ownership(a.range, a.bytes, *a.from);
-      q.dirty = true;
+    std::erase_if(q.pending_acquires, [&](const std::shared_ptr<OwedAcquire>& a) {
+      if (a->taken.load(std::memory_order_acquire)) return true;  // another queue of the family did
+      if (a->point.semaphore != point.semaphore || a->point.value > point.value) return false;
+      if (!a->taken.exchange(true, std::memory_order_acq_rel)) {
+        q.backend->acquire_ownership(a->range, a->bytes, *a->from);
+        q.dirty = true;
+      }
       return true;
     });
   }
