@@ -367,16 +367,5 @@ CONFORMANCE_CASE("pool: snapshot JSON written to a file; bad path is backend_err
   expect_error(ErrorCode::backend_error,
                [&] { write_json(snap, "/nonexistent-dir-ferry/x/y.json"); },
                "write_json to a missing directory");
-  expect_error(ErrorCode::backend_error,
-               [&] { write_memory_viz_pickle(snap, "/nonexistent-dir-ferry/x.pickle"); },
-               "write_memory_viz_pickle to a missing directory");
-  expect_error(ErrorCode::backend_error,
-               [&] { write_chrome_trace(snap, "/nonexistent-dir-ferry/x.trace.json"); },
-               "write_chrome_trace to a missing directory");
-  expect_error(ErrorCode::backend_error,
-               [&] { write_html_report(snap, "/nonexistent-dir-ferry/x.html"); },
-               "write_html_report to a missing directory");
-  CHECK_FALSE(to_memory_viz_pickle(snap).empty());
-  CHECK(to_chrome_trace(snap).find("traceEvents") != std::string::npos);
   b.release();
 }

@@ -9,10 +9,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <unistd.h>
 
+#include "ferry/export.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -105,13 +109,30 @@ TEST_CASE("exporters handle an empty snapshot") {
 }
 
 TEST_CASE("exporters report the path they cannot write") {
+  // Every writer throws backend_error naming itself and the path, at the caller's line where
+  // the compiler fills a defaulted std::source_location from the call site (not clang < 17).
   ferry::MemorySnapshot empty;
-  const fs::path bad = "/nonexistent-ferry-dir/x.pickle";
-  CHECK_THROWS_AS(ferry::write_memory_viz_pickle(empty, bad), ferry::Error);
-  try {
-    ferry::write_chrome_trace(empty, bad);
-  } catch (const ferry::Error& e) {
-    CHECK(e.code() == ferry::ErrorCode::backend_error);
-    CHECK(std::string(e.what()).find("nonexistent-ferry-dir") != std::string::npos);
+  const fs::path bad = "/nonexistent-ferry-dir/x";
+  const std::pair<const char*, std::function<void()>> writers[] = {
+      {"write_memory_viz_pickle", [&] { ferry::write_memory_viz_pickle(empty, bad); }},
+      {"write_chrome_trace", [&] { ferry::write_chrome_trace(empty, bad); }},
+      {"write_html_report", [&] { ferry::write_html_report(empty, bad); }},
+      {"write_html_report", [&] { ferry::write_html_report({{"empty", empty}}, bad); }},
+      {"write_json", [&] { ferry::write_json(empty, bad); }},
+  };
+  for (const auto& writer : writers) {
+    const std::string name = writer.first;
+    CAPTURE(name);
+    try {
+      writer.second();
+      FAIL("nothing thrown");
+    } catch (const ferry::Error& e) {
+      CHECK(e.code() == ferry::ErrorCode::backend_error);
+      CHECK(e.message().find(name) != std::string::npos);
+      CHECK(e.message().find("nonexistent-ferry-dir") != std::string::npos);
+#if !defined(__clang__) || __clang_major__ >= 17
+      CHECK(std::string_view(e.where().file_name()).ends_with("exporters_test.cpp"));
+#endif
+    }
   }
 }

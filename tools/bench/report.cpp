@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "bench.hpp"
+#include "ferry/export.hpp"
 
 namespace ferry_bench {
 namespace {

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// Snapshot exporters (DESIGN §6): PyTorch memory_viz pickle, Chrome trace-event JSON and the
-// self-contained HTML report. The documented JSON exporter lives in snapshot.cpp.
+// The ferry-export library (include/ferry/export.hpp): PyTorch memory_viz pickle, Chrome
+// trace-event JSON and the self-contained HTML report. The documented JSON form stays in
+// libferry (src/snapshot.cpp).
 //
 // All of this is plain text/byte formatting over a MemorySnapshot value: no device, no vendor
-// code.
+// code, no libferry internals.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -18,7 +19,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "ferry/snapshot.hpp"
+#include "ferry/export.hpp"
 
 namespace ferry {
 namespace {
