@@ -4,14 +4,14 @@
 // libferry (src/snapshot.cpp).
 //
 // All of this is plain text/byte formatting over a MemorySnapshot value: no device, no vendor
-// code, no libferry internals.
+// code, no libferry internals; strings and files go through the helpers libferry's to_json
+// uses too (src/json.hpp, src/write_file.hpp).
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -20,24 +20,11 @@
 #include <unordered_map>
 
 #include "ferry/export.hpp"
+#include "json.hpp"
+#include "write_file.hpp"
 
 namespace ferry {
 namespace {
-
-void write_file(std::string_view function, const std::string& bytes, const std::filesystem::path& path,
-                const std::source_location& where) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) {
-    throw Error(ErrorCode::backend_error,
-                std::string(function) + ": cannot open '" + path.string() + "' for writing", "std::ofstream", where);
-  }
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  f.flush();
-  if (!f) {
-    throw Error(ErrorCode::backend_error, std::string(function) + ": writing '" + path.string() + "' failed",
-                "std::ofstream::write", where);
-  }
-}
 
 // ---- stream mapping shared by the exporters ----------------------------------------------------
 
@@ -242,29 +229,7 @@ void pickle_allocator_settings(Pickler& p) {
   p.setitems();
 }
 
-// ---- JSON text helpers ---------------------------------------------------------------------------
-
-void json_string(std::string& o, std::string_view s) {
-  o += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          o += buf;
-        } else {
-          o += c;
-        }
-    }
-  }
-  o += '"';
-}
+// ---- text helpers --------------------------------------------------------------------------------
 
 std::string fixed(double v, int digits) {
   char buf[64];
@@ -675,24 +640,24 @@ std::string to_memory_viz_pickle(const MemorySnapshot& s) {
 
 void write_memory_viz_pickle(const MemorySnapshot& snapshot, const std::filesystem::path& path,
                              std::source_location where) {
-  write_file("write_memory_viz_pickle", to_memory_viz_pickle(snapshot), path, where);
+  detail::write_file("write_memory_viz_pickle", to_memory_viz_pickle(snapshot), path, where);
 }
 
 std::string to_chrome_trace(const MemorySnapshot& s) {
   constexpr int pid = 1;
   std::string o = "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"device\": ";
-  json_string(o, s.device_name);
+  detail::append_json_string(o, s.device_name);
   o += ", \"backend\": ";
-  json_string(o, s.backend);
+  detail::append_json_string(o, s.backend);
   o += "},\n\"traceEvents\": [\n";
   o += "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, \"args\": {\"name\": ";
-  json_string(o, "ferry " + s.backend + ": " + s.device_name);
+  detail::append_json_string(o, "ferry " + s.backend + ": " + s.device_name);
   o += "}}";
   std::set<std::uint32_t> named;
   for (const auto& q : s.queues) {
     o += ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": " + std::to_string(q.id) +
          ", \"args\": {\"name\": ";
-    json_string(o, q.name + " (" + q.role + ")");
+    detail::append_json_string(o, q.name + " (" + q.role + ")");
     o += "}},\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 1, \"tid\": " + std::to_string(q.id) +
          ", \"args\": {\"sort_index\": " + std::to_string(q.id) + "}}";
     named.insert(q.id);
@@ -714,7 +679,7 @@ std::string to_chrome_trace(const MemorySnapshot& s) {
     const bool observed = a->end_ns >= a->begin_ns && a->end_ns != 0;
     const std::uint64_t dur = observed ? a->end_ns - a->begin_ns : 0;
     o += ",\n{\"name\": ";
-    json_string(o, a->name);
+    detail::append_json_string(o, a->name);
     o += ", \"cat\": \"";
     o += category(a->name);
     o += "\", \"ph\": \"X\", \"pid\": " + std::to_string(pid) + ", \"tid\": " + std::to_string(a->queue_id) +
@@ -738,7 +703,7 @@ std::string to_chrome_trace(const MemorySnapshot& s) {
 
 void write_chrome_trace(const MemorySnapshot& snapshot, const std::filesystem::path& path,
                         std::source_location where) {
-  write_file("write_chrome_trace", to_chrome_trace(snapshot), path, where);
+  detail::write_file("write_chrome_trace", to_chrome_trace(snapshot), path, where);
 }
 
 std::string to_html_report(const std::vector<std::pair<std::string, MemorySnapshot>>& by_strategy) {
@@ -769,7 +734,7 @@ std::string to_html_report(const std::vector<std::pair<std::string, MemorySnapsh
 
 void write_html_report(const std::vector<std::pair<std::string, MemorySnapshot>>& by_strategy,
                        const std::filesystem::path& path, std::source_location where) {
-  write_file("write_html_report", to_html_report(by_strategy), path, where);
+  detail::write_file("write_html_report", to_html_report(by_strategy), path, where);
 }
 
 void write_html_report(const MemorySnapshot& snapshot, const std::filesystem::path& path,

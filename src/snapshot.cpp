@@ -2,8 +2,10 @@
 // Snapshot value helpers and the documented JSON exporter (schema: tools/snapshot.schema.json).
 #include "ferry/snapshot.hpp"
 
-#include <fstream>
 #include <sstream>
+
+#include "json.hpp"
+#include "write_file.hpp"
 
 namespace ferry {
 
@@ -27,44 +29,19 @@ std::string_view to_string(BlockStateKind kind) noexcept {
   return "unknown";
 }
 
-namespace {
-
-void quote(std::ostream& o, std::string_view s) {
-  o << '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': o << "\\\""; break;
-      case '\\': o << "\\\\"; break;
-      case '\n': o << "\\n"; break;
-      case '\r': o << "\\r"; break;
-      case '\t': o << "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          const char* hex = "0123456789abcdef";
-          o << "\\u00" << hex[(c >> 4) & 0xf] << hex[c & 0xf];
-        } else {
-          o << c;
-        }
-    }
-  }
-  o << '"';
-}
-
-}  // namespace
-
 std::string to_json(const MemorySnapshot& s) {
   std::ostringstream o;
   o << "{\n  \"format\": \"ferry-snapshot\",\n  \"version\": 1,\n  \"device\": ";
-  quote(o, s.device_name);
+  o << detail::json_string(s.device_name);
   o << ",\n  \"backend\": ";
-  quote(o, s.backend);
+  o << detail::json_string(s.backend);
   o << ",\n  \"queues\": [";
   for (std::size_t i = 0; i < s.queues.size(); ++i) {
     const auto& q = s.queues[i];
     o << (i ? ",\n    " : "\n    ") << "{\"id\": " << q.id << ", \"name\": ";
-    quote(o, q.name);
+    o << detail::json_string(q.name);
     o << ", \"role\": ";
-    quote(o, q.role);
+    o << detail::json_string(q.role);
     o << "}";
   }
   o << "\n  ],\n  \"segments\": [";
@@ -79,7 +56,7 @@ std::string to_json(const MemorySnapshot& s) {
       o << (j ? ", " : "") << "{\"address\": " << b.address << ", \"size\": " << b.size
         << ", \"requested_size\": " << b.requested_size << ", \"state\": \"" << to_string(b.state)
         << "\", \"queue\": " << b.queue_id << ", \"tag\": ";
-      quote(o, b.tag);
+      o << detail::json_string(b.tag);
       o << "}";
     }
     o << "]}";
@@ -90,14 +67,14 @@ std::string to_json(const MemorySnapshot& s) {
     o << (i ? ",\n    " : "\n    ") << "{\"action\": \"" << to_string(e.kind) << "\", \"address\": " << e.address
       << ", \"size\": " << e.size << ", \"queue\": " << e.queue_id << ", \"time_ns\": " << e.time_ns
       << ", \"tag\": ";
-    quote(o, e.tag);
+    o << detail::json_string(e.tag);
     o << "}";
   }
   o << "\n  ],\n  \"activity\": [";
   for (std::size_t i = 0; i < s.activity.size(); ++i) {
     const auto& a = s.activity[i];
     o << (i ? ",\n    " : "\n    ") << "{\"queue\": " << a.queue_id << ", \"name\": ";
-    quote(o, a.name);
+    o << detail::json_string(a.name);
     o << ", \"begin_ns\": " << a.begin_ns << ", \"end_ns\": " << a.end_ns << ", \"bytes\": " << a.bytes << "}";
   }
   o << "\n  ]\n}\n";
@@ -105,17 +82,7 @@ std::string to_json(const MemorySnapshot& s) {
 }
 
 void write_json(const MemorySnapshot& snapshot, const std::filesystem::path& path, std::source_location where) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) {
-    throw Error(ErrorCode::backend_error, "write_json: cannot open '" + path.string() + "' for writing", "std::ofstream",
-                where);
-  }
-  f << to_json(snapshot);
-  f.flush();
-  if (!f) {
-    throw Error(ErrorCode::backend_error, "write_json: writing '" + path.string() + "' failed", "std::ofstream::write",
-                where);
-  }
+  detail::write_file("write_json", to_json(snapshot), path, where);
 }
 
 }  // namespace ferry

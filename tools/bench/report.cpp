@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
 // ferry-bench output: header, table, verdicts, results.json and snapshot exports.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "bench.hpp"
 #include "ferry/export.hpp"
+#include "json.hpp"
+#include "write_file.hpp"
 
 namespace ferry_bench {
 namespace {
@@ -156,22 +157,6 @@ std::vector<Verdict> verdicts(const Run& run) {
   return out;
 }
 
-void json_str(std::ostream& o, std::string_view s) {
-  o << '"';
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o << '\\' << c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      o << buf;
-    } else {
-      o << c;
-    }
-  }
-  o << '"';
-}
-
 std::string num(double v) {
   if (!(v == v) || v > 1e300 || v < -1e300) return "null";
   return fmt("%.6g", v);
@@ -280,21 +265,20 @@ bool print_verdicts(const Run& run) {
 }
 
 void write_results_json(const Run& run, const std::filesystem::path& file) {
-  std::ofstream o(file, std::ios::trunc);
-  if (!o) throw std::runtime_error("cannot write " + file.string());
+  std::ostringstream o;
   const auto& opt = run.options;
   o << "{\n  \"tool\": \"ferry-bench\",\n  \"version\": \"" << FERRY_VERSION << "\",\n  \"backend\": ";
-  json_str(o, run.backend);
+  o << ferry::detail::json_string(run.backend);
   o << ",\n  \"device\": ";
-  json_str(o, run.device_name);
+  o << ferry::detail::json_string(run.device_name);
   o << ",\n  \"config\": {\"sizes\": [";
   for (std::size_t i = 0; i < run.sizes.size(); ++i) o << (i ? ", " : "") << run.sizes[i];
   o << "], \"steps\": " << opt.steps << ", \"compute_units\": " << opt.compute_units
     << ", \"inflight\": " << opt.inflight << ", \"timing\": \"host\"},\n  \"results\": [";
   for (std::size_t i = 0; i < run.results.size(); ++i) {
     const auto& r = run.results[i];
-    o << (i ? ",\n" : "\n") << "    {\"strategy\": \"" << strategy_name(r.scenario)
-      << "\", \"size_bytes\": " << r.scenario.bytes << ", \"peak_allocated_bytes\": " << r.peak_allocated
+    o << (i ? ",\n" : "\n") << "    {\"strategy\": " << ferry::detail::json_string(strategy_name(r.scenario))
+      << ", \"size_bytes\": " << r.scenario.bytes << ", \"peak_allocated_bytes\": " << r.peak_allocated
       << ", \"peak_reserved_bytes\": " << r.peak_reserved << ", \"peak_stranded_bytes\": " << r.peak_stranded
       << ", \"segment_allocations\": " << r.segment_allocations << ", \"pending_reuses\": " << r.pending_reuses
       << ", \"cpu_peak_rss_bytes\": " << r.rss_peak << ", \"cpu_peak_rss_reset\": " << (r.rss_reset ? "true" : "false")
@@ -338,17 +322,17 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
     for (std::size_t i = 0; i < h.variants.size(); ++i) {
       const HostCost::Variant& v = h.variants[i];
       o << (i ? ", " : "") << "{\"what\": ";
-      json_str(o, v.what);
+      o << ferry::detail::json_string(v.what);
       o << ", \"upload_us_median\": " << num(v.upload.median) << ", \"upload_us_p90\": " << num(v.upload.p90)
         << ", \"pair_us_median\": " << num(v.pair.median) << ", \"pair_us_p90\": " << num(v.pair.p90) << "}";
     }
     o << "], \"vendor\": ";
     if (h.vendor.measured) {
       o << "{\"what\": ";
-      json_str(o, h.vendor.what);
+      o << ferry::detail::json_string(h.vendor.what);
       o << ", \"us_median\": " << num(h.vendor.median_us) << ", \"us_p90\": " << num(h.vendor.p90_us)
         << ", \"ordered_what\": ";
-      json_str(o, h.vendor.ordered_what);
+      o << ferry::detail::json_string(h.vendor.ordered_what);
       o << ", \"ordered_upload_us_median\": " << num(h.vendor.ordered_upload_median_us)
         << ", \"ordered_upload_us_p90\": " << num(h.vendor.ordered_upload_p90_us)
         << ", \"ordered_pair_us_median\": " << num(h.vendor.ordered_pair_median_us)
@@ -364,14 +348,14 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
   const auto vs = verdicts(run);
   for (std::size_t i = 0; i < vs.size(); ++i) {
     const auto& v = vs[i];
-    o << (i ? ",\n" : "\n") << "    {\"size_bytes\": " << v.bytes << ", \"name\": \"" << v.name
-      << "\", \"value\": " << num(v.value) << ", \"bar\": " << (v.checked() ? num(v.bar) : "null")
+    o << (i ? ",\n" : "\n") << "    {\"size_bytes\": " << v.bytes << ", \"name\": " << ferry::detail::json_string(v.name)
+      << ", \"value\": " << num(v.value) << ", \"bar\": " << (v.checked() ? num(v.bar) : "null")
       << ", \"pass\": " << (v.checked() ? (v.pass() ? "true" : "false") : "null") << ", \"text\": ";
-    json_str(o, v.text);
+    o << ferry::detail::json_string(v.text);
     o << "}";
   }
   o << "\n  ]\n}\n";
-  if (!o) throw std::runtime_error("writing " + file.string() + " failed");
+  ferry::detail::write_file("ferry-bench --out", o.str(), file);
 }
 
 void write_snapshots(const Run& run, const std::filesystem::path& dir) {

@@ -22,9 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "json.hpp"
 #include "probe_util.hpp"
+#include "write_file.hpp"
 
-using probe::json_escape;
+using ferry::detail::json_string;
+using probe::appendf;
 using probe::median;
 using probe::parse_list;
 using probe::parse_size;
@@ -497,9 +500,9 @@ void Probe::bandwidth() {
       munmap(raw, len + a);
       check_rt(e, "cudaHostRegister", __LINE__);
     }
-    rel = [p, raw, len, a] {
+    rel = [p, raw, mapped = len + a] {
       cudaHostUnregister(p);
-      munmap(raw, len + a);
+      munmap(raw, mapped);
     };
     return p;
   });
@@ -591,47 +594,43 @@ void Probe::bandwidth() {
 }
 
 void Probe::write_json() {
-  FILE* f = std::fopen(opt_.json.c_str(), "w");
-  if (f == nullptr) {
-    std::fprintf(stderr, "cannot write %s\n", opt_.json.c_str());
-    return;
-  }
-  std::fprintf(f, "{\n  \"tool\": \"ferry-probe-cuda\",\n  \"device\": \"%s\",\n  \"driver_version\": %d,\n",
-               json_escape(prop_.name).c_str(), driver_version_);
-  std::fprintf(f, "  \"runtime_version\": %d,\n  \"async_engine_count\": %d,\n  \"memops64\": %s,\n", runtime_version_,
-               prop_.asyncEngineCount, memops64_ ? "true" : "false");
-  std::fprintf(f, "  \"calls\": %d,\n  \"reps\": %d,\n  \"warmup\": %d,\n  \"notes\": [", opt_.calls, opt_.reps,
-               opt_.warmup);
+  std::string o;
+  appendf(o, "{\n  \"tool\": \"ferry-probe-cuda\",\n  \"device\": %s,\n  \"driver_version\": %d,\n",
+          json_string(prop_.name).c_str(), driver_version_);
+  appendf(o, "  \"runtime_version\": %d,\n  \"async_engine_count\": %d,\n  \"memops64\": %s,\n", runtime_version_,
+          prop_.asyncEngineCount, memops64_ ? "true" : "false");
+  appendf(o, "  \"calls\": %d,\n  \"reps\": %d,\n  \"warmup\": %d,\n  \"notes\": [", opt_.calls, opt_.reps,
+          opt_.warmup);
   for (std::size_t i = 0; i < notes_.size(); ++i) {
-    std::fprintf(f, "%s\n    \"%s\"", i ? "," : "", json_escape(notes_[i]).c_str());
+    appendf(o, "%s\n    %s", i ? "," : "", json_string(notes_[i]).c_str());
   }
-  std::fprintf(f, "\n  ],\n  \"call_costs\": [");
+  appendf(o, "\n  ],\n  \"call_costs\": [");
   for (std::size_t i = 0; i < call_results_.size(); ++i) {
     const auto& r = call_results_[i];
-    std::fprintf(f,
-                 "%s\n    {\"name\": \"%s\", \"calls\": %d, \"median_ns\": %.1f, \"p10_ns\": %.1f, \"p90_ns\": %.1f, "
-                 "\"mean_ns\": %.1f, \"skipped\": \"%s\"}",
-                 i ? "," : "", json_escape(r.name).c_str(), r.calls, r.median_ns, r.p10_ns, r.p90_ns, r.mean_ns,
-                 json_escape(r.skipped).c_str());
+    appendf(o,
+            "%s\n    {\"name\": %s, \"calls\": %d, \"median_ns\": %.1f, \"p10_ns\": %.1f, \"p90_ns\": %.1f, "
+            "\"mean_ns\": %.1f, \"skipped\": %s}",
+            i ? "," : "", json_string(r.name).c_str(), r.calls, r.median_ns, r.p10_ns, r.p90_ns, r.mean_ns,
+            json_string(r.skipped).c_str());
   }
-  std::fprintf(f, "\n  ],\n  \"bandwidth\": [");
+  appendf(o, "\n  ],\n  \"bandwidth\": [");
   for (std::size_t i = 0; i < bw_results_.size(); ++i) {
     const auto& r = bw_results_[i];
-    std::fprintf(f,
-                 "%s\n    {\"dir\": \"%s\", \"size\": %llu, \"bytes\": %llu, \"host_mem\": \"%s\", \"mode\": \"%s\", "
-                 "\"copies\": %d, \"streams\": %d, \"repeat\": %d, \"gpu_gbps_median\": %.4f, \"gpu_gbps_best\": %.4f, "
-                 "\"host_gbps_median\": %.4f, \"vs_baseline\": %.4f, \"skipped\": \"%s\", \"gpu_ns\": [",
-                 i ? "," : "", r.dir.c_str(), static_cast<unsigned long long>(r.size),
-                 static_cast<unsigned long long>(r.bytes), json_escape(r.host_kind).c_str(), r.mode.c_str(), r.copies,
-                 r.streams, r.repeat, r.gpu_med_gbps, r.gpu_best_gbps, r.host_med_gbps, r.vs_base,
-                 json_escape(r.skipped).c_str());
-    for (std::size_t k = 0; k < r.gpu_ns.size(); ++k) std::fprintf(f, "%s%.0f", k ? ", " : "", r.gpu_ns[k]);
-    std::fprintf(f, "], \"host_ns\": [");
-    for (std::size_t k = 0; k < r.host_ns.size(); ++k) std::fprintf(f, "%s%.0f", k ? ", " : "", r.host_ns[k]);
-    std::fprintf(f, "]}");
+    appendf(o,
+            "%s\n    {\"dir\": %s, \"size\": %llu, \"bytes\": %llu, \"host_mem\": %s, \"mode\": %s, "
+            "\"copies\": %d, \"streams\": %d, \"repeat\": %d, \"gpu_gbps_median\": %.4f, \"gpu_gbps_best\": %.4f, "
+            "\"host_gbps_median\": %.4f, \"vs_baseline\": %.4f, \"skipped\": %s, \"gpu_ns\": [",
+            i ? "," : "", json_string(r.dir).c_str(), static_cast<unsigned long long>(r.size),
+            static_cast<unsigned long long>(r.bytes), json_string(r.host_kind).c_str(), json_string(r.mode).c_str(),
+            r.copies, r.streams, r.repeat, r.gpu_med_gbps, r.gpu_best_gbps, r.host_med_gbps, r.vs_base,
+            json_string(r.skipped).c_str());
+    for (std::size_t k = 0; k < r.gpu_ns.size(); ++k) appendf(o, "%s%.0f", k ? ", " : "", r.gpu_ns[k]);
+    appendf(o, "], \"host_ns\": [");
+    for (std::size_t k = 0; k < r.host_ns.size(); ++k) appendf(o, "%s%.0f", k ? ", " : "", r.host_ns[k]);
+    appendf(o, "]}");
   }
-  std::fprintf(f, "\n  ]\n}\n");
-  std::fclose(f);
+  appendf(o, "\n  ]\n}\n");
+  ferry::detail::write_file("ferry-probe-cuda --json", o, opt_.json);
   std::printf("wrote %s\n", opt_.json.c_str());
 }
 

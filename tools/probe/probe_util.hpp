@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // What both probes (ferry-probe-vulkan, ferry-probe-cuda) parse, print and reduce the same way:
-// sizes with binary suffixes, comma lists, size labels, JSON strings, medians and quantiles.
+// sizes with binary suffixes, comma lists, size labels, formatted text, medians and quantiles.
+// JSON strings and files go through ferry's own helpers (src/json.hpp, src/write_file.hpp).
 // Header-only; each probe is one translation unit.
 #pragma once
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -55,15 +57,25 @@ inline std::string size_str(std::uint64_t b) {
   return buf;
 }
 
-/// The body of a JSON string: quotes and backslashes escaped, control characters as spaces.
-inline std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (static_cast<unsigned char>(c) < 0x20) o += ' ';
-    else o += c;
+/// Appends printf-style formatted text to `out` (the probes build their JSON in memory and
+/// write it with ferry's write-file helper).
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+inline void appendf(std::string& out, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  va_list again;
+  va_copy(again, args);
+  const int n = std::vsnprintf(nullptr, 0, format, args);
+  va_end(args);
+  if (n > 0) {
+    const std::size_t at = out.size();
+    out.resize(at + static_cast<std::size_t>(n) + 1);
+    std::vsnprintf(out.data() + at, static_cast<std::size_t>(n) + 1, format, again);
+    out.resize(at + static_cast<std::size_t>(n));
   }
-  return o;
+  va_end(again);
 }
 
 /// Nearest-rank quantile q in [0, 1]; 0 for no samples.

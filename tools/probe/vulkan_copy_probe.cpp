@@ -28,9 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "json.hpp"
 #include "probe_util.hpp"
+#include "write_file.hpp"
 
-using probe::json_escape;
+using ferry::detail::json_string;
+using probe::appendf;
 using probe::median;
 using probe::parse_list;
 using probe::parse_size;
@@ -1082,56 +1085,51 @@ void Probe::print_result(const Result& r) {
 }
 
 void Probe::write_json() {
-  FILE* f = std::fopen(opt_.json.c_str(), "w");
-  if (f == nullptr) {
-    std::fprintf(stderr, "cannot write %s\n", opt_.json.c_str());
-    return;
-  }
-  std::fprintf(f, "{\n  \"tool\": \"ferry-probe-vulkan\",\n  \"device\": \"%s\",\n  \"vendor_id\": %u,\n",
-               json_escape(props_.deviceName).c_str(), props_.vendorID);
-  std::fprintf(f, "  \"driver_name\": \"%s\",\n  \"driver_info\": \"%s\",\n  \"driver_version_raw\": %u,\n",
-               json_escape(driver_props_.driverName).c_str(), json_escape(driver_props_.driverInfo).c_str(),
-               props_.driverVersion);
-  std::fprintf(f, "  \"timestamp_period_ns\": %.6f,\n  \"reps\": %d,\n  \"warmup\": %d,\n",
-               props_.limits.timestampPeriod, opt_.reps, opt_.warmup);
-  std::fprintf(f, "  \"queue_families\": [");
+  std::string o;
+  appendf(o, "{\n  \"tool\": \"ferry-probe-vulkan\",\n  \"device\": %s,\n  \"vendor_id\": %u,\n",
+          json_string(props_.deviceName).c_str(), props_.vendorID);
+  appendf(o, "  \"driver_name\": %s,\n  \"driver_info\": %s,\n  \"driver_version_raw\": %u,\n",
+          json_string(driver_props_.driverName).c_str(), json_string(driver_props_.driverInfo).c_str(),
+          props_.driverVersion);
+  appendf(o, "  \"timestamp_period_ns\": %.6f,\n  \"reps\": %d,\n  \"warmup\": %d,\n", props_.limits.timestampPeriod,
+          opt_.reps, opt_.warmup);
+  appendf(o, "  \"queue_families\": [");
   for (std::size_t i = 0; i < qf_.size(); ++i) {
-    std::fprintf(f, "%s\n    {\"index\": %zu, \"flags\": \"%s\", \"count\": %u, \"timestamp_valid_bits\": %u}",
-                 i ? "," : "", i, queue_flags_str(qf_[i].queueFlags).c_str(), qf_[i].queueCount,
-                 qf_[i].timestampValidBits);
+    appendf(o, "%s\n    {\"index\": %zu, \"flags\": %s, \"count\": %u, \"timestamp_valid_bits\": %u}", i ? "," : "", i,
+            json_string(queue_flags_str(qf_[i].queueFlags)).c_str(), qf_[i].queueCount, qf_[i].timestampValidBits);
   }
-  std::fprintf(f, "\n  ],\n  \"memory_types\": [");
+  appendf(o, "\n  ],\n  \"memory_types\": [");
   for (std::uint32_t t = 0; t < mem_.memoryTypeCount; ++t) {
-    std::fprintf(f, "%s\n    {\"index\": %u, \"heap\": %u, \"heap_bytes\": %llu, \"flags\": \"%s\"}", t ? "," : "", t,
-                 mem_.memoryTypes[t].heapIndex,
-                 static_cast<unsigned long long>(mem_.memoryHeaps[mem_.memoryTypes[t].heapIndex].size),
-                 mem_flags_str(mem_.memoryTypes[t].propertyFlags).c_str());
+    appendf(o, "%s\n    {\"index\": %u, \"heap\": %u, \"heap_bytes\": %llu, \"flags\": %s}", t ? "," : "", t,
+            mem_.memoryTypes[t].heapIndex,
+            static_cast<unsigned long long>(mem_.memoryHeaps[mem_.memoryTypes[t].heapIndex].size),
+            json_string(mem_flags_str(mem_.memoryTypes[t].propertyFlags)).c_str());
   }
-  std::fprintf(f, "\n  ],\n  \"notes\": [");
+  appendf(o, "\n  ],\n  \"notes\": [");
   for (std::size_t i = 0; i < notes_.size(); ++i) {
-    std::fprintf(f, "%s\n    \"%s\"", i ? "," : "", json_escape(notes_[i]).c_str());
+    appendf(o, "%s\n    %s", i ? "," : "", json_string(notes_[i]).c_str());
   }
-  std::fprintf(f, "\n  ],\n  \"results\": [");
+  appendf(o, "\n  ],\n  \"results\": [");
   for (std::size_t i = 0; i < results_.size(); ++i) {
     const auto& r = results_[i];
-    std::fprintf(f,
-                 "%s\n    {\"dir\": \"%s\", \"size\": %llu, \"bytes\": %llu, \"variant\": \"%s\", \"queue\": \"%s\", "
-                 "\"host_mem\": \"%s\", \"dev_mem\": \"%s\", \"regions\": %d, \"cbs\": %d, \"submits\": %d, "
-                 "\"lanes\": %d, \"repeat\": %d, \"gpu_timed\": %s, \"gpu_gbps_median\": %.4f, "
-                 "\"gpu_gbps_best\": %.4f, \"host_gbps_median\": %.4f, \"vs_baseline\": %.4f, \"skipped\": \"%s\", "
-                 "\"gpu_ns\": [",
-                 i ? "," : "", r.dir.c_str(), static_cast<unsigned long long>(r.size),
-                 static_cast<unsigned long long>(r.bytes), r.variant.c_str(), json_escape(r.queue).c_str(),
-                 json_escape(r.host_mem).c_str(), json_escape(r.dev_mem).c_str(), r.regions, r.cbs, r.submits,
-                 r.lanes, r.repeat, r.gpu_timed ? "true" : "false", r.gpu_med_gbps, r.gpu_best_gbps, r.host_med_gbps,
-                 r.vs_base, json_escape(r.skipped).c_str());
-    for (std::size_t k = 0; k < r.gpu_ns.size(); ++k) std::fprintf(f, "%s%.0f", k ? ", " : "", r.gpu_ns[k]);
-    std::fprintf(f, "], \"host_ns\": [");
-    for (std::size_t k = 0; k < r.host_ns.size(); ++k) std::fprintf(f, "%s%.0f", k ? ", " : "", r.host_ns[k]);
-    std::fprintf(f, "]}");
+    appendf(o,
+            "%s\n    {\"dir\": %s, \"size\": %llu, \"bytes\": %llu, \"variant\": %s, \"queue\": %s, "
+            "\"host_mem\": %s, \"dev_mem\": %s, \"regions\": %d, \"cbs\": %d, \"submits\": %d, "
+            "\"lanes\": %d, \"repeat\": %d, \"gpu_timed\": %s, \"gpu_gbps_median\": %.4f, "
+            "\"gpu_gbps_best\": %.4f, \"host_gbps_median\": %.4f, \"vs_baseline\": %.4f, \"skipped\": %s, "
+            "\"gpu_ns\": [",
+            i ? "," : "", json_string(r.dir).c_str(), static_cast<unsigned long long>(r.size),
+            static_cast<unsigned long long>(r.bytes), json_string(r.variant).c_str(), json_string(r.queue).c_str(),
+            json_string(r.host_mem).c_str(), json_string(r.dev_mem).c_str(), r.regions, r.cbs, r.submits, r.lanes,
+            r.repeat, r.gpu_timed ? "true" : "false", r.gpu_med_gbps, r.gpu_best_gbps, r.host_med_gbps, r.vs_base,
+            json_string(r.skipped).c_str());
+    for (std::size_t k = 0; k < r.gpu_ns.size(); ++k) appendf(o, "%s%.0f", k ? ", " : "", r.gpu_ns[k]);
+    appendf(o, "], \"host_ns\": [");
+    for (std::size_t k = 0; k < r.host_ns.size(); ++k) appendf(o, "%s%.0f", k ? ", " : "", r.host_ns[k]);
+    appendf(o, "]}");
   }
-  std::fprintf(f, "\n  ]\n}\n");
-  std::fclose(f);
+  appendf(o, "\n  ]\n}\n");
+  ferry::detail::write_file("ferry-probe-vulkan --json", o, opt_.json);
   std::printf("\nwrote %s\n", opt_.json.c_str());
 }
 
