@@ -5,9 +5,11 @@
 # CUDA suite. Logs and results go to OUTDIR.
 #   bash tools/gpu-validate.sh OUTDIR [STEP...]
 # STEPs: build test-cuda test-vulkan test-pair bench-cuda bench-vulkan bench-pair memcheck
-# racecheck synccheck initcheck (default: all, in that order), and on request probe-vulkan,
-# probe-cuda, probe-front-end (tools/probe experiments) and memcheck-pair (memcheck over the vulkan_cuda suite). FERRY_GPU_DEADLINE (seconds, default 570) bounds
-# the whole run; each step gets its own limit within it, so one slow step cannot eat the rest.
+# racecheck synccheck initcheck (default: all, in that order), and on request probe-cuda and
+# probe-front-end (tools/probe experiments, built only with -Dprobes=true: these steps turn the
+# option on in the build directory and build them first) and memcheck-pair (memcheck over the
+# vulkan_cuda suite). FERRY_GPU_DEADLINE (seconds, default 570) bounds the whole run; each step
+# gets its own limit within it, so one slow step cannot eat the rest.
 # FERRY_BENCH_SIZES (default 64M,512M) sets the benchmark sizes.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,6 +22,20 @@ deadline=$((SECONDS + ${FERRY_GPU_DEADLINE:-570}))
 sizes=${FERRY_BENCH_SIZES:-64M,512M}
 build=build-gpu
 mkdir -p "$out"
+
+# The probes are not part of a default build: the first probe step configures the build
+# directory with -Dprobes=true (setting it up if needed) and builds, once per run.
+probes_built=0
+build_probes() {
+  [ "$probes_built" = 0 ] || return 0
+  if [ -f "$build/build.ninja" ]; then
+    run_step configure-probes 60 meson configure "$build" -Dprobes=true
+  else
+    run_step setup 90 meson setup "$build" -Dhip=disabled -Dprobes=true
+  fi
+  run_step build-probes 240 ninja -C "$build"
+  probes_built=1
+}
 
 run_step() {  # run_step NAME LIMIT_S COMMAND...
   local name=$1 limit=$2
@@ -63,9 +79,12 @@ for s in "${steps[@]}"; do
       for p in vulkan_cuda cuda_vulkan; do
         run_step "bench-$p" 150 "$build/tools/ferry-bench" --backend $p --sizes "$sizes" --quiet --out "$out/bench-$p" --snapshot "$out/snapshot-$p"
       done ;;
-    probe-vulkan) run_step probe-vulkan 90 "$build/tools/probe/ferry-probe-vulkan" --json "$out/probe-vulkan.json" ;;
-    probe-cuda) run_step probe-cuda 90 "$build/tools/probe/ferry-probe-cuda" --json "$out/probe-cuda.json" ;;
-    probe-front-end) run_step probe-front-end 60 "$build/tools/probe/ferry-probe-front-end" --repeat 3 ;;
+    probe-cuda)
+      build_probes
+      run_step probe-cuda 90 "$build/tools/probe/ferry-probe-cuda" --json "$out/probe-cuda.json" ;;
+    probe-front-end)
+      build_probes
+      run_step probe-front-end 60 "$build/tools/probe/ferry-probe-front-end" --repeat 3 ;;
     memcheck-pair)
       run_step "$s" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/conformance-vulkan_cuda" "$skip" ;;
     bench-cuda) run_step bench-cuda 150 "$build/tools/ferry-bench" --backend cuda --sizes "$sizes" --quiet --out "$out/bench-cuda" --snapshot "$out/snapshot-cuda" ;;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// What both probes (ferry-probe-vulkan, ferry-probe-cuda) parse, print and reduce the same way:
+// What the probes (ferry-probe-cuda, ferry-probe-front-end) parse, print and reduce the same way:
 // sizes with binary suffixes, comma lists, size labels, formatted text, medians and quantiles.
 // JSON strings and files go through ferry's own helpers (src/json.hpp, src/write_file.hpp).
 // Header-only; each probe is one translation unit.
