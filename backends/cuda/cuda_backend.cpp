@@ -305,34 +305,24 @@ class Semaphore final : public GpuSemaphore {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Interop (src/pair.cpp): a timeline semaphore of another API (Vulkan) imported from an opaque
-// fd. Queue signal/wait are GPU-side (cudaSignal/WaitExternalSemaphoresAsync with the timeline
-// value); the host side belongs to the exporting API, so value/signal/wait here refuse.
-// HIP: hipImportExternalSemaphore has no timeline fd type on Linux; the HIP build never makes
-// one (import_semaphore refuses).
+// Interop (src/pair.cpp): a timeline semaphore of another API (Vulkan) imported from an
+// opaque fd. Queue signal/wait are GPU-side (the shim's external semaphore operations with the
+// timeline value); the host side belongs to the exporting API, so value/signal/wait here
+// refuse. Made only where the shim can import one (not on HIP: its import refuses).
 class ExternalSemaphore final : public GpuSemaphore {
  public:
-#ifndef FERRY_VENDOR_HIP
-  ExternalSemaphore(std::shared_ptr<Core> core, cudaExternalSemaphore_t handle)
+  ExternalSemaphore(std::shared_ptr<Core> core, vendor::ExternalSemaphore handle)
       : core_(std::move(core)), handle_(handle) {}
   ~ExternalSemaphore() override {
     ContextGuard guard(*core_);
-    ignore_in_destructor(cudaDestroyExternalSemaphore(handle_));
+    vendor::destroy_external_semaphore(handle_);
   }
   void enqueue_signal(cudaStream_t stream, std::uint64_t value) override {
-    cudaExternalSemaphoreSignalParams params{};
-    params.params.fence.value = value;
-    FERRY_GPU_CHECK(cudaSignalExternalSemaphoresAsync(&handle_, &params, 1, stream));
+    vendor::signal_external_semaphore(handle_, stream, value);
   }
   void enqueue_wait(cudaStream_t stream, std::uint64_t value) override {
-    cudaExternalSemaphoreWaitParams params{};
-    params.params.fence.value = value;
-    FERRY_GPU_CHECK(cudaWaitExternalSemaphoresAsync(&handle_, &params, 1, stream));
+    vendor::wait_external_semaphore(handle_, stream, value);
   }
-#else
-  void enqueue_signal(cudaStream_t, std::uint64_t) override { refuse(); }
-  void enqueue_wait(cudaStream_t, std::uint64_t) override { refuse(); }
-#endif
   std::uint64_t value() override { refuse(); }
   void signal(std::uint64_t) override { refuse(); }
   bool wait(std::uint64_t, std::chrono::nanoseconds) override { refuse(); }
@@ -344,17 +334,13 @@ class ExternalSemaphore final : public GpuSemaphore {
                 "through the API that exported it",
                 {}, std::source_location{});
   }
-#ifndef FERRY_VENDOR_HIP
   std::shared_ptr<Core> core_;
-  cudaExternalSemaphore_t handle_;
-#endif
+  vendor::ExternalSemaphore handle_;
 };
 
-/// An imported segment's CUDA objects (Segment::backend_data; null for cudaMalloc segments).
+/// An imported segment's vendor objects (Segment::backend_data; null for cudaMalloc segments).
 struct ImportedMemory {
-#ifndef FERRY_VENDOR_HIP
-  cudaExternalMemory_t handle = nullptr;
-#endif
+  vendor::ExternalMemory handle{};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -531,59 +517,25 @@ class Device final : public BackendDevice {
     ContextGuard guard(*core_);
     std::unique_ptr<ImportedMemory> imported(static_cast<ImportedMemory*>(segment->backend_data));
     FERRY_GPU_CHECK(cudaFree(segment->native));  // also for a mapped import (CUDA documents so)
-#ifndef FERRY_VENDOR_HIP
-    if (imported) FERRY_GPU_CHECK(cudaDestroyExternalMemory(imported->handle));
-#endif
+    if (imported) vendor::destroy_external_memory(imported->handle);
   }
 
-#ifndef FERRY_VENDOR_HIP
-  // Interop: a Vulkan timeline semaphore exported as an opaque fd. CUDA owns the fd once the
-  // import succeeded.
+  // Interop: a Vulkan timeline semaphore exported as an opaque fd. The vendor owns the fd once
+  // the import succeeded.
   std::unique_ptr<BackendSemaphore> import_semaphore(int fd) override {
     ContextGuard guard(*core_);
-    cudaExternalSemaphoreHandleDesc desc{};
-    desc.type = cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd;
-    desc.handle.fd = fd;
-    cudaExternalSemaphore_t handle = nullptr;
-    FERRY_GPU_CHECK(cudaImportExternalSemaphore(&handle, &desc));
-    return std::make_unique<ExternalSemaphore>(core_, handle);
+    return std::make_unique<ExternalSemaphore>(core_, vendor::import_timeline_semaphore(fd));
   }
 
   // Interop: Vulkan device memory exported as an opaque fd, mapped whole as one buffer.
   std::unique_ptr<Segment> import_segment(const ExternalMemory& memory) override {
     ContextGuard guard(*core_);
-    cudaExternalMemoryHandleDesc desc{};
-    desc.type = cudaExternalMemoryHandleTypeOpaqueFd;
-    desc.handle.fd = memory.fd;
-    desc.size = memory.size;
-    desc.flags = memory.dedicated ? cudaExternalMemoryDedicated : 0;
     auto imported = std::make_unique<ImportedMemory>();
-    FERRY_GPU_CHECK(cudaImportExternalMemory(&imported->handle, &desc));
-    cudaExternalMemoryBufferDesc buffer{};
-    buffer.offset = 0;
-    buffer.size = memory.size;
-    void* p = nullptr;
-    try {
-      FERRY_GPU_CHECK(cudaExternalMemoryGetMappedBuffer(&p, imported->handle, &buffer));
-    } catch (...) {
-      ignore_in_destructor(cudaDestroyExternalMemory(imported->handle));
-      throw;
-    }
-    auto segment = std::make_unique<Segment>();
-    segment->size = memory.size;
-    segment->address = reinterpret_cast<std::uintptr_t>(p);
-    segment->native = p;
+    void* p = vendor::import_memory(memory.fd, memory.size, memory.dedicated, &imported->handle);
+    auto segment = pointer_segment(p, memory.size);
     segment->backend_data = imported.release();
     return segment;
   }
-#else
-  std::unique_ptr<BackendSemaphore> import_semaphore(int /*fd*/) override {
-    throw Error(ErrorCode::unsupported,
-                "hip: timeline semaphore import is not supported on Linux (hipImportExternalSemaphore "
-                "has no timeline fd type)",
-                {}, std::source_location{});
-  }
-#endif
 
   std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override {
     ContextGuard guard(*core_);

@@ -258,4 +258,68 @@ inline std::optional<int> stream_device(cudaStream_t s) {
 #endif
 }
 
+// ---- Interop imports (src/pair.cpp): a timeline semaphore and device memory of another API
+// (Vulkan), exported as opaque fds.
+
+using ExternalSemaphore = cudaExternalSemaphore_t;
+using ExternalMemory = cudaExternalMemory_t;
+
+/// Import a timeline semaphore from an opaque fd. CUDA owns the fd once the import succeeded.
+inline ExternalSemaphore import_timeline_semaphore(int fd) {
+  cudaExternalSemaphoreHandleDesc desc{};
+  desc.type = cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd;
+  desc.handle.fd = fd;
+  cudaExternalSemaphore_t handle = nullptr;
+  FERRY_CHECK_GEN(cudaImportExternalSemaphore(&handle, &desc), cudaSuccess, describe, classify);
+  return handle;
+}
+
+/// From a destructor: cannot throw; failing here means the context is gone already.
+inline void destroy_external_semaphore(ExternalSemaphore handle) noexcept {
+  if (cudaDestroyExternalSemaphore(handle) != cudaSuccess) (void)cudaGetLastError();
+}
+
+/// Signal timeline `value` on `stream`, after its earlier work.
+inline void signal_external_semaphore(ExternalSemaphore handle, cudaStream_t stream, std::uint64_t value) {
+  cudaExternalSemaphoreSignalParams params{};
+  params.params.fence.value = value;
+  FERRY_CHECK_GEN(cudaSignalExternalSemaphoresAsync(&handle, &params, 1, stream), cudaSuccess, describe, classify);
+}
+
+/// Later work of `stream` starts once the timeline reaches `value`.
+inline void wait_external_semaphore(ExternalSemaphore handle, cudaStream_t stream, std::uint64_t value) {
+  cudaExternalSemaphoreWaitParams params{};
+  params.params.fence.value = value;
+  FERRY_CHECK_GEN(cudaWaitExternalSemaphoresAsync(&handle, &params, 1, stream), cudaSuccess, describe, classify);
+}
+
+/// Import `size` bytes of device memory from an opaque fd and map them whole as one buffer:
+/// returns its device pointer and sets `*imported`. CUDA owns the fd once the import
+/// succeeded. Freed by cudaFree of the pointer, then destroy_external_memory.
+inline void* import_memory(int fd, std::uint64_t size, bool dedicated, ExternalMemory* imported) {
+  cudaExternalMemoryHandleDesc desc{};
+  desc.type = cudaExternalMemoryHandleTypeOpaqueFd;
+  desc.handle.fd = fd;
+  desc.size = size;
+  desc.flags = dedicated ? cudaExternalMemoryDedicated : 0;
+  cudaExternalMemory_t handle = nullptr;
+  FERRY_CHECK_GEN(cudaImportExternalMemory(&handle, &desc), cudaSuccess, describe, classify);
+  cudaExternalMemoryBufferDesc buffer{};
+  buffer.offset = 0;
+  buffer.size = size;
+  void* p = nullptr;
+  try {
+    FERRY_CHECK_GEN(cudaExternalMemoryGetMappedBuffer(&p, handle, &buffer), cudaSuccess, describe, classify);
+  } catch (...) {
+    if (cudaDestroyExternalMemory(handle) != cudaSuccess) (void)cudaGetLastError();
+    throw;
+  }
+  *imported = handle;
+  return p;
+}
+
+inline void destroy_external_memory(ExternalMemory handle) {
+  FERRY_CHECK_GEN(cudaDestroyExternalMemory(handle), cudaSuccess, describe, classify);
+}
+
 }  // namespace ferry::detail::cuda_impl::vendor

@@ -173,4 +173,32 @@ inline std::optional<int> stream_device(hipStream_t s) {
 #endif
 }
 
+// ---- Interop imports (see the CUDA shim): refused. On Linux hipImportExternalSemaphore has
+// no timeline fd type, so a HIP stream cannot wait on another API's queue on the GPU, and
+// interop::pair_backend pairs no HIP device; memory import alone would serve no pair.
+
+using ExternalSemaphore = void*;  // never made: import_timeline_semaphore refuses
+using ExternalMemory = void*;     // never made: import_memory refuses
+
+[[noreturn]] inline void refuse_import(const char* what) {
+  throw Error(ErrorCode::unsupported,
+              std::string("hip: ") + what +
+                  " is not supported on Linux (hipImportExternalSemaphore has no timeline fd type, so HIP "
+                  "takes part in no interop pair)",
+              {}, std::source_location{});
+}
+
+inline ExternalSemaphore import_timeline_semaphore(int /*fd*/) { refuse_import("timeline semaphore import"); }
+inline void destroy_external_semaphore(ExternalSemaphore /*handle*/) noexcept {}
+inline void signal_external_semaphore(ExternalSemaphore /*handle*/, hipStream_t /*stream*/, std::uint64_t /*value*/) {
+  refuse_import("timeline semaphore import");
+}
+inline void wait_external_semaphore(ExternalSemaphore /*handle*/, hipStream_t /*stream*/, std::uint64_t /*value*/) {
+  refuse_import("timeline semaphore import");
+}
+inline void* import_memory(int /*fd*/, std::uint64_t /*size*/, bool /*dedicated*/, ExternalMemory* /*imported*/) {
+  refuse_import("device memory import");
+}
+inline void destroy_external_memory(ExternalMemory /*handle*/) {}
+
 }  // namespace ferry::detail::hip_impl::vendor

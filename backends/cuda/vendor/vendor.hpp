@@ -2,8 +2,8 @@
 // Vendor selection for the CUDA-family backend (STYLE item 5, ggml's vendors/*.h).
 //
 // cuda_backend.cpp is written once against the CUDA runtime API. Compiled plainly it is the
-// CUDA backend; compiled with FERRY_VENDOR_HIP defined (backends/hip/hip_backend.cpp does
-// that) it is the HIP backend. Each shim provides the same names:
+// CUDA backend; compiled with FERRY_VENDOR_HIP defined (backends/hip/meson.build compiles it
+// a second time so) it is the HIP backend. Each shim provides the same names:
 //
 //   FERRY_GPU_NS              namespace of the implementation (cuda_impl / hip_impl), so both
 //                             builds link into one library without colliding symbols
@@ -16,7 +16,9 @@
 //
 // and, in namespace ferry::detail::FERRY_GPU_NS::vendor, the few operations whose API differs
 // (error text and classification, stream memory operations, stream -> device query, UUID,
-// copy engine count). Everything else uses CUDA runtime names; the HIP shim maps them.
+// copy engine count, the interop imports of src/pair.cpp). Everything else uses CUDA runtime
+// names; the HIP shim maps them. What a vendor cannot do, its shim's function refuses with
+// `unsupported`: the backend's source has no vendor conditionals.
 #pragma once
 
 #ifdef FERRY_VENDOR_HIP
