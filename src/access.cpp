@@ -47,13 +47,24 @@ void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents) {
     user_done = enqueue_mark(*user);
     user->backend->flush();
   }
+  // The owner may be using the block too when another queue is recorded as its user.
+  const TimelinePoint owner_done = b.owner != user ? mark_other_user(b.owner, *exec) : TimelinePoint{};
   std::lock_guard lock(exec->mutex);
   enqueue_wait(*exec, b.last_access);
   enqueue_wait(*exec, user_done);
+  enqueue_wait(*exec, owner_done);
   if (hand_off) {
     exec->backend->acquire_ownership(ref(b), b.size, *user->backend);
     exec->dirty = true;
   }
+}
+
+TimelinePoint mark_other_user(const QueuePtr& other, const QueueState& waiter) {
+  if (!other || other.get() == &waiter) return {};
+  std::lock_guard lock(other->mutex);
+  TimelinePoint p = enqueue_mark(*other);
+  other->backend->flush();
+  return p;
 }
 
 /// After the executor accessed `b` (caller holds exec->mutex): hand the range to `next` (the

@@ -35,6 +35,9 @@ const QueuePtr& last_user(const BlockState& b);
 /// the range, the user releases it to the executor, which acquires it after the wait.
 /// Overwritten contents need no ownership transfer. Caller holds no queue mutex.
 void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents);
+/// The point after `other`'s work enqueued so far, for `waiter` to wait on (empty when they
+/// are the same queue). Takes other's mutex; the caller holds no queue mutex.
+TimelinePoint mark_other_user(const QueuePtr& other, const QueueState& waiter);
 /// After the executor accessed `b` (caller holds exec->mutex): hand the range to `next` (the
 /// queue that uses it next), signal, and record the access. Returns the completion point.
 TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr& next);

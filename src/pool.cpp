@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "access.hpp"
 #include "device_state.hpp"
 #include "small_vector.hpp"
 
@@ -339,7 +340,11 @@ namespace {
 // that queue has waited for any other queue's access (a copy still writing or reading it).
 TimelinePoint free_point(detail::BlockState& b, const TimelinePoint& extra) {
   detail::QueueState& q = b.recorded_user ? *b.recorded_user : *b.owner;
+  // A block recorded as used by another queue may still be in use by its owner too (compute
+  // on both): the free point follows the owner's work enqueued so far as well.
+  const TimelinePoint owner_done = detail::mark_other_user(b.owner, q);
   std::lock_guard lock(q.mutex);
+  detail::enqueue_wait(q, owner_done);
   detail::enqueue_wait(q, b.last_access);
   detail::enqueue_wait(q, extra);
   TimelinePoint p = detail::enqueue_mark(q);

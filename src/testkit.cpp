@@ -30,6 +30,13 @@ void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input, const 
     detail::fail(ErrorCode::unsupported, std::string(fn) + ": this backend has no synthetic compute kernel", where);
   }
   q.dirty = true;
+  // A buffer of another queue is accessed by this one: later users (its owner included, and
+  // its free point) are ordered after this access, as after a copy.
+  if (in.owner != qs || out.owner != qs) {
+    const TimelinePoint done = detail::enqueue_mark(q);
+    if (in.owner != qs) in.last_access = done;
+    if (out.owner != qs) out.last_access = done;
+  }
   auto d = q.device.lock();
   if (d && d->options.record_events) {
     const TimelinePoint done = detail::enqueue_mark(q);  // lets traces see when compute ends
