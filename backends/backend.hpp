@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The internal interface each backend implements (DESIGN §4).
+// The internal interface each backend implements (docs/architecture.md, "Layers").
 //
 // Backends are *trusting*: the front end in src/ has validated every argument (sizes > 0,
 // ranges in bounds, handles of this device, monotonic signal values) before calling in.

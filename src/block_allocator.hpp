@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The pool's allocation algorithm: free lists, splitting, coalescing and the stream-ordering
-// rules of DESIGN §5, over abstract segments. No device, no vendor code: unit-tested on the CPU
-// (tests/unit/block_allocator_test.cpp) with randomized sequences and validate().
+// rules of the pool contract (include/ferry/pool.hpp), over abstract segments. No device, no
+// vendor code: unit-tested on the CPU (tests/unit/block_allocator_test.cpp) with randomized
+// sequences and validate().
 //
 // Vocabulary:
 //  - A *timeline* is identified by a non-zero id (the front end assigns one per semaphore;

@@ -66,8 +66,9 @@ std::shared_ptr<SemaphoreState> pool_semaphore(DeviceState& d, std::uint32_t tim
 
 // The Reached callback of one pool call. Per timeline: the semaphore is looked up once (see
 // pool_semaphore), its watermark answers points at or below it, and the backend is queried at
-// most once (DESIGN §5: by querying, never blocking). Only for the duration of one call: a
-// reached value older than the call could hide completed work, never claim incomplete work.
+// most once (free points are found by querying, never by blocking). Only for the duration of
+// one call: a reached value older than the call could hide completed work, never claim
+// incomplete work.
 // A `lazy` query asks the backend only when the timeline's last query is older than
 // CompletionPolicy::kHotPathQueryIntervalNs (an allocation's first pass: see pool_allocate).
 struct ReachedQuery {

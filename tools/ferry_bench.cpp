@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
-// ferry-bench: the seed's copy-strategy study (ANCHORS.md) on any ferry backend.
+// ferry-bench: the seed's copy-strategy study on any ferry backend.
 //
 //   ferry-bench [--backend auto] [--sizes 64M,512M] [--steps 30] [--compute-units 20]
 //               [--inflight 2] [--strategies ...] [--out DIR] [--snapshot DIR] [--quiet]
 //
 // Prints a table (footprint, bandwidth, host cost, step time, overlap per strategy and size),
-// a raw-copy reference row per size and verdict lines against the bars of ANCHORS.md.
+// a raw-copy reference row per size and verdict lines against the bars (docs/benchmarks.md,
+// "Bars").
 #include <unistd.h>
 
 #include <algorithm>

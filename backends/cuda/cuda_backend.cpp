@@ -100,8 +100,9 @@ void* host_ptr(HostRef r) { return r.memory->ptr + r.offset; }
 // Timeline semaphore.
 //
 // Choice: events for the common case, stream memory operations on a host-mapped counter for
-// what events cannot express. Measured on the H200 (ANCHORS): event record + wait 0.4 us per
-// pair, cuStreamWriteValue64 + cuStreamWaitValue64 2.4 us; the bar for signal + wait is 1 us.
+// what events cannot express. Measured on the H200 (docs/benchmarks.md): event record + wait
+// 0.4 us per pair, cuStreamWriteValue64 + cuStreamWaitValue64 2.4 us; the bar for signal + wait
+// is 1 us.
 //
 //  - queue signal(v): record an event after the queue's work and remember (v, event). Only
 //    while a counter wait (below) may still be blocked, i.e. one was enqueued for a value not
@@ -260,7 +261,7 @@ class Semaphore final : public GpuSemaphore {
   /// across streams the values only grow because signals execute in increasing value order,
   /// see above), so the completed events are a prefix, found by bisection: the newest first
   /// (the usual answer when the device keeps up: all done, one query), then halving. At most
-  /// 1 + log2(n) queries where one query per event used to cost ~0.2 us each on the upload
+  /// 1 + log2(n) queries, where querying every event costs ~0.2 us per event on the upload
   /// path. Caller holds mutex_ with the context bound.
   void retire_completed() {
     retire_at_ = pending_.size() + kRetireBatch;  // what is left now, plus a batch

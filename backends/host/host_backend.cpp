@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The host (CPU reference) backend (DESIGN §2, §4, §8).
+// The host (CPU reference) backend.
 //
 // "Device memory" is ordinary process memory: segments are 4096-aligned allocations and
 // Segment::address / Segment::native are the base pointer. Each queue is a worker thread that

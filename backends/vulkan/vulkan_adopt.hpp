@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Adoption of an engine's own Vulkan objects (DESIGN §2: "an engine never has to let ferry
+// Adoption of an engine's own Vulkan objects ("an engine never has to let ferry
 // create its device"). The lead exposes this publicly; until then it is reachable through the
 // internal include path ("vulkan/vulkan_adopt.hpp").
 #pragma once

@@ -121,7 +121,7 @@ void VulkanQueue::order(std::initializer_list<Access> next) {
 
 // Ends and submits the current batch (if any) with the pending waits, signalling this queue's
 // progress timeline and, if given, `signal` = `value`. All of one device's submissions are
-// serialized (ANCHORS: concurrent vkQueueSubmit on NVIDIA).
+// serialized (NVIDIA's driver has failed under concurrent vkQueueSubmit on two queues).
 void VulkanQueue::submit(VulkanSemaphore* signal, std::uint64_t value) {
   const auto& vk = device_.vk();
   try {

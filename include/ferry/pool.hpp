@@ -2,7 +2,7 @@
 /// @file pool.hpp
 /// @brief The stream-ordered device pool, device buffers, and pinned host memory.
 ///
-/// ## The pool contract (DESIGN §5)
+/// ## The pool contract
 ///  - Every device block has an **owner queue**. Allocation is stream-ordered on the owner:
 ///    the block may be used by work enqueued on the owner after the allocation call.
 ///  - `DeviceBuffer::release()` is a **stream-ordered free**: it records the owner's current

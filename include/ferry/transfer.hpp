@@ -2,7 +2,7 @@
 /// @file transfer.hpp
 /// @brief The transfer engine: copies executed on one queue into memory owned by another.
 ///
-/// ## Ordering (DESIGN §1)
+/// ## Ordering
 /// ```
 /// owner queue:     [alloc d]------------------[wait T1][use d][release d]--[alloc d' reuses d]
 /// executing queue:          [wait A0][copy host->d][signal T1]

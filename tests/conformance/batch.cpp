@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Batch transfers (issue 6): batch downloads into many host ranges, their ordering after owner
+// Batch transfers: batch downloads into many host ranges, their ordering after owner
 // work, reuse of the staging ring across calls with its cap respected, staging disabled, and
 // every bad input of the batch paths.
 #include <algorithm>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Ordering (DESIGN §1): the owner never sees stale data, and the executor never overwrites a
+// Ordering: the owner never sees stale data, and the executor never overwrites a
 // block the owner is still using. Run with latency injection (conformance-host-latency) a
 // missing wait anywhere here turns into wrong bytes.
 #include <array>
@@ -119,7 +119,7 @@ CONFORMANCE_CASE("ordering: the executor never overwrites a block still in use")
     xfer.synchronize();
     dev.pool().trim();  // next round starts with no free block but the one being released
   }
-  // DESIGN §5: the pool takes the owner's still-pending block before growing (footprint
+  // The pool contract: the pool takes the owner's still-pending block before growing (footprint
   // first), so every round must have handed `a`'s block to the second upload.
   CHECK_MESSAGE(reused == rounds, "the second upload reused the busy block in " << reused
                                       << " of " << rounds << " rounds");

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Out of device memory at pool growth (DESIGN §5): a request that fits the device's total
-// memory but not what is left of it fails with out_of_memory from the driver (cudaMalloc,
-// vkAllocateMemory, the host backend's memory limit), through the pool's one growth path, and
-// leaves a pool that validates, serves smaller requests and still moves data.
+// Out of device memory at pool growth (the pool contract in pool.hpp): a request that fits the
+// device's total memory but not what is left of it fails with out_of_memory from the driver
+// (cudaMalloc, vkAllocateMemory, the host backend's memory limit), through the pool's one growth
+// path, and leaves a pool that validates, serves smaller requests and still moves data.
 #include <algorithm>
 #include <string>
 #include <vector>

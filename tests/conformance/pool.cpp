@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Pool reuse, footprint bounds and statistics (DESIGN §3, §5).
+// Pool reuse, footprint bounds and statistics.
 #include <cstdio>
 #include <deque>
 #include <filesystem>

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
-// Unit tests of ferry::detail::BlockAllocator, the pool's backend-free allocation algorithm
-// (DESIGN §5): size policy, splitting and coalescing, the stream-ordering rules, the
-// "stranding" scenario, footprint, and a long randomized run checked against validate() and a
-// brute-force oracle. Seed of the randomized run: FERRY_UNIT_SEED; its length (operations per
-// configuration, default 100000): FERRY_ALLOCATOR_OPS, raised by tools/stress-long.sh. Both
-// are printed on every run.
+// Unit tests of ferry::detail::BlockAllocator, the pool's backend-free allocation algorithm (the
+// pool contract, include/ferry/pool.hpp): size policy, splitting and coalescing, the
+// stream-ordering rules, the "stranding" scenario, footprint, and a long randomized run checked
+// against validate() and a brute-force oracle. Seed of the randomized run: FERRY_UNIT_SEED; its
+// length (operations per configuration, default 100000): FERRY_ALLOCATOR_OPS, raised by
+// tools/stress-long.sh. Both are printed on every run.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 

@@ -109,7 +109,7 @@ Result run_scenario(const DeviceFactory& factory, const Scenario& scenario, cons
                     const std::string& label);
 RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations);
 
-/// Whole-batch study (issue 6): scattered and pageable uploads against the ceiling
+/// Whole-batch study: scattered and pageable uploads against the ceiling
 /// min(parallel host memcpy, pinned DMA) measured in the same run. GB/s, host-timed medians.
 struct BatchStudy {
   bool ran = false;
@@ -137,7 +137,7 @@ struct Percentiles {
 };
 Percentiles percentiles(std::vector<double> samples);
 
-/// Host cost of one upload call (issue 3): `calls` uploads of one `bytes` pinned range to the
+/// Host cost of one upload call: `calls` uploads of one `bytes` pinned range to the
 /// owner queue (owner_owned, the defaults), each released right after, each call host-timed.
 /// Microseconds.
 struct HostCost {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// ferry-bench: the host cost of one upload call (issue 3). A loader with many small tensors:
+// ferry-bench: the host cost of one upload call. A loader with many small tensors:
 // `calls` uploads of one small pinned range to the owner queue, each released right after,
 // every call host-timed on its own. The vendor anchor is the host time of a bare async copy
 // of the same size from pinned memory (vendor.hpp), measured the same way.

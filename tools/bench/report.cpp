@@ -34,7 +34,7 @@ const RawCopy* find_raw(const Run& run, std::uint64_t bytes) {
   return nullptr;
 }
 
-// The bars of ANCHORS.md. Bandwidth and overlap bars are GPU bars; elsewhere informational.
+// The bars (docs/benchmarks.md, "Bars"). Bandwidth and overlap bars are GPU bars; elsewhere informational.
 // Interop pairs are judged by their executing API's bar (Vulkan copies: 95%, CUDA: 98%).
 double bandwidth_bar(const std::string& backend) {
   if (backend == "cuda" || backend == "hip" || backend == "cuda_vulkan") return 0.98;

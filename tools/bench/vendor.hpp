@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The vendor's own copy, measured beside ferry in the same run (the bars of ANCHORS.md are
+// The vendor's own copy, measured beside ferry in the same run (the bars in docs/benchmarks.md are
 // relative to it). Built from vendor_cuda.cpp when ferry has CUDA, else vendor_none.cpp.
 #pragma once
 

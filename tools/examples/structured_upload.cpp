@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Example: a model input made of KeyedJaggedTensor-like parts uploads in one call and comes
-// back with the same shape holding device views (issue 6's structured inputs).
+// back with the same shape holding device views.
 //
 //   build/tools/ferry-example-structured [--backend host|cuda|vulkan|hip|auto]
 //
