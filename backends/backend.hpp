@@ -194,7 +194,7 @@ class BackendDevice {
   /// Vulkan validation message count (0 elsewhere).
   [[nodiscard]] virtual std::uint64_t validation_messages() const { return 0; }
 
-  // ---- Optional interop hooks (src/pair.cpp). Defaults throw `unsupported`. ----
+  // ---- Optional interop hooks (backends/pair/). Defaults (backend.cpp) throw `unsupported`. ----
   /// Exporter: a timeline semaphore whose payload is exported as an opaque fd (`*fd`, owned by
   /// the caller). Vulkan.
   virtual std::unique_ptr<BackendSemaphore> create_exported_semaphore(std::uint64_t initial, int* fd);
@@ -219,20 +219,45 @@ class BackendDevice {
 /// (VK_QUEUE_FAMILY_EXTERNAL): what family() of a queue of the other API reports in a pair.
 inline constexpr std::uint32_t kExternalQueueFamily = ~std::uint32_t{0} - 1;
 
-/// What each backend exports (declared here, defined in backends/<name>/).
-/// `count` never throws; `open` throws Error.
-int host_device_count() noexcept;
-std::unique_ptr<BackendDevice> host_open(const DeviceOptions& options);
-int cuda_device_count() noexcept;
-std::unique_ptr<BackendDevice> cuda_open(const DeviceOptions& options);
-int hip_device_count() noexcept;
-std::unique_ptr<BackendDevice> hip_open(const DeviceOptions& options);
-int vulkan_device_count() noexcept;
-/// Vulkan: whether device `ordinal` is a real GPU (not a CPU driver such as lavapipe).
-bool vulkan_device_is_gpu(int ordinal) noexcept;
-std::unique_ptr<BackendDevice> vulkan_open(const DeviceOptions& options);
-/// Interop pairs (src/pair.cpp): `executor_api` is Backend::vulkan for vulkan_cuda.
-int pair_device_count() noexcept;
-std::unique_ptr<BackendDevice> pair_open(const DeviceOptions& options);
+/// Where a backend's devices rank in Device::open_default().
+enum class DeviceKind : std::uint8_t {
+  gpu,        ///< tried before every CPU device (a descriptor's is_gpu may demote an ordinal)
+  cpu,        ///< tried after every GPU device
+  composite,  ///< made of other backends' devices (interop pairs): never chosen by open_default,
+              ///< which ranks the parts on their own
+  inert,      ///< does no work: never chosen by open_default
+};
+
+/// What each backend folder exports (backends/<name>/): one descriptor per Backend value it
+/// implements, named after the enumerator (`cuda_backend_descriptor`). A backend that was not built exports the same descriptor
+/// from its folder's stub.cpp (`built` false, no devices, `open` throws `unsupported` naming
+/// the option), so the library links in every configuration. The registry (src/registry.cpp)
+/// lists them all through the generated backend_table.hpp.
+struct BackendDescriptor {
+  Backend id = Backend::host;
+  const char* name = "";    ///< to_string(id)
+  const char* option = "";  ///< the meson arguments that build it ("-Dcuda=enabled")
+  DeviceKind kind = DeviceKind::inert;
+  bool built = false;       ///< compiled into this library (false: the folder's stub)
+  /// Number of devices: the ordinals `open` accepts are [0, count). Never throws: 0 when the
+  /// driver or the device is missing.
+  int (*count)() noexcept = nullptr;
+  /// Open device `options.ordinal`, which the front end has checked against `count`. Throws
+  /// Error (`unsupported` when no device is present, saying why).
+  std::unique_ptr<BackendDevice> (*open)(const DeviceOptions& options) = nullptr;
+  /// Optional, for kind gpu: whether `ordinal` is a real GPU (Vulkan: false for a CPU driver
+  /// such as lavapipe, which open_default then ranks among the CPU devices). Null: all are.
+  bool (*is_gpu)(int ordinal) noexcept = nullptr;
+  /// Optional (interop pairs): the device count of the backend that `options.peer_ordinal`
+  /// indexes, against which the front end checks an explicit peer ordinal. Null: the backend
+  /// ignores peer_ordinal.
+  int (*peer_count)() noexcept = nullptr;
+};
+
+/// For stubs: a `count` for a backend that was not built.
+int no_devices() noexcept;
+/// For stubs: the `unsupported` error of opening a backend that was not built, naming the
+/// meson arguments that build it.
+[[noreturn]] void fail_not_built(const char* name, const char* option);
 
 }  // namespace ferry::detail

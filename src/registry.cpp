@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
-// The backend registry: which backends were built, how many devices each sees, opening and
-// ranking them, and wrapping an opened or adopted backend device as a Device.
+// The backend registry: the descriptors of every backend folder (backend_table.hpp, generated
+// by backends/meson.build), opening and ranking their devices, and wrapping an opened or
+// adopted backend device as a Device. Backend-neutral: which backends exist, whether each was
+// built, what its devices are and how they rank is what their descriptors say.
 #include <algorithm>
+#include <optional>
 
+#include "backend_table.hpp"
 #include "device_state.hpp"
-#include "ferry/config.hpp"
 
 namespace ferry {
 namespace detail {
@@ -31,51 +34,32 @@ Device wrap_backend_device(std::unique_ptr<BackendDevice> backend, const DeviceO
 
 namespace {
 
-struct BackendEntry {
-  Backend backend;
-  bool built;
-  const char* option;
-  int (*count)() noexcept;
-  std::unique_ptr<BackendDevice> (*open)(const DeviceOptions&);
-};
+/// Whether the generated table has one descriptor per Backend value 0..N-1: each id once, no
+/// gap. (An enumerator past them that no folder describes is no backend: to_string says
+/// "unknown" and Device::open refuses it as invalid_argument.)
+constexpr bool table_ids_are_dense() {
+  constexpr std::size_t n = std::size(kBackendIds);
+  for (std::size_t value = 0; value < n; ++value) {
+    std::size_t seen = 0;
+    for (Backend id : kBackendIds) seen += static_cast<std::size_t>(id) == value ? 1 : 0;
+    if (seen != 1) return false;
+  }
+  return true;
+}
+static_assert(table_ids_are_dense(),
+              "each Backend enumerator needs one backend folder that appends it to ferry_backends "
+              "(backends/meson.build)");
 
-#define FERRY_ENTRY(name, have) \
-  BackendEntry{Backend::name, have, "-D" #name "=enabled", &name##_device_count, &name##_open}
+/// The descriptor of `b`; null for a value that is no enumerator.
+const BackendDescriptor* find(Backend b) noexcept {
+  for (const BackendDescriptor* d : kBackendTable) {
+    if (d->id == b) return d;
+  }
+  return nullptr;
+}
 
-[[maybe_unused]] int none_count() noexcept { return 0; }
-
-const BackendEntry& entry(Backend b) {
-  static const BackendEntry entries[] = {
-#if FERRY_HAVE_HOST
-      FERRY_ENTRY(host, true),
-#else
-      BackendEntry{Backend::host, false, "-Dhost=enabled", &none_count, nullptr},
-#endif
-#if FERRY_HAVE_CUDA
-      FERRY_ENTRY(cuda, true),
-#else
-      BackendEntry{Backend::cuda, false, "-Dcuda=enabled", &none_count, nullptr},
-#endif
-#if FERRY_HAVE_HIP
-      FERRY_ENTRY(hip, true),
-#else
-      BackendEntry{Backend::hip, false, "-Dhip=enabled", &none_count, nullptr},
-#endif
-#if FERRY_HAVE_VULKAN
-      FERRY_ENTRY(vulkan, true),
-#else
-      BackendEntry{Backend::vulkan, false, "-Dvulkan=enabled", &none_count, nullptr},
-#endif
-#if FERRY_HAVE_VULKAN && FERRY_HAVE_CUDA
-      BackendEntry{Backend::vulkan_cuda, true, "", &pair_device_count, &pair_open},
-      BackendEntry{Backend::cuda_vulkan, true, "", &pair_device_count, &pair_open},
-#else
-      BackendEntry{Backend::vulkan_cuda, false, "-Dvulkan=enabled -Dcuda=enabled", &none_count, nullptr},
-      BackendEntry{Backend::cuda_vulkan, false, "-Dvulkan=enabled -Dcuda=enabled", &none_count, nullptr},
-#endif
-  };
-  static_assert(std::size(entries) == static_cast<std::size_t>(Backend::cuda_vulkan) + 1);
-  return entries[static_cast<int>(b)];
+std::string plural(int n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
 }  // namespace
@@ -84,98 +68,92 @@ const BackendEntry& entry(Backend b) {
 using detail::fail;
 
 std::string_view to_string(Backend backend) noexcept {
-  switch (backend) {
-    case Backend::host: return "host";
-    case Backend::cuda: return "cuda";
-    case Backend::hip: return "hip";
-    case Backend::vulkan: return "vulkan";
-    case Backend::vulkan_cuda: return "vulkan_cuda";
-    case Backend::cuda_vulkan: return "cuda_vulkan";
-  }
-  return "unknown";
+  const detail::BackendDescriptor* d = detail::find(backend);
+  return d != nullptr ? std::string_view(d->name) : std::string_view("unknown");
 }
 
 Backend parse_backend(std::string_view name, std::source_location where) {
-  for (Backend b : {Backend::host, Backend::cuda, Backend::hip, Backend::vulkan, Backend::vulkan_cuda,
-                    Backend::cuda_vulkan}) {
+  std::string names;
+  const std::size_t n = std::size(detail::kBackendIds);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto b = static_cast<Backend>(i);
     if (to_string(b) == name) return b;
+    names += (i == 0 ? "" : i + 1 == n ? " or " : ", ") + std::string(to_string(b));
   }
   fail(ErrorCode::invalid_argument,
-       "parse_backend: unknown backend '" + std::string(name) +
-           "' (expected host, cuda, hip, vulkan, vulkan_cuda or cuda_vulkan)",
-       where);
+       "parse_backend: unknown backend '" + std::string(name) + "' (expected " + names + ")", where);
 }
 
 Device Device::open(const DeviceOptions& options, std::source_location where) {
-  const detail::BackendEntry& e = detail::entry(options.backend);
-  if (!e.built) {
-    fail(ErrorCode::unsupported,
-         "Device::open: ferry was built without the " + std::string(to_string(options.backend)) +
-             " backend (reconfigure with meson " + e.option + ")",
-         where);
-  }
+  const detail::BackendDescriptor* d = detail::find(options.backend);
+  FERRY_REQUIRE(d != nullptr, "Device::open",
+                "unknown backend " + std::to_string(static_cast<int>(options.backend)), where);
   FERRY_REQUIRE(options.ordinal >= 0, "Device::open", "negative ordinal " + std::to_string(options.ordinal), where);
+  // The one ordinal check: backends trust it. Without a device the backend's open says why
+  // (not built, no driver, no device), which is `unsupported`, not an argument error.
+  const int count = d->count();
+  FERRY_REQUIRE(count == 0 || options.ordinal < count, "Device::open",
+                "ordinal " + std::to_string(options.ordinal) + " out of range (" + detail::plural(count, "device") + ")",
+                where);
+  if (d->peer_count != nullptr && options.peer_ordinal >= 0) {
+    const int peers = d->peer_count();
+    FERRY_REQUIRE(peers == 0 || options.peer_ordinal < peers, "Device::open",
+                  "peer ordinal " + std::to_string(options.peer_ordinal) + " out of range (" +
+                      detail::plural(peers, "device") + ")",
+                  where);
+  }
   std::unique_ptr<detail::BackendDevice> backend;
   try {
-    backend = e.open(options);
+    backend = d->open(options);
   } catch (Error& err) {
-    throw Error(err.code(), "Device::open(" + std::string(to_string(options.backend)) + ", " +
-                                std::to_string(options.ordinal) + "): " + err.message(),
+    throw Error(err.code(), "Device::open(" + std::string(d->name) + ", " + std::to_string(options.ordinal) +
+                                "): " + err.message(),
                 err.call(), where);
   }
   return detail::wrap_backend_device(std::move(backend), options, where);
 }
 
 Device Device::open_default(std::source_location where) {
-  auto try_open = [&](Backend b, int ordinal) -> Device {
-    try {
-      return open(DeviceOptions{.backend = b, .ordinal = ordinal}, where);
-    } catch (const Error&) {
-      return Device();
+  using detail::DeviceKind;
+  // Every GPU before every CPU device; within a kind, the table's order (backends/meson.build)
+  // and then ordinal order. A device that fails to open gives way to the next.
+  std::optional<Error> last_error;
+  for (const bool gpus : {true, false}) {
+    for (const detail::BackendDescriptor* d : detail::kBackendTable) {
+      if (d->kind != DeviceKind::gpu && d->kind != DeviceKind::cpu) continue;
+      const int n = d->count();
+      for (int i = 0; i < n; ++i) {
+        const bool gpu = d->kind == DeviceKind::gpu && (d->is_gpu == nullptr || d->is_gpu(i));
+        if (gpu != gpus) continue;
+        try {
+          return open(DeviceOptions{.backend = d->id, .ordinal = i}, where);
+        } catch (const Error& e) {
+          last_error = e;
+        }
+      }
     }
-  };
-  if (count(Backend::cuda) > 0) {
-    if (Device d = try_open(Backend::cuda, 0)) return d;
   }
-#if FERRY_HAVE_VULKAN
-  const int vk = count(Backend::vulkan);
-  for (int i = 0; i < vk; ++i) {
-    if (detail::vulkan_device_is_gpu(i)) {
-      if (Device d = try_open(Backend::vulkan, i)) return d;
-    }
+  if (last_error) throw *last_error;
+  std::string built, not_built;
+  for (const detail::BackendDescriptor* d : detail::kBackendTable) {
+    if (d->kind != DeviceKind::gpu && d->kind != DeviceKind::cpu) continue;
+    std::string& list = d->built ? built : not_built;
+    list += (list.empty() ? "" : ", ") + std::string(d->name) + (d->built ? "" : std::string(" (") + d->option + ")");
   }
-#endif
-  if (count(Backend::hip) > 0) {
-    if (Device d = try_open(Backend::hip, 0)) return d;
-  }
-#if FERRY_HAVE_VULKAN
-  for (int i = 0; i < vk; ++i) {
-    if (Device d = try_open(Backend::vulkan, i)) return d;
-  }
-#endif
-  return open(DeviceOptions{.backend = Backend::host}, where);
+  fail(ErrorCode::unsupported,
+       "Device::open_default: no device present (built: " + (built.empty() ? "none" : built) +
+           "; not built: " + (not_built.empty() ? "none" : not_built) + ")",
+       where);
 }
 
 int Device::count(Backend backend) noexcept {
-  const detail::BackendEntry& e = detail::entry(backend);
-  return e.built ? e.count() : 0;
+  const detail::BackendDescriptor* d = detail::find(backend);
+  return d != nullptr ? d->count() : 0;
 }
 
-bool Device::built_with(Backend backend) noexcept { return detail::entry(backend).built; }
-
-#if !FERRY_HAVE_VULKAN
-// ferry/vulkan.hpp declares adopt_device; without the Vulkan backend it is defined here, with
-// AdoptInfo left incomplete (no Vulkan headers in the front end), and refuses.
-namespace vulkan {
-struct AdoptInfo;
-Device adopt_device(const AdoptInfo& info, std::source_location where);
-Device adopt_device(const AdoptInfo& /*info*/, std::source_location where) {
-  fail(ErrorCode::unsupported,
-       "vulkan::adopt_device: ferry was built without the vulkan backend (reconfigure with meson "
-       "-Dvulkan=enabled)",
-       where);
+bool Device::built_with(Backend backend) noexcept {
+  const detail::BackendDescriptor* d = detail::find(backend);
+  return d != nullptr && d->built;
 }
-}  // namespace vulkan
-#endif
 
 }  // namespace ferry

@@ -306,7 +306,7 @@ class Semaphore final : public GpuSemaphore {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Interop (src/pair.cpp): a timeline semaphore of another API (Vulkan) imported from an
+// Interop (backends/pair/): a timeline semaphore of another API (Vulkan) imported from an
 // opaque fd. Queue signal/wait are GPU-side (the shim's external semaphore operations with the
 // timeline value); the host side belongs to the exporting API, so value/signal/wait here
 // refuse. Made only where the shim can import one (not on HIP: its import refuses).
@@ -600,7 +600,9 @@ class Device final : public BackendDevice {
 
 namespace ferry::detail {
 
-int FERRY_GPU_COUNT_FN() noexcept {
+namespace {
+
+int device_count() noexcept {
   int count = 0;
   // Any failure (no driver, no device, driver too old) means "no device": never throw.
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -610,7 +612,7 @@ int FERRY_GPU_COUNT_FN() noexcept {
   return count;
 }
 
-std::unique_ptr<BackendDevice> FERRY_GPU_OPEN_FN(const DeviceOptions& options) {
+std::unique_ptr<BackendDevice> open_device(const DeviceOptions& options) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -620,13 +622,20 @@ std::unique_ptr<BackendDevice> FERRY_GPU_OPEN_FN(const DeviceOptions& options) {
                 e == cudaSuccess ? std::string{} : std::string(FERRY_GPU_NAME(cudaGetDeviceCount)),
                 std::source_location{});
   }
-  if (options.ordinal < 0 || options.ordinal >= count) {
-    throw Error(ErrorCode::invalid_argument,
-                FERRY_GPU_LABEL ": ordinal " + std::to_string(options.ordinal) + " out of range (" +
-                    std::to_string(count) + (count == 1 ? " device)" : " devices)"),
-                {}, std::source_location{});
-  }
   return std::make_unique<FERRY_GPU_NS::Device>(options.ordinal);
 }
+
+}  // namespace
+
+extern const BackendDescriptor FERRY_GPU_DESCRIPTOR;
+constinit const BackendDescriptor FERRY_GPU_DESCRIPTOR{
+    .id = FERRY_GPU_BACKEND,
+    .name = FERRY_GPU_LABEL,
+    .option = FERRY_GPU_OPTION,
+    .kind = DeviceKind::gpu,
+    .built = true,
+    .count = &device_count,
+    .open = &open_device,
+};
 
 }  // namespace ferry::detail

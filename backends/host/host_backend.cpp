@@ -666,14 +666,17 @@ class HostDevice final : public BackendDevice {
 
 }  // namespace
 
-int host_device_count() noexcept { return 1; }
-
-std::unique_ptr<BackendDevice> host_open(const DeviceOptions& options) {
-  if (options.ordinal != 0) {
-    throw Error(ErrorCode::invalid_argument,
-                "host: ordinal " + std::to_string(options.ordinal) + " out of range (1 device)");
-  }
-  return std::make_unique<HostDevice>(options);
-}
+extern const BackendDescriptor host_backend_descriptor;
+constinit const BackendDescriptor host_backend_descriptor{
+    .id = Backend::host,
+    .name = "host",
+    .option = "-Dhost=enabled",
+    .kind = DeviceKind::cpu,
+    .built = true,
+    .count = []() noexcept { return 1; },
+    .open = [](const DeviceOptions& options) -> std::unique_ptr<BackendDevice> {
+      return std::make_unique<HostDevice>(options);
+    },
+};
 
 }  // namespace ferry::detail

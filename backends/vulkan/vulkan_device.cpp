@@ -119,11 +119,8 @@ void VulkanDevice::open(const DeviceOptions& options) {
 
   const auto devices = usable_physical_devices(vk_, instance_);
   if (devices.empty()) vk_fail(ErrorCode::unsupported, "no Vulkan 1.2 device present");
-  if (options.ordinal < 0 || static_cast<std::size_t>(options.ordinal) >= devices.size()) {
-    vk_fail(ErrorCode::invalid_argument, "device ordinal " + std::to_string(options.ordinal) +
-                                             " out of range (" + std::to_string(devices.size()) +
-                                             " Vulkan 1.2 devices)");
-  }
+  // The front end checked the ordinal against the census (vulkan_device_count), which lists
+  // the same usable devices.
   physical_ = devices[static_cast<std::size_t>(options.ordinal)];
   VkPhysicalDeviceProperties pd_props;
   vk_.vkGetPhysicalDeviceProperties(physical_, &pd_props);
@@ -801,5 +798,17 @@ std::unique_ptr<BackendDevice> vulkan_adopt(const VulkanAdoptInfo& info) {
   device->adopt(info);
   return device;
 }
+
+extern const BackendDescriptor vulkan_backend_descriptor;
+constinit const BackendDescriptor vulkan_backend_descriptor{
+    .id = Backend::vulkan,
+    .name = "vulkan",
+    .option = "-Dvulkan=enabled",
+    .kind = DeviceKind::gpu,
+    .built = true,
+    .count = &vulkan_device_count,
+    .open = &vulkan_open,
+    .is_gpu = &vulkan_device_is_gpu,  // CPU drivers (lavapipe) rank among the CPU devices
+};
 
 }  // namespace ferry::detail

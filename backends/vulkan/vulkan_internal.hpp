@@ -37,6 +37,13 @@ ErrorCode vk_classify(VkResult result) noexcept;
 #define FERRY_VK_CHECK(expr) \
   FERRY_CHECK_GEN(expr, VK_SUCCESS, ::ferry::detail::vk_describe, ::ferry::detail::vk_classify)
 
+/// The backend's entry points (its descriptor in vulkan_device.cpp). The census (count,
+/// is_gpu) is taken once per process with a temporary instance (vulkan_loader.cpp).
+int vulkan_device_count() noexcept;
+/// Whether device `ordinal` is a real GPU (not a CPU driver such as lavapipe).
+bool vulkan_device_is_gpu(int ordinal) noexcept;
+std::unique_ptr<BackendDevice> vulkan_open(const DeviceOptions& options);
+
 /// Throw an Error that is not a failed vendor call ("Vulkan: " + message).
 [[noreturn]] inline void vk_fail(ErrorCode code, const std::string& message) {
   throw Error(code, "Vulkan: " + message, {}, std::source_location{});
@@ -258,7 +265,7 @@ class VulkanDevice final : public BackendDevice {
     return validation_.counted.load(std::memory_order_relaxed);
   }
   void note_external_signals() override { validation_.external_signals.store(true); }
-  // Interop export (src/pair.cpp): opaque fds of a timeline semaphore and of a segment.
+  // Interop export (backends/pair/): opaque fds of a timeline semaphore and of a segment.
   std::unique_ptr<BackendSemaphore> create_exported_semaphore(std::uint64_t initial, int* fd) override;
   std::unique_ptr<Segment> allocate_exported_segment(std::uint64_t bytes, ExternalMemory* out) override;
   std::uint64_t host_registration_alignment() const override {

@@ -230,11 +230,14 @@ class Device {
   /// exist or lacks the capability is `invalid_argument` naming the variable.
   static Device open(const DeviceOptions& options,
                      std::source_location where = std::source_location::current());
-  /// @brief Open the best device present: CUDA, then Vulkan on a GPU, then HIP, then Vulkan
-  /// on a CPU driver, then the host backend.
+  /// @brief Open the best device present: every GPU before every CPU device, in the order
+  /// CUDA, Vulkan on a GPU, HIP, then Vulkan on a CPU driver, then the host backend (a device
+  /// that fails to open gives way to the next). Interop pairs are never chosen.
   static Device open_default(std::source_location where = std::source_location::current());
-  /// @brief Number of devices a backend sees (0 when not built or none present; never throws
-  /// for a missing driver).
+  /// @brief Number of devices a backend sees: `open` accepts ordinals 0 to count - 1 (0 when
+  /// not built or none present; never throws for a missing driver). Interop pairs count the
+  /// Vulkan devices, their ordinals, once a Vulkan GPU and a CUDA device are present; whether
+  /// one Vulkan device has a CUDA twin is known at open, which says why when it has not.
   static int count(Backend backend) noexcept;
   /// @brief Whether the backend was compiled into this build of ferry.
   static bool built_with(Backend backend) noexcept;

@@ -31,8 +31,8 @@
 #define FERRY_GPU_BACKEND ::ferry::Backend::cuda
 #define FERRY_GPU_LABEL "cuda"
 #define FERRY_GPU_VENDOR "CUDA"
-#define FERRY_GPU_COUNT_FN cuda_device_count
-#define FERRY_GPU_OPEN_FN cuda_open
+#define FERRY_GPU_DESCRIPTOR cuda_backend_descriptor
+#define FERRY_GPU_OPTION "-Dcuda=enabled"
 #define FERRY_GPU_HAS_KERNELS 1
 
 namespace ferry::detail::cuda_impl::vendor {
@@ -258,7 +258,7 @@ inline std::optional<int> stream_device(cudaStream_t s) {
 #endif
 }
 
-// ---- Interop imports (src/pair.cpp): a timeline semaphore and device memory of another API
+// ---- Interop imports (backends/pair/): a timeline semaphore and device memory of another API
 // (Vulkan), exported as opaque fds.
 
 using ExternalSemaphore = cudaExternalSemaphore_t;

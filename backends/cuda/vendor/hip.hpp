@@ -31,8 +31,8 @@
 #define FERRY_GPU_BACKEND ::ferry::Backend::hip
 #define FERRY_GPU_LABEL "hip"
 #define FERRY_GPU_VENDOR "HIP"
-#define FERRY_GPU_COUNT_FN hip_device_count
-#define FERRY_GPU_OPEN_FN hip_open
+#define FERRY_GPU_DESCRIPTOR hip_backend_descriptor
+#define FERRY_GPU_OPTION "-Dhip=enabled"
 #define FERRY_GPU_HAS_KERNELS 0  // kernels.cu needs hipcc, which this build does not use
 
 // Runtime names used by cuda_backend.cpp.

@@ -10,13 +10,13 @@
 //   FERRY_GPU_BACKEND         the ferry::Backend value
 //   FERRY_GPU_LABEL           "cuda" / "hip", prefix of messages
 //   FERRY_GPU_VENDOR          "CUDA" / "HIP", in prose ("no CUDA device present")
-//   FERRY_GPU_COUNT_FN        cuda_device_count / hip_device_count (backend.hpp)
-//   FERRY_GPU_OPEN_FN         cuda_open / hip_open (backend.hpp)
+//   FERRY_GPU_DESCRIPTOR      cuda_backend_descriptor / hip_backend_descriptor (backend.hpp)
+//   FERRY_GPU_OPTION          "-Dcuda=enabled" / "-Dhip=enabled", the meson option
 //   FERRY_GPU_HAS_KERNELS     1 when a device compiler built kernels.cu for this vendor
 //
 // and, in namespace ferry::detail::FERRY_GPU_NS::vendor, the few operations whose API differs
 // (error text and classification, stream memory operations, stream -> device query, UUID,
-// copy engine count, the interop imports of src/pair.cpp). Everything else uses CUDA runtime
+// copy engine count, the interop imports of backends/pair/). Everything else uses CUDA runtime
 // names; the HIP shim maps them. What a vendor cannot do, its shim's function refuses with
 // `unsupported`: the backend's source has no vendor conditionals.
 #pragma once

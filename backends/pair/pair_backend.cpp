@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Interop pairs (ferry/interop.hpp): one BackendDevice made of a Vulkan device and the CUDA
 // device that is the same GPU. Vendor-free: it composes the two backends through their
-// interface (backend.hpp) and its optional interop hooks (export on Vulkan, import on CUDA).
+// descriptors and interface (backend.hpp) and its optional interop hooks (export on Vulkan,
+// import on CUDA). Built only with both backends (backends/pair/meson.build); stub.cpp
+// stands in otherwise.
 //
 // Objects:
 //  - PairSegment: Vulkan memory exported as an fd, imported into CUDA; a pair Segment whose
@@ -22,29 +24,12 @@
 #include <thread>
 #include <unistd.h>
 
-#include "ferry/config.hpp"
-#include "ferry/interop.hpp"
-#include "device_state.hpp"
+#include "backend.hpp"
 
 namespace ferry::detail {
 
-// Defaults of the optional interop hooks (backend.hpp).
-std::unique_ptr<BackendSemaphore> BackendDevice::create_exported_semaphore(std::uint64_t, int*) {
-  throw Error(ErrorCode::unsupported, capabilities().name + ": timeline semaphore export is not supported",
-              {}, std::source_location{});
-}
-std::unique_ptr<Segment> BackendDevice::allocate_exported_segment(std::uint64_t, ExternalMemory*) {
-  throw Error(ErrorCode::unsupported, capabilities().name + ": device memory export is not supported", {},
-              std::source_location{});
-}
-std::unique_ptr<BackendSemaphore> BackendDevice::import_semaphore(int) {
-  throw Error(ErrorCode::unsupported, capabilities().name + ": timeline semaphore import is not supported",
-              {}, std::source_location{});
-}
-std::unique_ptr<Segment> BackendDevice::import_segment(const ExternalMemory&) {
-  throw Error(ErrorCode::unsupported, capabilities().name + ": device memory import is not supported", {},
-              std::source_location{});
-}
+extern const BackendDescriptor vulkan_backend_descriptor;
+extern const BackendDescriptor cuda_backend_descriptor;
 
 namespace {
 
@@ -63,7 +48,7 @@ std::string uuid_text(const std::array<std::uint8_t, 16>& u) {
   return s;
 }
 
-[[maybe_unused]] bool uuid_known(const std::array<std::uint8_t, 16>& u) {
+bool uuid_known(const std::array<std::uint8_t, 16>& u) {
   return std::any_of(u.begin(), u.end(), [](std::uint8_t b) { return b != 0; });
 }
 
@@ -340,46 +325,42 @@ class PairDevice final : public BackendDevice {
   std::uint64_t host_alignment_ = 4096;
 };
 
-[[maybe_unused]] bool is_pair(Backend b) { return b == Backend::vulkan_cuda || b == Backend::cuda_vulkan; }
+const BackendDescriptor& vulkan_side = vulkan_backend_descriptor;
+const BackendDescriptor& cuda_side = cuda_backend_descriptor;
 
-}  // namespace
+/// What an explicit peer_ordinal indexes: the CUDA devices.
+int cuda_device_count() noexcept { return cuda_side.count(); }
 
+/// A pair's ordinals are the Vulkan backend's (DeviceOptions::ordinal names the Vulkan device),
+/// present once a Vulkan GPU and a CUDA device are: whether one Vulkan device has a CUDA twin
+/// (the same UUID) and its driver exports what a pair needs is only known at open, which says
+/// why when it has not.
 int pair_device_count() noexcept {
-#if FERRY_HAVE_VULKAN && FERRY_HAVE_CUDA
-  // A pair needs a Vulkan GPU and a CUDA device; whether they are the same GPU and the driver
-  // exports what a pair needs is only known at open (which says why when it is not).
-  if (cuda_device_count() == 0) return 0;
-  int gpus = 0;
-  for (int i = 0, n = vulkan_device_count(); i < n; ++i) gpus += vulkan_device_is_gpu(i) ? 1 : 0;
-  return std::min(gpus, cuda_device_count());
-#else
+  if (cuda_side.count() == 0) return 0;
+  const int n = vulkan_side.count();
+  for (int i = 0; i < n; ++i) {
+    if (vulkan_side.is_gpu == nullptr || vulkan_side.is_gpu(i)) return n;
+  }
   return 0;
-#endif
 }
 
 std::unique_ptr<BackendDevice> pair_open(const DeviceOptions& options) {
-#if FERRY_HAVE_VULKAN && FERRY_HAVE_CUDA
-  if (!is_pair(options.backend)) pair_fail(ErrorCode::invalid_argument, "not a pair backend");
   DeviceOptions vk_options = options;
   vk_options.backend = Backend::vulkan;
-  auto vulkan = vulkan_open(vk_options);
+  auto vulkan = vulkan_side.open(vk_options);
   const auto uuid = vulkan->capabilities().uuid;
   if (!uuid_known(uuid)) {
     pair_fail(ErrorCode::unsupported, vulkan->capabilities().name + " reports no device UUID");
   }
-  const int cuda_count = cuda_device_count();
+  const int cuda_count = cuda_side.count();
   if (cuda_count == 0) pair_fail(ErrorCode::unsupported, "no CUDA device present");
-  int peer = options.peer_ordinal;
+  const int peer = options.peer_ordinal;  // the front end checked it against cuda_count
   std::unique_ptr<BackendDevice> cuda;
   if (peer >= 0) {
-    if (peer >= cuda_count) {
-      pair_fail(ErrorCode::invalid_argument, "CUDA ordinal " + std::to_string(peer) + " out of range (" +
-                                                 std::to_string(cuda_count) + " CUDA devices)");
-    }
     DeviceOptions cu_options = options;
     cu_options.backend = Backend::cuda;
     cu_options.ordinal = peer;
-    cuda = cuda_open(cu_options);
+    cuda = cuda_side.open(cu_options);
     if (cuda->capabilities().uuid != uuid) {
       pair_fail(ErrorCode::invalid_argument,
                 "Vulkan device " + std::to_string(options.ordinal) + " (" + vulkan->capabilities().name +
@@ -392,7 +373,7 @@ std::unique_ptr<BackendDevice> pair_open(const DeviceOptions& options) {
       DeviceOptions cu_options = options;
       cu_options.backend = Backend::cuda;
       cu_options.ordinal = i;
-      auto candidate = cuda_open(cu_options);
+      auto candidate = cuda_side.open(cu_options);
       if (candidate->capabilities().uuid == uuid) cuda = std::move(candidate);
     }
     if (!cuda) {
@@ -415,40 +396,32 @@ std::unique_ptr<BackendDevice> pair_open(const DeviceOptions& options) {
   vulkan->note_external_signals();
   const Side executor = options.backend == Backend::vulkan_cuda ? kVulkan : kCuda;
   return std::make_unique<PairDevice>(std::move(vulkan), std::move(cuda), executor, options.backend);
-#else
-  (void)options;
-  pair_fail(ErrorCode::unsupported, "interop pairs need ferry built with both the vulkan and the cuda backend");
-#endif
 }
+
+}  // namespace
+
+// Both pairs are one device type; DeviceOptions::backend says which API executes copies.
+extern const BackendDescriptor vulkan_cuda_backend_descriptor;
+constinit const BackendDescriptor vulkan_cuda_backend_descriptor{
+    .id = Backend::vulkan_cuda,
+    .name = "vulkan_cuda",
+    .option = "-Dvulkan=enabled -Dcuda=enabled",
+    .kind = DeviceKind::composite,
+    .built = true,
+    .count = &pair_device_count,
+    .open = &pair_open,
+    .peer_count = &cuda_device_count,
+};
+extern const BackendDescriptor cuda_vulkan_backend_descriptor;
+constinit const BackendDescriptor cuda_vulkan_backend_descriptor{
+    .id = Backend::cuda_vulkan,
+    .name = "cuda_vulkan",
+    .option = "-Dvulkan=enabled -Dcuda=enabled",
+    .kind = DeviceKind::composite,
+    .built = true,
+    .count = &pair_device_count,
+    .open = &pair_open,
+    .peer_count = &cuda_device_count,
+};
 
 }  // namespace ferry::detail
-
-namespace ferry::interop {
-
-Backend pair_backend(Backend executor, Backend owner, std::source_location where) {
-  if (executor == Backend::hip || owner == Backend::hip) {
-    detail::fail(ErrorCode::unsupported,
-                 "interop::pair_backend: HIP pairings are not supported: on Linux, HIP cannot import a "
-                 "timeline semaphore (hipImportExternalSemaphore has no timeline fd type there), so a "
-                 "HIP stream cannot wait on another API's queue on the GPU",
-                 where);
-  }
-  if (executor == Backend::vulkan && owner == Backend::cuda) return Backend::vulkan_cuda;
-  if (executor == Backend::cuda && owner == Backend::vulkan) return Backend::cuda_vulkan;
-  detail::fail(ErrorCode::invalid_argument,
-               "interop::pair_backend: (" + std::string(to_string(executor)) + ", " +
-                   std::string(to_string(owner)) + ") is not a pairing: one API must be Vulkan, the other CUDA",
-               where);
-}
-
-Device open_pair(const PairOptions& options, std::source_location where) {
-  DeviceOptions o;
-  o.backend = pair_backend(options.executor, options.owner, where);
-  o.ordinal = options.vulkan_ordinal;
-  o.peer_ordinal = options.cuda_ordinal;
-  o.validation = options.validation;
-  o.record_events = options.record_events;
-  return Device::open(o, where);
-}
-
-}  // namespace ferry::interop

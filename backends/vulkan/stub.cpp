@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+// The Vulkan backend's descriptor and public entry point in a build without it (meson
+// -Dvulkan=disabled, or its headers or glslangValidator not found): no devices, and opening a
+// device or adopting one names the option that builds it.
+#include "backend.hpp"
+
+namespace ferry::detail {
+
+extern const BackendDescriptor vulkan_backend_descriptor;
+constinit const BackendDescriptor vulkan_backend_descriptor{
+    .id = Backend::vulkan,
+    .name = "vulkan",
+    .option = "-Dvulkan=enabled",
+    .kind = DeviceKind::gpu,
+    .built = false,
+    .count = &no_devices,
+    .open = [](const DeviceOptions&) -> std::unique_ptr<BackendDevice> { fail_not_built("vulkan", "-Dvulkan=enabled"); },
+};
+
+}  // namespace ferry::detail
+
+// ferry/vulkan.hpp declares adopt_device, but includes <vulkan/vulkan.h>, which a build
+// without the backend may not have: AdoptInfo stays incomplete here (it is only referred to).
+namespace ferry::vulkan {
+struct AdoptInfo;
+Device adopt_device(const AdoptInfo& info, std::source_location where);
+Device adopt_device(const AdoptInfo& /*info*/, std::source_location where) {
+  throw Error(ErrorCode::unsupported,
+              "vulkan::adopt_device: ferry was built without the vulkan backend (reconfigure with meson "
+              "-Dvulkan=enabled)",
+              {}, where);
+}
+}  // namespace ferry::vulkan
