@@ -225,7 +225,7 @@ enum class DeviceKind : std::uint8_t {
   cpu,        ///< tried after every GPU device
   composite,  ///< made of other backends' devices (interop pairs): never chosen by open_default,
               ///< which ranks the parts on their own
-  inert,      ///< does no work: never chosen by open_default
+  inert,      ///< does no work (Backend::null): never chosen by open_default
 };
 
 /// What each backend folder exports (backends/<name>/): one descriptor per Backend value it

@@ -56,9 +56,14 @@ enum class Backend : std::uint8_t {
   /// Interop pair, the other way round: copies execute on CUDA streams, owner queues are
   /// Vulkan queues (same memory and semaphores as `vulkan_cuda`).
   cuda_vulkan,
+  /// A device that accepts every operation and does none of the work: copies move no bytes,
+  /// queue signals are reached at once, memory is plain host memory. For testing and measuring
+  /// ferry's own bookkeeping without a driver; never chosen by `Device::open_default()`.
+  null,
 };
 
-/// @brief Lower-case backend name ("host", "cuda", "hip", "vulkan", "vulkan_cuda", "cuda_vulkan").
+/// @brief Lower-case backend name ("host", "cuda", "hip", "vulkan", "vulkan_cuda", "cuda_vulkan",
+/// "null").
 std::string_view to_string(Backend backend) noexcept;
 
 /// @brief Parse a backend name; throws `invalid_argument` for an unknown name.
@@ -232,7 +237,8 @@ class Device {
                      std::source_location where = std::source_location::current());
   /// @brief Open the best device present: every GPU before every CPU device, in the order
   /// CUDA, Vulkan on a GPU, HIP, then Vulkan on a CPU driver, then the host backend (a device
-  /// that fails to open gives way to the next). Interop pairs are never chosen.
+  /// that fails to open gives way to the next). Interop pairs and the null backend are never
+  /// chosen.
   static Device open_default(std::source_location where = std::source_location::current());
   /// @brief Number of devices a backend sees: `open` accepts ordinals 0 to count - 1 (0 when
   /// not built or none present; never throws for a missing driver). Interop pairs count the

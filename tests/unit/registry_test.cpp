@@ -123,10 +123,11 @@ TEST_CASE("registry: Device::open checks the ordinal against the backend's count
   }
 }
 
-TEST_CASE("registry: open_default picks a device that works, never an interop pair") {
+TEST_CASE("registry: open_default picks a device that works, never a null or composite one") {
   Device best = Device::open_default();
   REQUIRE(best.is_open());
   const Backend b = best.backend();
+  CHECK(b != Backend::null);
   CHECK(b != Backend::vulkan_cuda);
   CHECK(b != Backend::cuda_vulkan);
   CHECK(Device::built_with(b));

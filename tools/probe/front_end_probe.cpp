@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // ferry-probe-front-end: the host cost of ferry's own work in one upload call, with no driver
-// underneath. The device is a null backend (BackendDevice, backends/backend.hpp): copies do
-// nothing, a queue signal is recorded and seen reached `--lag` signals later (a device that
+// underneath. The device is the null backend (Backend::null, backends/null/): copies do
+// nothing, a queue signal is seen reached `--lag` signals later (FERRY_NULL_LAG: a device that
 // runs that far behind the host), host waits return at once for enqueued values. What is left
 // is the front end: argument checks, the pool's allocation and release, ordering bookkeeping
 // and the snapshot recording. ferry-bench's host-cost loop, minus the vendor calls: read it
@@ -9,109 +9,19 @@
 // driver's four calls (wait, copy, record, wait).
 //
 //   ferry-probe-front-end [--calls N] [--size SIZE] [--lag N] [--repeat N] [--case I]
-#include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
-#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "backend.hpp"
 #include "ferry/ferry.hpp"
-#include "device_state.hpp"
 #include "probe_util.hpp"
 
 namespace {
 
 using namespace ferry;
-using namespace ferry::detail;
-
-/// A timeline whose queue signals are seen reached `lag` signals after they were made.
-class NullSemaphore final : public BackendSemaphore {
- public:
-  NullSemaphore(std::uint64_t initial, std::uint64_t lag) : host_(initial), lag_(lag) {}
-  std::uint64_t value() override {
-    const std::uint64_t q = queued_.load(std::memory_order_acquire);
-    return std::max({host_.load(std::memory_order_acquire), caught_up_.load(std::memory_order_acquire),
-                     q > lag_ ? q - lag_ : 0});
-  }
-  void signal(std::uint64_t value) override { host_.store(value, std::memory_order_release); }
-  bool wait(std::uint64_t value, std::chrono::nanoseconds timeout) override {
-    if (value <= std::max(queued_.load(), host_.load())) {  // enqueued: the device gets there
-      std::uint64_t seen = caught_up_.load();
-      while (seen < value && !caught_up_.compare_exchange_weak(seen, value)) {
-      }
-      return true;
-    }
-    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(timeout, std::chrono::milliseconds(10)));
-    return value <= this->value();
-  }
-  void queue_signal(std::uint64_t value) { queued_.store(value, std::memory_order_release); }
-
- private:
-  std::atomic<std::uint64_t> host_;
-  std::atomic<std::uint64_t> queued_{0};
-  std::atomic<std::uint64_t> caught_up_{0};
-  std::uint64_t lag_;
-};
-
-class NullQueue final : public BackendQueue {
- public:
-  void copy_h2d(DeviceRef, HostRef, std::uint64_t) override {}
-  void copy_d2h(HostRef, DeviceRef, std::uint64_t) override {}
-  void copy_d2d(DeviceRef, DeviceRef, std::uint64_t) override {}
-  void signal(BackendSemaphore& sem, std::uint64_t value) override {
-    static_cast<NullSemaphore&>(sem).queue_signal(value);
-  }
-  void wait(BackendSemaphore&, std::uint64_t) override {}
-  [[nodiscard]] bool wait_orders_later_work() const override { return true; }  // as CUDA's streams
-};
-
-class NullDevice final : public BackendDevice {
- public:
-  explicit NullDevice(std::uint64_t lag) : lag_(lag) {
-    caps_.name = "null device (front-end cost probe)";
-    caps_.backend = Backend::host;
-    caps_.dedicated_transfer_queue = true;
-    caps_.copy_engines = 1;
-  }
-  [[nodiscard]] const Capabilities& capabilities() const override { return caps_; }
-  BackendQueue& default_queue(QueueRole role) override { return role == QueueRole::compute ? compute_ : transfer_; }
-  std::unique_ptr<BackendQueue> create_queue(QueueRole, int) override { return std::make_unique<NullQueue>(); }
-  std::unique_ptr<BackendQueue> adopt_queue(QueueRole, const NativeQueue&) override {
-    throw Error(ErrorCode::unsupported, "null device: no native queues", {}, std::source_location::current());
-  }
-  std::unique_ptr<BackendSemaphore> create_semaphore(std::uint64_t initial) override {
-    return std::make_unique<NullSemaphore>(initial, lag_);
-  }
-  std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) override {
-    auto s = std::make_unique<Segment>();  // never dereferenced: copies do nothing
-    s->size = bytes;
-    s->address = next_address_;
-    next_address_ += bytes;
-    return s;
-  }
-  void free_segment(std::unique_ptr<Segment>) override {}
-  std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override {
-    return host_memory(new std::byte[bytes], bytes, /*registered=*/false);
-  }
-  std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) override {
-    return host_memory(ptr, bytes, /*registered=*/true);
-  }
-  void free_host(std::unique_ptr<HostMemory> memory) override {
-    if (memory && !memory->registered) delete[] memory->ptr;
-  }
-  void wait_idle() override {}
-
- private:
-  Capabilities caps_;
-  std::uint64_t lag_;
-  NullQueue compute_, transfer_;
-  std::uint64_t next_address_ = 1ull << 40;
-};
 
 struct Times {
   double upload_median = 0, upload_p90 = 0, release_median = 0, release_p90 = 0;
@@ -119,9 +29,9 @@ struct Times {
 
 /// ferry-bench's host-cost loop (tools/bench/host_cost.cpp) on the null device.
 Times time_loop(std::uint64_t lag, bool record_events, const UploadOptions& options, std::uint64_t bytes, int calls) {
-  DeviceOptions o;
-  o.record_events = record_events;
-  Device dev = wrap_backend_device(std::make_unique<NullDevice>(lag), o, std::source_location::current());
+  // The null backend reads its lag at open.
+  if (::setenv("FERRY_NULL_LAG", std::to_string(lag).c_str(), 1) != 0) throw std::runtime_error("setenv failed");
+  Device dev = Device::open({.backend = Backend::null, .record_events = record_events});
   Queue owner = dev.queue(QueueRole::compute);
   Transfer xfer(dev);
   HostBuffer source = dev.host_pool().allocate(bytes);
