@@ -14,16 +14,7 @@ using namespace ferry;
 namespace {
 
 constexpr std::uint64_t MiB = 1024 * 1024;
-
-/// Holds a queue behind a host-signalled gate, so every free point it records stays pending
-/// until open() (the case's outcome does not depend on how fast the device runs).
-struct Gate {
-  TimelineSemaphore semaphore;
-  explicit Gate(Device& dev, Queue& queue) : semaphore(dev.create_semaphore(0)) { queue.wait(semaphore.at(1)); }
-  void open() {
-    if (semaphore.value() < 1) semaphore.signal(1);
-  }
-};
+using conformance::Gate;
 
 }  // namespace
 

@@ -78,6 +78,19 @@ std::int64_t first_mismatch(std::span<const std::byte> bytes, std::uint64_t seed
 void check_round_trip(ferry::Device& device, ferry::Transfer& transfer,
                       std::uint64_t bytes = 4096 + 7);
 
+/// Holds a queue behind a host-signalled gate, so every free point it records stays pending
+/// until open(): a case whose outcome must not depend on how fast the device runs its work.
+/// open() is idempotent; a case opens the gate before it waits on the gated queue's work.
+struct Gate {
+  ferry::TimelineSemaphore semaphore;
+  Gate(ferry::Device& dev, ferry::Queue& queue) : semaphore(dev.create_semaphore(0)) {
+    queue.wait(semaphore.at(1));
+  }
+  void open() {
+    if (semaphore.value() < 1) semaphore.signal(1);
+  }
+};
+
 /// Fixture of every case (see the file comment).
 struct CaseGuard {
   CaseGuard();

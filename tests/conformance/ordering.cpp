@@ -92,7 +92,10 @@ CONFORMANCE_CASE("ordering: the executor never overwrites a block still in use")
     fill_pattern(second.span(), 200 + static_cast<std::uint64_t>(r));
     Upload a = xfer.upload(first, owner);
     DeviceBuffer out = dev.pool().allocate(n, owner);
-    run_synthetic_compute(owner, a.buffer, out, units);  // long: reads `a` many times
+    // The compute waits behind a gate, so its free point is still pending when the second
+    // upload allocates, however fast the device is.
+    conformance::Gate gate(dev, owner);
+    run_synthetic_compute(owner, a.buffer, out, units);  // reads `a` many times
     const std::uint64_t a_address = a.buffer.view().address;
     const void* a_native = a.buffer.view().native;
     const std::uint64_t a_offset = a.buffer.view().offset;
@@ -106,6 +109,7 @@ CONFORMANCE_CASE("ordering: the executor never overwrites a block still in use")
       CHECK_MESSAGE(!b.buffer.ready_after().empty(),
                     "a reused block whose free point was pending must carry ready_after");
     }
+    gate.open();
     TimelinePoint d1 = xfer.download(out, result);
     TimelinePoint d2 = xfer.download(b.buffer, result2);
     d1.wait();
