@@ -19,25 +19,10 @@ Exit 77 (skip) for a step whose tool (pkg-config, meson) is missing, after the s
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-
-def fail(message: str) -> None:
-    print(f"FAIL: {message}")
-    sys.exit(1)
-
-
-def run(cmd, env=None, cwd=None) -> str:
-    print("$ " + " ".join(cmd))
-    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
-    if proc.stdout.strip():
-        print(proc.stdout.rstrip())
-    if proc.returncode != 0:
-        print(proc.stderr.rstrip())
-        fail(f"{cmd[0]} exited {proc.returncode}")
-    return proc.stdout
+from consumer_common import fail, find_one, install_staged, run, run_consumer
 
 
 def pkg_env(path_dir: str, sysroot: str = "") -> dict:
@@ -100,20 +85,13 @@ def main() -> int:
         return 77
     with tempfile.TemporaryDirectory(prefix="ferry-pc-") as tmp:
         stage = os.path.join(tmp, "stage")
-        run([meson, "install", "-C", a.build_root, "--no-rebuild", "--quiet", "--destdir", stage])
-        staged_pc = [os.path.join(d, f) for d, _, files in os.walk(stage) for f in files
-                     if f == "ferry.pc"]
-        if len(staged_pc) != 1:
-            fail(f"expected one installed ferry.pc under {stage}, found {staged_pc}")
-        env = pkg_env(os.path.dirname(staged_pc[0]), sysroot=stage)
+        install_staged(meson, a.build_root, stage)
+        env = pkg_env(os.path.dirname(find_one(stage, "ferry.pc")), sysroot=stage)
         for package, source in (("ferry", a.consumer), ("ferry-export", a.export_consumer)):
             flags = run([pkg_config, "--cflags", "--libs", package], env=env).split()
             exe = os.path.join(tmp, "consumer-" + package)
             run(a.cxx + ["-std=c++20", "-Wall", "-Wextra", "-Werror", source, "-o", exe] + flags)
-            libdirs = [flag[2:] for flag in flags if flag.startswith("-L")]
-            run_env = dict(os.environ)
-            run_env["LD_LIBRARY_PATH"] = os.pathsep.join(libdirs)
-            run([exe], env=run_env)
+            run_consumer(exe, [flag[2:] for flag in flags if flag.startswith("-L")])
     print("ok: consumers built from the installed ferry.pc and ferry-export.pc alone run")
     return 0
 

@@ -5,38 +5,28 @@
 A parent's dependency('ferry') falls back to the subproject; the parent must then get no
 tests, tools or examples of ferry's (its `meson test` runs its own tests) and need nothing that
 only ferry's tests need (doctest). Configures tests/consumer/parent in a temporary directory
-whose subprojects/ferry links to the source tree, and checks, from `meson introspect`:
-  1. by default, the parent's tests are its own and the subproject has no executables, and
-     the configure log never looked for doctest;
-  2. with -Dferry:tests=true -Dferry:tools=true, ferry's tests and executables are there.
-Configures only (no build): a few seconds.
+whose subprojects/ferry links to the source tree, with consumer.cpp and consumer_export.cpp
+copied beside it, and checks:
+  1. by default, the parent's tests are its own and the subproject has no executables
+     (`meson introspect`), and the configure log never looked for doctest;
+  2. with those default options, the parent's consumer (dependency('ferry')) and
+     consumer-export (dependency('ferry-export')) build, with libferry compiled as the
+     subproject, and run on the host backend;
+  3. with -Dferry:tests=true -Dferry:tools=true, ferry's tests and executables are there
+     (configured only).
 """
 import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-
-def fail(message: str) -> None:
-    print(f"FAIL: {message}")
-    sys.exit(1)
-
-
-def run(cmd) -> str:
-    print("$ " + " ".join(cmd))
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(proc.stdout.rstrip())
-        print(proc.stderr.rstrip())
-        fail(f"{cmd[0]} exited {proc.returncode}")
-    return proc.stdout
+from consumer_common import fail, run, run_consumer
 
 
 def introspect(meson: str, build: str, what: str):
-    return json.loads(run([meson, "introspect", build, what]))
+    return json.loads(run([meson, "introspect", build, what], echo=False))
 
 
 def main() -> int:
@@ -49,13 +39,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ferry-parent-") as tmp:
         parent = os.path.join(tmp, "parent")
         shutil.copytree(fixture, parent)
+        for source in ("consumer.cpp", "consumer_export.cpp"):
+            shutil.copy(os.path.join(a.source_root, "tests", "consumer", source), parent)
         os.mkdir(os.path.join(parent, "subprojects"))
         os.symlink(os.path.abspath(a.source_root), os.path.join(parent, "subprojects", "ferry"))
         build = os.path.join(tmp, "build")
         # Fallback forced, so an installed ferry.pc cannot stand in for the subproject; no
         # CUDA/HIP probing, which this check does not need.
         run([a.meson, "setup", build, parent, "--force-fallback-for=ferry",
-             "-Dferry:cuda=disabled", "-Dferry:hip=disabled"])
+             "-Dferry:cuda=disabled", "-Dferry:hip=disabled"], echo=False)
 
         tests = [t["name"] for t in introspect(a.meson, build, "--tests")]
         if tests != ["parent-own"]:
@@ -69,8 +61,13 @@ def main() -> int:
                 fail("configuring the parent looked for doctest")
         print("ok: by default ferry adds no tests and no executables and needs no doctest")
 
+        run([a.meson, "compile", "-C", build, "consumer", "consumer-export"], echo=False)
+        for exe in ("consumer", "consumer-export"):
+            run_consumer(os.path.join(build, exe))
+        print("ok: the consumers built against ferry as a subproject run")
+
         run([a.meson, "setup", "--reconfigure", build, parent,
-             "-Dferry:tests=true", "-Dferry:tools=true"])
+             "-Dferry:tests=true", "-Dferry:tools=true"], echo=False)
         tests = [t["name"] for t in introspect(a.meson, build, "--tests")]
         executables = [t["name"] for t in introspect(a.meson, build, "--targets")
                        if t.get("subproject") == "ferry" and t["type"] == "executable"]
