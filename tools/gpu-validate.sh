@@ -51,6 +51,12 @@ run_step() {  # run_step NAME LIMIT_S COMMAND...
   local rc=$?
   echo "step $name: rc=$rc ($((SECONDS - t0)) s)" | tee -a "$out/steps.log"
   tail -n 3 "$out/$name.log"
+  # A failed step's failing cases and checks go into steps.log too, so the summary alone says
+  # what failed when the full logs cannot be brought back.
+  if [ "$rc" != 0 ]; then
+    grep -E "^TEST CASE:|: ERROR: |: FATAL ERROR: |with expansion|MESSAGE:|ERROR SUMMARY|Hazard|^FAIL|Ok: |Fail: " \
+      "$out/$name.log" | head -n 40 | sed 's/^/    /' >>"$out/steps.log"
+  fi
 }
 
 {

@@ -42,7 +42,7 @@ double bandwidth_bar(const std::string& backend) {
   return 0;
 }
 constexpr double reserved_bar = 1.02;
-/// Issue 3: host time of one upload call (median), CUDA backend on the H200.
+/// Host time of one upload call (median), CUDA backend on the H200.
 constexpr double upload_host_us_bar = 5.0;
 constexpr double overlap_bar = 1.05;
 
