@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The Transfer API: argument checks, then the call's skeleton (bind the thread, lock, order
-// the executor's access, copy, hand the range on, record activity, keep sources alive) around
-// planning (planning.hpp), staging (staging.hpp) and access ordering (access.hpp).
+// the executor's access, wait for the caller's points, copy, hand the range on, record
+// activity, keep sources alive, signal the caller's points) around planning (planning.hpp),
+// staging (staging.hpp) and access ordering (access.hpp).
 #include "ferry/transfer.hpp"
 
 #include <algorithm>
@@ -68,20 +69,130 @@ using detail::QueuePtr;
 /// The skeleton every Transfer call shares, in order: check the Transfer and its device, bind
 /// the thread to the device's backend (one binding for the call's several backend calls),
 /// check the arguments (the call does, between construction and lock(), so a refused call
-/// touches nothing), take the Transfer's lock, order the executor's access to each block
-/// (access()), operate on the executor and hand the range on (on_executor()), record the
-/// activity and keep host memory alive until its copy completes (finish()).
+/// touches nothing; order() checks the caller's wait and signal lists), take the Transfer's
+/// lock, order the executor's access to each block (access()), enqueue the caller's waits
+/// before the call's first device work and operate on the executor and hand the range on
+/// (on_executor()), record the activity, keep host memory alive until its copy completes and
+/// signal the caller's points (finish()).
 class Call {
  public:
   Call(const std::unique_ptr<detail::TransferState>& s, const char* function, const std::source_location& where)
-      : state_(checked(s, function, where)), device_(*state_.device.state()), bound_(*device_.backend) {}
+      : state_(checked(s, function, where)),
+        device_(*state_.device.state()),
+        bound_(*device_.backend),
+        function_(function),
+        where_(where) {}
 
   [[nodiscard]] detail::DeviceState& device() const { return device_; }
   [[nodiscard]] detail::TransferState& state() const { return state_; }
   [[nodiscard]] const QueuePtr& exec() const { return state_.exec; }
 
+  /// Check the caller's wait and signal lists (UploadOptions, CallOptions) and keep them for
+  /// the call; an argument check, so before lock(). The signal values are read under each
+  /// semaphore's mutex; enqueue_signals() checks them again, since another thread may signal
+  /// the semaphore meanwhile.
+  void order(const std::vector<TimelinePoint>& wait, const std::vector<TimelinePoint>& signal) {
+    for (std::size_t i = 0; i < wait.size(); ++i) {
+      const TimelinePoint& p = wait[i];
+      if (p.empty()) continue;  // reached: nothing to wait for
+      FERRY_REQUIRE(p.semaphore->device_id == &device_, function_,
+                    "wait point " + std::to_string(i) + " (value " + std::to_string(p.value) +
+                        ") is on a semaphore of another device",
+                    where_);
+    }
+    for (std::size_t i = 0; i < signal.size(); ++i) {
+      const TimelinePoint& p = signal[i];
+      const std::string what = "signal point " + std::to_string(i);
+      FERRY_REQUIRE(!p.empty(), function_, what + " is empty (no semaphore): there is nothing to signal", where_);
+      FERRY_REQUIRE(p.semaphore->device_id == &device_, function_,
+                    what + " (value " + std::to_string(p.value) + ") is on a semaphore of another device", where_);
+      FERRY_REQUIRE(!p.semaphore->queue_private, function_,
+                    what + " is on a queue's private timeline, which only ferry signals (signalling it would make "
+                           "the queue's marks report pending work complete); signal a semaphore from "
+                           "Device::create_semaphore instead",
+                    where_);
+      std::uint64_t highest = 0;
+      {
+        std::lock_guard slock(p.semaphore->mutex);
+        FERRY_REQUIRE(p.semaphore->backend != nullptr, function_, what + ": the device is closed", where_);
+        highest = p.semaphore->max_signal;
+      }
+      FERRY_REQUIRE(p.value > highest, function_,
+                    what + ": value " + std::to_string(p.value) +
+                        " does not exceed the highest value signalled so far on its semaphore (" +
+                        std::to_string(highest) + "; timelines only move forward)",
+                    where_);
+      for (std::size_t j = 0; j < i; ++j) {
+        FERRY_REQUIRE(signal[j].semaphore != p.semaphore || signal[j].value < p.value, function_,
+                      what + ": value " + std::to_string(p.value) + " does not exceed the value " +
+                          std::to_string(signal[j].value) + " of signal point " + std::to_string(j) +
+                          " on the same semaphore (values must strictly increase along the list)",
+                      where_);
+      }
+      for (std::size_t k = 0; k < wait.size(); ++k) {
+        FERRY_REQUIRE(wait[k].semaphore != p.semaphore || wait[k].value < p.value, function_,
+                      "wait point " + std::to_string(k) + " (value " + std::to_string(wait[k].value) +
+                          ") is not below " + what + " (value " + std::to_string(p.value) +
+                          ") on the same semaphore: only a signal at or above the call's own could reach it, "
+                          "after which the call's signal would not increase the timeline",
+                      where_);
+      }
+    }
+    // Empty lists leave the call as it was: no extra wait, signal or flush on the hot path.
+    wait_ = wait.empty() ? nullptr : &wait;
+    signal_ = signal.empty() ? nullptr : &signal;
+  }
+
   /// Take the Transfer's lock: calls enqueue in call order.
   void lock() { lock_ = std::unique_lock(state_.mutex); }
+
+  /// Enqueue the caller's waits on `q`, the queue about to run the call's first device work;
+  /// later calls do nothing (caller holds q.mutex). Not queried: like Queue::wait, a wait for
+  /// a point that turns out reached costs the backend less than asking first.
+  void enqueue_waits(detail::QueueState& q) {
+    if (wait_ == nullptr) return;
+    for (const TimelinePoint& p : *wait_) detail::enqueue_wait(q, p, /*query=*/false);
+    wait_ = nullptr;
+  }
+
+  /// enqueue_waits() on the executor, for calls whose first device work is not on_executor()'s
+  /// (the staged copies).
+  void enqueue_waits_on_executor() {
+    std::lock_guard elock(state_.exec->mutex);
+    enqueue_waits(*state_.exec);
+  }
+
+  /// Signal the caller's points on `q`, after the call's last device work (caller holds
+  /// q.mutex). Each value is checked again under its semaphore's mutex: another thread may
+  /// have signalled the semaphore since order() (see "Wait and signal lists" in transfer.hpp).
+  void enqueue_signals(detail::QueueState& q) {
+    if (signal_ == nullptr) return;
+    const std::vector<TimelinePoint>& signal = *signal_;
+    signal_ = nullptr;
+    try {
+      for (std::size_t i = 0; i < signal.size(); ++i) {
+        detail::SemaphoreState& s = *signal[i].semaphore;
+        std::lock_guard slock(s.mutex);
+        FERRY_REQUIRE(s.backend != nullptr, function_,
+                      "signal point " + std::to_string(i) + ": the device is closed", where_);
+        FERRY_REQUIRE(signal[i].value > s.max_signal, function_,
+                      "signal point " + std::to_string(i) + ": value " + std::to_string(signal[i].value) +
+                          " no longer exceeds the highest value signalled on its semaphore (" +
+                          std::to_string(s.max_signal) +
+                          "): another thread signalled it during the call; the copy was enqueued, this "
+                          "signal and the later ones of the list were not",
+                      where_);
+        // Every signal goes through ferry and raises max_signal (as Queue::signal does).
+        s.max_signal = signal[i].value;
+        q.backend->signal(*s.backend, signal[i].value);
+        q.dirty = true;
+      }
+    } catch (...) {
+      q.backend->flush();  // the signals enqueued before the failure go out with the copy
+      throw;
+    }
+    q.backend->flush();
+  }
 
   /// Order the executor's access to `b` after its last user (see prepare_access); returns
   /// the queue that uses `b` next, to hand the range back to.
@@ -91,22 +202,29 @@ class Call {
     return next;
   }
 
-  /// Run `op(executor queue)` with the executor's mutex held, then hand `b` to `next`;
-  /// returns the point at which the copy is complete.
+  /// Run `op(executor queue)` with the executor's mutex held, after the caller's waits when
+  /// no earlier device work of the call enqueued them, then hand `b` to `next`; returns the
+  /// point at which the copy is complete.
   template <class Op>
-  TimelinePoint on_executor(detail::BlockState& b, const QueuePtr& next, Op&& op) const {
+  TimelinePoint on_executor(detail::BlockState& b, const QueuePtr& next, Op&& op) {
     const QueuePtr& exec = state_.exec;
     std::lock_guard elock(exec->mutex);
+    enqueue_waits(*exec);
     op(*exec);
     exec->dirty = true;
     return detail::finish_access(exec, b, next);
   }
 
-  /// Record the copy's activity on the executor and keep `host` (when given) alive until `done`.
+  /// Record the copy's activity on the executor, keep `host` (when given) alive until `done`,
+  /// then signal the caller's points on the executor, after the call's last device work.
   void finish(const char* name, std::uint64_t bytes, const TimelinePoint& done,
-              const std::shared_ptr<detail::HostAllocation>& host = nullptr) const {
+              const std::shared_ptr<detail::HostAllocation>& host = nullptr) {
     detail::record_activity(device_, *state_.exec, name, bytes, done);
     if (host) state_.keep(done, host);
+    if (signal_ != nullptr) {
+      std::lock_guard elock(state_.exec->mutex);
+      enqueue_signals(*state_.exec);
+    }
   }
 
  private:
@@ -120,6 +238,12 @@ class Call {
   detail::TransferState& state_;
   detail::DeviceState& device_;
   const detail::BoundThread bound_;
+  const char* function_;
+  const std::source_location where_;
+  /// The caller's lists (set by order(); they outlive the call). Each is cleared once
+  /// enqueued, so a call's several device steps wait and signal once.
+  const std::vector<TimelinePoint>* wait_ = nullptr;
+  const std::vector<TimelinePoint>* signal_ = nullptr;
   std::unique_lock<std::mutex> lock_;
 };
 
@@ -149,6 +273,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
   const auto& q = checked_owner(owner, d, "Transfer::upload", where);
   FERRY_REQUIRE(options.mode != CopyMode::preallocated, "Transfer::upload",
           "CopyMode::preallocated needs a destination: use Transfer::upload_into", where);
+  call.order(options.wait, options.signal);
   call.lock();
   const auto& self = state_->device.state();
   const detail::HostRef src{host.memory.get(), offset};
@@ -160,10 +285,12 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
       auto& b = *up.buffer.state();
       {
         std::lock_guard qlock(q->mutex);
+        call.enqueue_waits(*q);  // the copy runs on the owner: the caller's list orders it there
         detail::use_on(q, b);
         q->backend->copy_h2d(detail::ref(b), src, bytes);
         q->dirty = true;
         up.ready = detail::enqueue_mark(*q);
+        call.enqueue_signals(*q);
         q->backend->flush();
       }
       detail::record_activity(d, *q, "copy h2d (blocking)", bytes, up.ready);
@@ -224,6 +351,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   std::optional<detail::planning::BatchLayout> layout =
       detail::planning::layout_batch(views, detail::BlockAllocator::max_request());
   FERRY_REQUIRE(layout.has_value(), fn, "the batch exceeds the largest supported allocation (2^52 bytes)", where);
+  call.order(options.wait, options.signal);
   const std::uint64_t total = layout->total;
   UploadBatch batch;
   batch.offsets = std::move(layout->offsets);
@@ -236,6 +364,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   auto& b = *batch.buffer.state();
   {
     std::lock_guard elock(exec->mutex);
+    call.enqueue_waits(*exec);
     detail::enqueue_wait(*exec, b.ready_after);
   }
   try {
@@ -272,6 +401,7 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
           "source (" + std::to_string(host.memory->size) + " bytes) is larger than the destination (" +
               std::to_string(b.requested) + " bytes)",
           where);
+  call.order(options.wait, options.signal);
   call.lock();
   // The owner may still read the old contents: the executor waits for its work so far. A
   // smaller source leaves the tail as it was, so then the range changes hands properly.
@@ -285,12 +415,13 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
 }
 
 TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& destination, std::uint64_t offset,
-                                 std::source_location where) {
+                                 CallOptions options, std::source_location where) {
   Call call(state_, "Transfer::download", where);
   auto& d = call.device();
   auto& b = detail::checked_block(source, &d, "Transfer::download", where);
   auto& host = detail::checked_host(destination, &d, "Transfer::download", where);
   detail::check_range(offset, b.requested, host.memory->size, "Transfer::download", "destination", where);
+  call.order(options.wait, options.signal);
   call.lock();
   const QueuePtr owner = call.access(b, true);  // after the work that produced the data
   const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
@@ -300,7 +431,8 @@ TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& d
   return done;
 }
 
-void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destination, std::source_location where) {
+void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destination, CallOptions options,
+                        std::source_location where) {
   FERRY_REQUIRE(state_ != nullptr, "Transfer::download", "moved-from transfer", where);
   FERRY_REQUIRE(state_->device.is_open(), "Transfer::download", "the device is closed", where);
   auto& b = detail::checked_block(source, state_->device.state().get(), "Transfer::download", where);
@@ -311,10 +443,11 @@ void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destina
               std::to_string(b.requested) + " bytes)",
           where);
   const DownloadView view{0, destination.data(), b.requested};
-  download(source, std::span<const DownloadView>(&view, 1), where);
+  download(source, std::span<const DownloadView>(&view, 1), std::move(options), where);
 }
 
-void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView> views, std::source_location where) {
+void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView> views, CallOptions options,
+                        std::source_location where) {
   constexpr const char* fn = "Transfer::download(batch)";
   Call call(state_, fn, where);
   auto& d = call.device();
@@ -352,10 +485,12 @@ void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView
                   where);
   }
   const detail::planning::DownloadPlan plan = detail::planning::coalesce_downloads(views);
+  call.order(options.wait, options.signal);
   call.lock();
   auto& s = call.state();
   s.ensure_staging(d, where);
   const QueuePtr owner = call.access(b, true);  // after the work that produced the data
+  call.enqueue_waits_on_executor();
   try {
     s.staged_d2h(plan.pieces, plan.runs, plan.total, b, where);
   } catch (...) {
@@ -366,7 +501,8 @@ void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView
   call.finish("copy d2h (staged)", plan.total, done);
 }
 
-void Transfer::download(const UploadBatch& batch, std::span<const HostSpan> destinations, std::source_location where) {
+void Transfer::download(const UploadBatch& batch, std::span<const HostSpan> destinations, CallOptions options,
+                        std::source_location where) {
   constexpr const char* fn = "Transfer::download(batch)";
   FERRY_REQUIRE(destinations.size() == batch.offsets.size() && batch.views.size() == batch.offsets.size(), fn,
                 std::to_string(destinations.size()) + " destinations for a batch of " +
@@ -381,11 +517,11 @@ void Transfer::download(const UploadBatch& batch, std::span<const HostSpan> dest
                   where);
     views[i] = {batch.offsets[i], destinations[i].data, destinations[i].size};
   }
-  download(batch.buffer, std::span<const DownloadView>(views), where);
+  download(batch.buffer, std::span<const DownloadView>(views), std::move(options), where);
 }
 
 TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& destination, std::uint64_t bytes,
-                             std::source_location where) {
+                             CallOptions options, std::source_location where) {
   Call call(state_, "Transfer::copy", where);
   auto& d = call.device();
   auto& src = detail::checked_block(source, &d, "Transfer::copy", where);
@@ -396,6 +532,7 @@ TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& des
           std::to_string(bytes) + " bytes exceed the source (" + std::to_string(src.requested) +
               ") or destination (" + std::to_string(dst.requested) + ")",
           where);
+  call.order(options.wait, options.signal);
   call.lock();
   const QueuePtr src_owner = call.access(src, true);
   const QueuePtr dst_owner = call.access(dst, bytes < dst.requested);  // a partial write keeps the rest

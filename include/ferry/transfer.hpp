@@ -23,6 +23,59 @@
 ///    Kept to reproduce the problem; its released blocks are stranded for the owner.
 ///  - `preallocated`: the caller supplies the destination (`upload_into`).
 ///
+/// ## Wait and signal lists
+/// Every call that enqueues work (every `upload`, `upload_into`, every `download`, `copy`)
+/// takes a list of points to wait on and a list of points to signal (`UploadOptions::wait`
+/// and `::signal`, `CallOptions` for downloads and copies), in the shape of IREE HAL's queue
+/// operations, so an engine can chain copies into its own timelines without a host round trip:
+/// a copy ordered after a point the engine signals, a copy that signals a semaphore the
+/// engine's queue then waits on.
+///  - `wait`: the call's device work starts only once every point is reached, in addition to
+///    the implicit ordering after the buffers' owners described above. Waits are device-side,
+///    like `Queue::wait`: they do not block the host, except inside calls that block anyway
+///    (below). A point of the executor's own timeline is already ordered and costs nothing.
+///    An empty point counts as reached, as everywhere, and is skipped.
+///  - `signal`: every point is signalled, in list order, after the call's last device work,
+///    so a point is reached only once the copy is complete (the bytes are in place, and a
+///    read of a buffer is done with it). When the call also returns a point, the signals come
+///    after it. Signal points must be on semaphores from `Device::create_semaphore`, never a
+///    queue's private timeline (a `Queue::mark()` point, an `Upload::ready`), which only ferry
+///    signals; their values must exceed every value signalled or enqueued for signal on their
+///    semaphore so far, and strictly increase within the list. The device must also reach a
+///    semaphore's values in increasing order, as with `Queue::signal`: signal one semaphore
+///    from one queue, or order the queues that signal it.
+///  - The queue: the executor, which runs the copy. A `blocking`-mode upload copies on the
+///    owner queue, so its waits and signals are enqueued on the owner.
+///  - Only device work is ordered. A pageable source (`std::span`, `HostView`) is read on the
+///    host during the call whatever the waits, which is why it may be reused when the call
+///    returns; a pinned `HostBuffer` source is read by the device after the waits, so it may
+///    be written until they are signalled.
+///  - Calls that block the host until their device work completes (`blocking` mode, the
+///    pageable and batch downloads; a pageable upload once its staging ring is full, since a
+///    staging buffer is reused only after its copy) need their waits signalled by another
+///    thread or queue: a point the calling thread signals only after the call returns never
+///    comes, and the call stalls until its host wait times out.
+///  - A wait on a point that nobody signals stalls the executor, as with `Queue::wait`: every
+///    later copy on it, `synchronize()`, the Transfer's destructor and `Device::close()` wait
+///    for it. Signal or abandon such points first.
+///  - A call that fails after enqueueing device work (a device error, out of memory while
+///    staging) signals none of its points: a waiter must not take a partial copy for a
+///    complete one.
+///  - Errors (`invalid_argument` naming the list, the index and the offending value, thrown
+///    before anything is enqueued; every Transfer call): a wait or signal point on a semaphore
+///    of another device; an empty signal point; a signal point on a queue's private timeline;
+///    a signal value at or below the highest value signalled or enqueued for signal on its
+///    semaphore, or at or below an earlier signal point of the list on the same semaphore; a
+///    wait point at or above a signal point's value on the same semaphore (only a signal at
+///    or above the call's own could reach it, after which that signal would not increase the
+///    timeline).
+///  - Thread-safety: the lists are read during the call only. Signal values are checked when
+///    the call begins and again when each signal is enqueued. A semaphore should have one
+///    signaller at a time: when another thread signals it at or above a listed value during
+///    the call, the call throws `invalid_argument` after its copy was enqueued (the copy
+///    completes and its source is kept alive as usual); that signal and the later ones of the
+///    list are not enqueued.
+///
 /// Lifetime: source host memory is kept alive by the transfer until the copy completes.
 /// Destroying a Transfer waits for its in-flight copies.
 ///
@@ -130,6 +183,23 @@ struct UploadOptions {
   /// the wait yourself with `owner.wait(upload.ready)`; ferry's own later operations on the
   /// buffer (run_synthetic_compute, downloads, release) are ordered after the copy either way.
   bool owner_waits = true;
+  /// Points the copy waits for before it starts (device-side), beside the implicit ordering
+  /// after the destination's owner. See "Wait and signal lists" in the file comment.
+  std::vector<TimelinePoint> wait{};
+  /// Points signalled once the copy is complete (user semaphores only, values increasing).
+  /// See "Wait and signal lists" in the file comment.
+  std::vector<TimelinePoint> signal{};
+};
+
+/// @brief Options of one download or device-to-device copy: the extra ordering of the call.
+/// Same rules as `UploadOptions::wait` and `::signal` (see "Wait and signal lists" in the
+/// file comment).
+struct CallOptions {
+  /// Points the call's device work waits for before it starts, beside the implicit ordering
+  /// after the buffers' owners.
+  std::vector<TimelinePoint> wait{};
+  /// Points signalled once the call's device work is complete.
+  std::vector<TimelinePoint> signal{};
 };
 
 /// @brief Result of an upload: the owner-owned destination and the point it is ready at.
@@ -182,13 +252,15 @@ class Transfer {
                             std::source_location where = std::source_location::current());
   /// @brief Copy a device buffer into pinned/registered host memory at `offset`. The executor
   /// waits for the source owner's work enqueued so far; the owner's later work (including a
-  /// release) is ordered after the read. Host: wait on the returned point before reading.
+  /// release) is ordered after the read. Host: wait on the returned point (or on a point of
+  /// `options.signal`) before reading.
   TimelinePoint download(const DeviceBuffer& source, const HostBuffer& destination,
-                         std::uint64_t offset = 0,
+                         std::uint64_t offset = 0, CallOptions options = {},
                          std::source_location where = std::source_location::current());
   /// @brief Copy a device buffer into pageable memory; blocks until the data is there.
-  /// Goes through the staging ring (`invalid_argument` when staging is disabled).
-  void download(const DeviceBuffer& source, std::span<std::byte> destination,
+  /// Goes through the staging ring (`invalid_argument` when staging is disabled). Blocking:
+  /// points in `options.wait` must be signalled by another thread or queue.
+  void download(const DeviceBuffer& source, std::span<std::byte> destination, CallOptions options = {},
                 std::source_location where = std::source_location::current());
   /// @brief Batch download, the mirror of the batch upload: for every view, `size` bytes of
   /// `source` at `offset` are copied to `data`. The source ranges are coalesced (sorted by
@@ -206,17 +278,17 @@ class Transfer {
   /// Errors (`invalid_argument`, naming the view index; nothing is enqueued): an empty span,
   /// more than `max_batch_views` views, a null destination, a zero size, a range outside the
   /// source buffer, two destination ranges that overlap, staging disabled.
-  void download(const DeviceBuffer& source, std::span<const DownloadView> views,
+  void download(const DeviceBuffer& source, std::span<const DownloadView> views, CallOptions options = {},
                 std::source_location where = std::source_location::current());
   /// @brief Download a batch upload's inputs back into `destinations` (destination i receives
   /// input i, `batch.offsets[i]`; its size must equal input i's size). Same contract as the
   /// DownloadView overload, plus `invalid_argument` when the counts or a size differ.
-  void download(const UploadBatch& batch, std::span<const HostSpan> destinations,
+  void download(const UploadBatch& batch, std::span<const HostSpan> destinations, CallOptions options = {},
                 std::source_location where = std::source_location::current());
   /// @brief Device-to-device copy of `bytes` (0 = all of `source`) on the executor; both
-  /// owners are ordered around it like `download`.
+  /// owners are ordered around it like `download`, and `options` adds waits and signals.
   TimelinePoint copy(const DeviceBuffer& source, const DeviceBuffer& destination,
-                     std::uint64_t bytes = 0,
+                     std::uint64_t bytes = 0, CallOptions options = {},
                      std::source_location where = std::source_location::current());
   /// @brief Host wait for every copy this Transfer had enqueued when the call began; throws
   /// `timeout` after `timeout`. Copies other threads enqueue during the wait are not waited
