@@ -84,31 +84,40 @@ struct TransferOptions {
 };
 
 /// @brief A range of host memory (pageable or pinned) to upload as part of a batch.
+/// An empty view (size 0) is valid, and its data may then be null: it reads no byte.
 struct HostView {
-  const void* data = nullptr;  ///< start; must not be null
-  std::uint64_t size = 0;      ///< bytes; must be > 0
+  const void* data = nullptr;  ///< start; may be null only when `size` is 0
+  std::uint64_t size = 0;      ///< bytes; 0 is an empty view
 };
 
 /// @brief Result of a batch upload: one owner-owned allocation holding every input.
+/// Every input, empty ones included, has a 256-aligned offset with `offsets[i] + size_i <=
+/// buffer.size()`; an empty input's view has size 0 and the address its offset gives, and
+/// holds no byte. A batch whose inputs are all empty still owns a live buffer (the pool's
+/// smallest allocation, since a block of 0 bytes does not exist), so that releasing it,
+/// viewing it and downloading from it work as for any batch.
 struct UploadBatch {
   DeviceBuffer buffer{};                 ///< the destination region (owner = the owner queue)
   std::vector<std::uint64_t> offsets{};  ///< where input i starts inside `buffer` (256-aligned)
-  std::vector<DeviceView> views{};       ///< device view of input i
+  std::vector<DeviceView> views{};       ///< device view of input i (size 0 for an empty input)
   TimelinePoint ready{};                 ///< every copy complete once reached
 };
 
 /// @brief A destination of a batch download: `size` bytes of the source buffer starting at
 /// `offset` are written to host memory at `data` (pageable or pinned).
+/// An empty view (size 0) is valid at any offset up to the source's size, and its data may
+/// then be null: it writes no byte.
 struct DownloadView {
   std::uint64_t offset = 0;  ///< start of the range in the source buffer
-  void* data = nullptr;      ///< destination; must not be null
-  std::uint64_t size = 0;    ///< bytes; must be > 0
+  void* data = nullptr;      ///< destination; may be null only when `size` is 0
+  std::uint64_t size = 0;    ///< bytes; 0 is an empty view
 };
 
-/// @brief A writable range of host memory (pageable or pinned).
+/// @brief A writable range of host memory (pageable or pinned). An empty span (size 0) is
+/// valid, and its data may then be null.
 struct HostSpan {
-  void* data = nullptr;    ///< start; must not be null
-  std::uint64_t size = 0;  ///< bytes; must be > 0
+  void* data = nullptr;    ///< start; may be null only when `size` is 0
+  std::uint64_t size = 0;  ///< bytes; 0 is an empty span
 };
 
 /// @brief Most views one batch upload or batch download accepts.
@@ -169,9 +178,11 @@ class Transfer {
   /// @brief Upload many host ranges in one call (a KeyedJaggedTensor-like batch): one
   /// owner-owned allocation, inputs packed at 256-byte aligned offsets, gathered into pinned
   /// staging by helper threads and moved with one DMA per staging chunk. Sources may be
-  /// reused when the call returns. Errors: empty span, more than `max_batch_views` views, a
-  /// null or empty view, a total size overflow: `invalid_argument`. Modes: owner_owned or
-  /// blocking.
+  /// reused when the call returns. Empty views are valid (see HostView and UploadBatch): they
+  /// get an offset and a view of size 0 and copy nothing; views that are all empty allocate
+  /// the batch's buffer and copy nothing. Errors: empty span, more than `max_batch_views`
+  /// views, a null data pointer with a size > 0, a total size overflow: `invalid_argument`.
+  /// Modes: owner_owned or blocking.
   UploadBatch upload(std::span<const HostView> views, const Queue& owner, UploadOptions options = {},
                      std::source_location where = std::source_location::current());
   /// @brief Copy into a caller-supplied destination (`preallocated`). The executor waits for
@@ -201,16 +212,20 @@ class Transfer {
   ///    is ordered after the read.
   ///  - Ownership: the caller owns the destinations and must keep them alive and untouched by
   ///    other threads during the call; nothing is retained after it returns. Source ranges may
-  ///    overlap each other (the same bytes downloaded twice); destinations may not.
+  ///    overlap each other (the same bytes downloaded twice); non-empty destinations may not.
+  ///  - Empty views are valid (see DownloadView): they read and write nothing. When every view
+  ///    is empty the call enqueues nothing and returns once the arguments are checked.
   ///  - Thread-safety: like every Transfer call, serialized with the Transfer's other calls.
   /// Errors (`invalid_argument`, naming the view index; nothing is enqueued): an empty span,
-  /// more than `max_batch_views` views, a null destination, a zero size, a range outside the
-  /// source buffer, two destination ranges that overlap, staging disabled.
+  /// more than `max_batch_views` views, a null destination with a size > 0, a range outside
+  /// the source buffer, two non-empty destination ranges that overlap, staging disabled (for
+  /// a view with a size > 0).
   void download(const DeviceBuffer& source, std::span<const DownloadView> views,
                 std::source_location where = std::source_location::current());
   /// @brief Download a batch upload's inputs back into `destinations` (destination i receives
-  /// input i, `batch.offsets[i]`; its size must equal input i's size). Same contract as the
-  /// DownloadView overload, plus `invalid_argument` when the counts or a size differ.
+  /// input i, `batch.offsets[i]`; its size must equal input i's size, 0 for an empty input).
+  /// Same contract as the DownloadView overload, plus `invalid_argument` when the counts or a
+  /// size differ.
   void download(const UploadBatch& batch, std::span<const HostSpan> destinations,
                 std::source_location where = std::source_location::current());
   /// @brief Device-to-device copy of `bytes` (0 = all of `source`) on the executor; both
