@@ -11,17 +11,21 @@ std::optional<BatchLayout> layout_batch(std::span<const HostView> views, std::ui
   BatchLayout layout;
   layout.offsets.reserve(views.size());
   layout.pieces.reserve(views.size());
-  std::uint64_t total = 0;
+  std::uint64_t total = 0, allocation = 1;
   for (const HostView& v : views) {
     if (v.size > limit || total > limit) return std::nullopt;  // no overflow below
-    total = (total + kBatchAlignment - 1) / kBatchAlignment * kBatchAlignment;
-    layout.offsets.push_back(total);
+    const std::uint64_t at = (total + kBatchAlignment - 1) / kBatchAlignment * kBatchAlignment;
+    layout.offsets.push_back(at);
+    allocation = std::max(allocation, at);
+    if (v.size == 0) continue;
     // const_cast: an upload only reads through StreamPiece::host.
-    layout.pieces.push_back({total, const_cast<std::byte*>(static_cast<const std::byte*>(v.data)), v.size});
-    total += v.size;
+    layout.pieces.push_back({at, const_cast<std::byte*>(static_cast<const std::byte*>(v.data)), v.size});
+    total = at + v.size;
   }
-  if (total > limit) return std::nullopt;
+  allocation = std::max(allocation, total);
+  if (allocation > limit) return std::nullopt;
   layout.total = total;
+  layout.allocation = allocation;
   return layout;
 }
 
@@ -35,6 +39,7 @@ DownloadPlan coalesce_downloads(std::span<const DownloadView> views, std::uint64
   plan.pieces.reserve(views.size());
   for (const std::uint32_t i : order) {
     const DownloadView& v = views[i];
+    if (v.size == 0) continue;
     if (plan.runs.empty() || v.offset > plan.runs.back().source + plan.runs.back().size + gap) {
       plan.runs.push_back({plan.total, v.offset, 0});
     }

@@ -34,16 +34,23 @@ struct StreamPiece {
   std::uint64_t size = 0;
 };
 
-/// Where a batch upload's inputs land: input i at `offsets[i]` of one allocation of `total`
-/// bytes; the stream of the staged copy is that layout.
+/// Where a batch upload's inputs land: input i at `offsets[i]` of one allocation of
+/// `allocation` bytes. The stream of the staged copy is that layout's first `total` bytes.
 struct BatchLayout {
-  std::vector<std::uint64_t> offsets;
-  std::vector<StreamPiece> pieces;
-  std::uint64_t total = 0;
+  std::vector<std::uint64_t> offsets;  ///< one per view, kBatchAlignment-aligned
+  std::vector<StreamPiece> pieces;     ///< one per non-empty view, in view order
+  std::uint64_t total = 0;             ///< stream bytes: the end of the last non-empty view
+  /// Bytes to allocate: at least `total`, at least every offset (an empty view's offset lies
+  /// inside or at the end of the allocation), and at least 1, since the pool refuses an
+  /// allocation of 0 bytes (a batch of empty views still owns a buffer).
+  std::uint64_t allocation = 0;
 };
 
-/// Pack `views` (each non-null and non-empty) at kBatchAlignment-aligned offsets, in order.
-/// nullopt when the total would exceed `limit` bytes (the allocator's largest request).
+/// Pack `views` at kBatchAlignment-aligned offsets, in order. A non-empty view occupies
+/// [offset, offset + size); an empty view (size 0, data possibly null) takes the aligned
+/// offset the next input would start at and occupies nothing: it moves no byte and adds no
+/// piece to the stream. nullopt when the allocation would exceed `limit` bytes (the
+/// allocator's largest request).
 std::optional<BatchLayout> layout_batch(std::span<const HostView> views, std::uint64_t limit);
 
 /// A run of the source buffer copied as one contiguous part of a download's stream.
@@ -55,13 +62,15 @@ struct Run {
 
 /// What a batch download reads and where each byte goes.
 struct DownloadPlan {
-  std::vector<Run> runs;            ///< by increasing source offset; disjoint
-  std::vector<StreamPiece> pieces;  ///< one per view, in increasing source offset
+  std::vector<Run> runs;            ///< by increasing source offset; disjoint; none empty
+  std::vector<StreamPiece> pieces;  ///< one per non-empty view, in increasing source offset
   std::uint64_t total = 0;          ///< stream bytes (requested bytes plus coalesced gaps)
 };
 
 /// Coalesce the source ranges of `views` (in range of the source, possibly overlapping each
 /// other) into runs: ranges that overlap or lie within `gap` bytes of each other share a run.
+/// An empty view reads nothing: it joins no run and has no piece, so views that are all empty
+/// plan no copy at all (`total` 0).
 DownloadPlan coalesce_downloads(std::span<const DownloadView> views, std::uint64_t gap = kCoalesceGap);
 
 /// Tuning of the staging geometry (see TransferOptions and docs/benchmarks.md).

@@ -162,6 +162,14 @@ class Call {
     enqueue_waits(*state_.exec);
   }
 
+  /// Enqueue the caller's waits, then its signals, on the executor: a call with no device
+  /// work of its own still orders its signal points after its wait points.
+  void pass_through_executor() {
+    std::lock_guard elock(state_.exec->mutex);
+    enqueue_waits(*state_.exec);
+    enqueue_signals(*state_.exec);
+  }
+
   /// Signal the caller's points on `q`, after the call's last device work (caller holds
   /// q.mutex). Each value is checked again under its semaphore's mutex: another thread may
   /// have signalled the semaphore since order() (see "Wait and signal lists" in transfer.hpp).
@@ -340,8 +348,10 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
           "host views support the owner_owned and blocking modes", where);
   for (std::size_t i = 0; i < views.size(); ++i) {
     const HostView& v = views[i];
-    FERRY_REQUIRE(v.data != nullptr, fn, "view " + std::to_string(i) + " has a null data pointer", where);
-    FERRY_REQUIRE(v.size > 0, fn, "view " + std::to_string(i) + " is empty (size 0)", where);
+    if (v.size == 0) continue;  // an empty view reads nothing: any data pointer, no staging
+    FERRY_REQUIRE(v.data != nullptr, fn,
+                  "view " + std::to_string(i) + " has a null data pointer and " + std::to_string(v.size) + " bytes",
+                  where);
     FERRY_REQUIRE(state_->options.staging, fn,
                   "view " + std::to_string(i) + " (" + std::to_string(v.size) +
                       " bytes of host memory) is larger than the staging cap of 0 bytes: staging is disabled "
@@ -358,9 +368,10 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   const std::vector<detail::planning::StreamPiece>& pieces = layout->pieces;
   call.lock();
   auto& s = call.state();
-  s.ensure_staging(d, where);
+  if (total > 0) s.ensure_staging(d, where);  // views that are all empty copy nothing
   const auto& exec = call.exec();
-  batch.buffer = detail::pool_allocate(d, s.device.state(), total, q, exec, options.tag, where, !options.overlap);
+  batch.buffer =
+      detail::pool_allocate(d, s.device.state(), layout->allocation, q, exec, options.tag, where, !options.overlap);
   auto& b = *batch.buffer.state();
   {
     std::lock_guard elock(exec->mutex);
@@ -368,7 +379,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
     detail::enqueue_wait(*exec, b.ready_after);
   }
   try {
-    s.staged_h2d(pieces, total, b, where);
+    if (total > 0) s.staged_h2d(pieces, total, b, where);
   } catch (...) {
     // The chunks issued before the failure still write the block: its release (the batch's
     // buffer goes with the exception) must come after them.
@@ -457,8 +468,9 @@ void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView
                 std::to_string(views.size()) + " views exceed the limit of " + std::to_string(max_batch_views), where);
   for (std::size_t i = 0; i < views.size(); ++i) {
     const DownloadView& v = views[i];
-    FERRY_REQUIRE(v.data != nullptr, fn, "view " + std::to_string(i) + " has a null data pointer", where);
-    FERRY_REQUIRE(v.size > 0, fn, "view " + std::to_string(i) + " is empty (size 0)", where);
+    FERRY_REQUIRE(v.data != nullptr || v.size == 0, fn,
+                  "view " + std::to_string(i) + " has a null data pointer and " + std::to_string(v.size) + " bytes",
+                  where);
     FERRY_REQUIRE(v.offset <= b.requested && v.size <= b.requested - v.offset, fn,
                   "view " + std::to_string(i) + ": range [" + std::to_string(v.offset) + ", +" +
                       std::to_string(v.size) + ") exceeds the source buffer's " + std::to_string(b.requested) +
@@ -466,15 +478,19 @@ void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView
                   where);
     FERRY_REQUIRE(reinterpret_cast<std::uintptr_t>(v.data) <= UINTPTR_MAX - v.size, fn,
                   "view " + std::to_string(i) + ": destination range wraps around the address space", where);
-    FERRY_REQUIRE(state_->options.staging, fn,
+    FERRY_REQUIRE(state_->options.staging || v.size == 0, fn,
                   "view " + std::to_string(i) + " (" + std::to_string(v.size) +
                       " bytes) is larger than the staging cap of 0 bytes: staging is disabled "
                       "(TransferOptions::staging = false); download into a HostBuffer instead",
                   where);
   }
-  // Destinations must not overlap: sort by address, compare neighbours.
-  std::vector<std::uint32_t> order(views.size());
-  for (std::size_t i = 0; i < views.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+  // Destinations must not overlap: sort by address, compare neighbours. An empty destination
+  // holds no byte, so it overlaps nothing.
+  std::vector<std::uint32_t> order;
+  order.reserve(views.size());
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    if (views[i].size > 0) order.push_back(static_cast<std::uint32_t>(i));
+  }
   auto addr = [&](std::uint32_t i) { return reinterpret_cast<std::uintptr_t>(views[i].data); };
   std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) { return addr(x) < addr(y); });
   for (std::size_t j = 1; j < order.size(); ++j) {
@@ -486,6 +502,13 @@ void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView
   }
   const detail::planning::DownloadPlan plan = detail::planning::coalesce_downloads(views);
   call.order(options.wait, options.signal);
+  if (plan.total == 0) {
+    // Every view is empty: nothing to read. The caller's waits and signals still pass through
+    // the executor, so a signal point is reached after the wait points, as for any call.
+    call.lock();
+    call.pass_through_executor();
+    return;
+  }
   call.lock();
   auto& s = call.state();
   s.ensure_staging(d, where);

@@ -90,11 +90,13 @@
 #include <concepts>
 #include <cstdint>
 #include <memory>
-#include <utility>
-#include <vector>
+#include <ranges>
 #include <source_location>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "ferry/device.hpp"
 #include "ferry/pool.hpp"
@@ -137,31 +139,40 @@ struct TransferOptions {
 };
 
 /// @brief A range of host memory (pageable or pinned) to upload as part of a batch.
+/// An empty view (size 0) is valid, and its data may then be null: it reads no byte.
 struct HostView {
-  const void* data = nullptr;  ///< start; must not be null
-  std::uint64_t size = 0;      ///< bytes; must be > 0
+  const void* data = nullptr;  ///< start; may be null only when `size` is 0
+  std::uint64_t size = 0;      ///< bytes; 0 is an empty view
 };
 
 /// @brief Result of a batch upload: one owner-owned allocation holding every input.
+/// Every input, empty ones included, has a 256-aligned offset with `offsets[i] + size_i <=
+/// buffer.size()`; an empty input's view has size 0 and the address its offset gives, and
+/// holds no byte. A batch whose inputs are all empty still owns a live buffer (the pool's
+/// smallest allocation, since a block of 0 bytes does not exist), so that releasing it,
+/// viewing it and downloading from it work as for any batch.
 struct UploadBatch {
   DeviceBuffer buffer{};                 ///< the destination region (owner = the owner queue)
   std::vector<std::uint64_t> offsets{};  ///< where input i starts inside `buffer` (256-aligned)
-  std::vector<DeviceView> views{};       ///< device view of input i
+  std::vector<DeviceView> views{};       ///< device view of input i (size 0 for an empty input)
   TimelinePoint ready{};                 ///< every copy complete once reached
 };
 
 /// @brief A destination of a batch download: `size` bytes of the source buffer starting at
 /// `offset` are written to host memory at `data` (pageable or pinned).
+/// An empty view (size 0) is valid at any offset up to the source's size, and its data may
+/// then be null: it writes no byte.
 struct DownloadView {
   std::uint64_t offset = 0;  ///< start of the range in the source buffer
-  void* data = nullptr;      ///< destination; must not be null
-  std::uint64_t size = 0;    ///< bytes; must be > 0
+  void* data = nullptr;      ///< destination; may be null only when `size` is 0
+  std::uint64_t size = 0;    ///< bytes; 0 is an empty view
 };
 
-/// @brief A writable range of host memory (pageable or pinned).
+/// @brief A writable range of host memory (pageable or pinned). An empty span (size 0) is
+/// valid, and its data may then be null.
 struct HostSpan {
-  void* data = nullptr;    ///< start; must not be null
-  std::uint64_t size = 0;  ///< bytes; must be > 0
+  void* data = nullptr;    ///< start; may be null only when `size` is 0
+  std::uint64_t size = 0;  ///< bytes; 0 is an empty span
 };
 
 /// @brief Most views one batch upload or batch download accepts.
@@ -239,9 +250,11 @@ class Transfer {
   /// @brief Upload many host ranges in one call (a KeyedJaggedTensor-like batch): one
   /// owner-owned allocation, inputs packed at 256-byte aligned offsets, gathered into pinned
   /// staging by helper threads and moved with one DMA per staging chunk. Sources may be
-  /// reused when the call returns. Errors: empty span, more than `max_batch_views` views, a
-  /// null or empty view, a total size overflow: `invalid_argument`. Modes: owner_owned or
-  /// blocking.
+  /// reused when the call returns. Empty views are valid (see HostView and UploadBatch): they
+  /// get an offset and a view of size 0 and copy nothing; views that are all empty allocate
+  /// the batch's buffer and copy nothing. Errors: empty span, more than `max_batch_views`
+  /// views, a null data pointer with a size > 0, a total size overflow: `invalid_argument`.
+  /// Modes: owner_owned or blocking.
   UploadBatch upload(std::span<const HostView> views, const Queue& owner, UploadOptions options = {},
                      std::source_location where = std::source_location::current());
   /// @brief Copy into a caller-supplied destination (`preallocated`). The executor waits for
@@ -273,16 +286,21 @@ class Transfer {
   ///    is ordered after the read.
   ///  - Ownership: the caller owns the destinations and must keep them alive and untouched by
   ///    other threads during the call; nothing is retained after it returns. Source ranges may
-  ///    overlap each other (the same bytes downloaded twice); destinations may not.
+  ///    overlap each other (the same bytes downloaded twice); non-empty destinations may not.
+  ///  - Empty views are valid (see DownloadView): they read and write nothing. When every view
+  ///    is empty the call enqueues no copy and returns once the arguments are checked; the
+  ///    executor still waits for `options.wait` before it signals `options.signal`.
   ///  - Thread-safety: like every Transfer call, serialized with the Transfer's other calls.
   /// Errors (`invalid_argument`, naming the view index; nothing is enqueued): an empty span,
-  /// more than `max_batch_views` views, a null destination, a zero size, a range outside the
-  /// source buffer, two destination ranges that overlap, staging disabled.
-  void download(const DeviceBuffer& source, std::span<const DownloadView> views, CallOptions options = {},
-                std::source_location where = std::source_location::current());
+  /// more than `max_batch_views` views, a null destination with a size > 0, a range outside
+  /// the source buffer, two non-empty destination ranges that overlap, staging disabled (for
+  /// a view with a size > 0).
+  void download(const DeviceBuffer& source, std::span<const DownloadView> views,
+                CallOptions options = {}, std::source_location where = std::source_location::current());
   /// @brief Download a batch upload's inputs back into `destinations` (destination i receives
-  /// input i, `batch.offsets[i]`; its size must equal input i's size). Same contract as the
-  /// DownloadView overload, plus `invalid_argument` when the counts or a size differ.
+  /// input i, `batch.offsets[i]`; its size must equal input i's size, 0 for an empty input).
+  /// Same contract as the DownloadView overload, plus `invalid_argument` when the counts or a
+  /// size differ.
   void download(const UploadBatch& batch, std::span<const HostSpan> destinations, CallOptions options = {},
                 std::source_location where = std::source_location::current());
   /// @brief Device-to-device copy of `bytes` (0 = all of `source`) on the executor; both
@@ -300,27 +318,250 @@ class Transfer {
   std::unique_ptr<detail::TransferState> state_;
 };
 
-/// @brief Structured inputs: a type T uploads with one call when two functions are found
-/// by argument-dependent lookup:
-///  - `std::vector<HostView> ferry_host_views(const T&)` lists its buffers, and
-///  - `ferry_device_shape(const T&, const UploadBatch&)` returns the same shape holding
-///    `DeviceView`s (view i of the batch is input i of the list).
-template <class T>
-concept Uploadable = requires(const T& value, const UploadBatch& batch) {
-  { ferry_host_views(value) } -> std::convertible_to<std::vector<HostView>>;
-  ferry_device_shape(value, batch);
+/// @name Structured transfers
+/// A structure of host buffers (a KeyedJaggedTensor-like batch: per feature its values,
+/// lengths and weights, a dense tensor, labels) moves in one batch upload and comes back in
+/// one batch download. Its type T describes its buffers -- its *leaves* -- once, in one
+/// function found by argument-dependent lookup, which serves both directions:
+///
+/// ```
+/// template <ferry::maybe_const<Batch> B, class Leaf>   // B is Batch or const Batch
+/// DeviceBatch ferry_leaves(B& batch, Leaf&& leaf) {
+///   DeviceBatch d;
+///   for (auto& f : batch.features) d.features.push_back({leaf(f.values), leaf(f.lengths)});
+///   d.dense = leaf(batch.dense);
+///   return d;                                          // the device-side shape
+/// }
+/// ```
+///
+/// Rules of `ferry_leaves(value, leaf)`:
+///  - It calls `leaf(x)` once per leaf, in an order that depends only on the value's shape
+///    (the sizes of its containers), never on anything else: the upload calls it twice and
+///    matches the calls by position, and the download matches them against the upload's.
+///    Sequence the calls: in statements, or in a braced initializer list (evaluated left to
+///    right), never as several arguments of one function call (an unspecified order).
+///  - A leaf `x` is a HostView (read-only: upload only), a HostSpan, or a contiguous sized
+///    range of trivially copyable elements (`std::vector`, `std::array`, `std::span`, a
+///    built-in array) passed as an lvalue or as a view (a temporary `std::span`), so that its
+///    memory outlives the call. A leaf may be empty (size 0, data possibly null).
+///  - `leaf(x)` returns the leaf's DeviceView in the batch (size 0 for an empty leaf); the
+///    function's return value is the device-side shape (any non-void type). During the
+///    upload's first call and during a download the views are placeholders, and the return
+///    value is discarded.
+///  - For the upload ferry calls it with `const T&`, which hands it read-only leaves; for the
+///    download with `T&`, which hands it writable leaves: a leaf that is read-only there (a
+///    HostView, a range of const elements) is a compile error, never a cast.
+///  - It may throw; the exception then leaves the structured call, and a batch already
+///    uploaded is released (stream-ordered) with it.
+/// @{
+
+/// @brief `S` is `T` or `const T`: constrains a `ferry_leaves` template to one structure, so
+/// that argument-dependent lookup does not offer it for other types of its namespace.
+template <class S, class T>
+concept maybe_const = std::same_as<std::remove_const_t<S>, T>;
+
+namespace detail {
+
+template <class>
+inline constexpr bool dependent_false = false;
+
+/// A leaf given as a range: contiguous, sized, of trivially copyable elements, and naming
+/// memory that outlives the call (an lvalue, or a borrowed range such as std::span).
+template <class L>
+concept range_leaf = std::ranges::contiguous_range<L> && std::ranges::sized_range<L> &&
+                     std::is_trivially_copyable_v<std::ranges::range_value_t<L>> &&
+                     (std::is_lvalue_reference_v<L> || std::ranges::borrowed_range<L>);
+
+/// Compile-time check of a leaf's kind, with the rule it breaks as the message.
+template <class L>
+constexpr void check_leaf() {
+  using B = std::remove_cvref_t<L>;
+  static_assert(std::is_same_v<B, HostView> || std::is_same_v<B, HostSpan> || range_leaf<L>,
+                "a ferry leaf is a HostView, a HostSpan, or a contiguous sized range of trivially copyable "
+                "elements (std::vector, std::array, std::span) whose memory outlives the call");
+}
+
+/// The `leaf` of upload_structured. The first pass collects the host views; after the upload,
+/// the second pass returns the batch's device views in the same order.
+class UploadLeaves {
+ public:
+  template <class L>
+  DeviceView operator()(L&& leaf) {
+    check_leaf<L>();
+    using B = std::remove_cvref_t<L>;
+    HostView v{};
+    if constexpr (std::is_same_v<B, HostView> || std::is_same_v<B, HostSpan>) {
+      v = {leaf.data, leaf.size};
+    } else if constexpr (range_leaf<L>) {
+      v = {std::ranges::data(leaf), std::ranges::size(leaf) * sizeof(std::ranges::range_value_t<L>)};
+    }
+    if (batch_ == nullptr) {
+      views_.push_back(v);
+      return {};
+    }
+    const std::size_t i = next_++;
+    if (i >= batch_->views.size() || v.size != views_[i].size) {
+      mismatch_ = true;
+      return {};
+    }
+    return batch_->views[i];
+  }
+
+  [[nodiscard]] const std::vector<HostView>& views() const noexcept { return views_; }
+  /// Start the second pass over `batch`, the upload of views().
+  void assign(const UploadBatch& batch) noexcept { batch_ = &batch; }
+  /// Whether the second pass visited the leaves of the first one.
+  [[nodiscard]] bool matched() const noexcept { return !mismatch_ && next_ == views_.size(); }
+
+ private:
+  std::vector<HostView> views_{};
+  const UploadBatch* batch_ = nullptr;
+  std::size_t next_ = 0;
+  bool mismatch_ = false;
 };
 
-/// @brief Upload a structured value (see Uploadable). Returns the batch (which owns the device
-/// memory: keep it alive while the shape is used) and the device-side shape.
+/// The `leaf` of download_structured: collects writable host spans and returns the batch's
+/// device view of the same position (a placeholder past the batch's end).
+class DownloadLeaves {
+ public:
+  explicit DownloadLeaves(const UploadBatch& batch) noexcept : batch_(&batch) {}
+
+  template <class L>
+  DeviceView operator()(L&& leaf) {
+    check_leaf<L>();
+    using B = std::remove_cvref_t<L>;
+    if constexpr (std::is_same_v<B, HostView>) {
+      static_assert(dependent_false<L>,
+                    "download_structured writes into its leaves: a HostView is read-only, describe writable "
+                    "memory with a HostSpan");
+    } else if constexpr (std::is_same_v<B, HostSpan>) {
+      spans_.push_back({leaf.data, leaf.size});
+    } else if constexpr (range_leaf<L>) {
+      if constexpr (std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<L>>>) {
+        static_assert(dependent_false<L>,
+                      "download_structured writes into its leaves: a range of const elements is read-only");
+      } else {
+        spans_.push_back({std::ranges::data(leaf), std::ranges::size(leaf) * sizeof(std::ranges::range_value_t<L>)});
+      }
+    }
+    const std::size_t i = spans_.size() - 1;
+    return i < batch_->views.size() ? batch_->views[i] : DeviceView{};
+  }
+
+  [[nodiscard]] const std::vector<HostSpan>& spans() const noexcept { return spans_; }
+
+ private:
+  const UploadBatch* batch_;
+  std::vector<HostSpan> spans_{};
+};
+
+/// Run `fn`, naming `function` (the structured call the caller made) in front of the message
+/// of any ferry::Error it throws; the code, vendor call and caller's location stay.
+template <class Fn>
+decltype(auto) structured_call(const char* function, Fn&& fn) {
+  try {
+    return std::forward<Fn>(fn)();
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string(function) + ": " + e.message(), e.call(), e.where());
+  }
+}
+
+}  // namespace detail
+
+/// @brief T uploads with upload_structured: `ferry_leaves(const T&, leaf)` (see above) is found
+/// by argument-dependent lookup and returns the device-side shape.
+template <class T>
+concept Uploadable = requires(const T& value, detail::UploadLeaves& leaf) {
+  ferry_leaves(value, leaf);
+  requires !std::is_void_v<decltype(ferry_leaves(value, leaf))>;
+};
+
+/// @brief T downloads with download_structured: `ferry_leaves(T&, leaf)` (see above) is found by
+/// argument-dependent lookup for a non-const T.
+template <class T>
+concept Downloadable = !std::is_const_v<T> && requires(T& value, detail::DownloadLeaves& leaf) {
+  ferry_leaves(value, leaf);
+};
+
+/// @brief Upload a structured value (see Uploadable) in one batch upload: leaf i of the
+/// structure, in `ferry_leaves` order, is input i of the batch.
+///  - Returns the batch (which owns the device memory: keep it alive while the shape is used)
+///    and the device-side shape `ferry_leaves` built from the batch's views.
+///  - Empty leaves are valid (an offset and a view of size 0, no byte copied), and so is a
+///    structure whose leaves are all empty (see UploadBatch). A structure with no leaf at all
+///    is `invalid_argument`.
+///  - Ordering, copy modes and ownership are those of the batch upload
+///    (`Transfer::upload(std::span<const HostView>, ...)`): the host leaves may be reused
+///    when the call returns; `options` applies to the batch.
+///  - Thread-safety: `value` must not be modified by other threads during the call, which
+///    runs `ferry_leaves(value, ...)` twice on the calling thread; the upload itself is
+///    serialized with the Transfer's other calls.
+/// Errors: any error of the batch upload, its message prefixed with `ferry::upload_structured`
+/// (its "view i" is leaf i); `invalid_argument` when the two passes of `ferry_leaves` visit
+/// different leaves (then the batch is released).
 template <Uploadable T>
 auto upload_structured(Transfer& transfer, const T& value, const Queue& owner, UploadOptions options = {},
                        std::source_location where = std::source_location::current()) {
-  const std::vector<HostView> views = ferry_host_views(value);
-  UploadBatch batch = transfer.upload(std::span<const HostView>(views), owner, std::move(options), where);
-  auto shape = ferry_device_shape(value, batch);
+  constexpr const char* fn = "ferry::upload_structured";
+  detail::UploadLeaves leaves;
+  (void)ferry_leaves(value, leaves);
+  UploadBatch batch = detail::structured_call(fn, [&] {
+    return transfer.upload(std::span<const HostView>(leaves.views()), owner, std::move(options), where);
+  });
+  leaves.assign(batch);
+  auto shape = ferry_leaves(value, leaves);
+  if (!leaves.matched()) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(fn) + ": ferry_leaves visited " + std::to_string(leaves.views().size()) +
+                    " leaves, then different ones on the same value: its leaves must depend only on the shape",
+                {}, where);
+  }
   return std::pair<UploadBatch, decltype(shape)>{std::move(batch), std::move(shape)};
 }
+
+/// @brief Download a batch back into a host structure of the same shape, the mirror of
+/// upload_structured: input i of `batch` (`batch.offsets[i]` of `batch.buffer`) is written
+/// to leaf i of `value`, in `ferry_leaves` order.
+///  - `value` must already have the batch's shape: as many leaves, each of the size of its
+///    input (containers are not resized). Empty leaves read and write nothing.
+///  - Blocking: returns once every byte is in `value`. Ordering: the read follows the work
+///    of the buffer's owner enqueued before the call (e.g. compute that wrote it in place);
+///    the owner's later work, including a release, is ordered after it.
+///  - Ownership: the caller owns `value` and `batch`; nothing is retained after the call.
+///  - Thread-safety: `value`'s leaves must not be touched by other threads during the call;
+///    `ferry_leaves(value, ...)` runs once on the calling thread; the download is serialized
+///    with the Transfer's other calls.
+/// Errors (`invalid_argument`, nothing is read): a count of leaves other than the batch's
+/// inputs, a leaf whose size differs from its input's (both named), then any error of the
+/// batch download (`Transfer::download(const UploadBatch&, ...)`), its message prefixed with
+/// `ferry::download_structured` (its "destination i" is leaf i). `options` adds waits and
+/// signals as for that download.
+template <Downloadable T>
+void download_structured(Transfer& transfer, const UploadBatch& batch, T& value, CallOptions options = {},
+                         std::source_location where = std::source_location::current()) {
+  constexpr const char* fn = "ferry::download_structured";
+  detail::DownloadLeaves leaves(batch);
+  (void)ferry_leaves(value, leaves);
+  const std::vector<HostSpan>& spans = leaves.spans();
+  if (spans.size() != batch.views.size()) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(fn) + ": the value has " + std::to_string(spans.size()) + " leaves, the batch " +
+                    std::to_string(batch.views.size()) + " inputs",
+                {}, where);
+  }
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].size != batch.views[i].size) {
+      throw Error(ErrorCode::invalid_argument,
+                  std::string(fn) + ": leaf " + std::to_string(i) + " has " + std::to_string(spans[i].size) +
+                      " bytes, input " + std::to_string(i) + " of the batch has " +
+                      std::to_string(batch.views[i].size),
+                  {}, where);
+    }
+  }
+  detail::structured_call(fn, [&] { transfer.download(batch, std::span<const HostSpan>(spans), std::move(options), where); });
+}
+
+/// @}
 
 /// @brief A synthetic compute step standing in for a model's work (benchmarks, tests):
 /// enqueued on `queue`, it reads `input` and writes `output[i] = input[i] + 1` (bytes,

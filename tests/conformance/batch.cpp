@@ -284,7 +284,9 @@ CONFORMANCE_CASE("batch: bad input of batch downloads and uploads") {
 
   expect_invalid([&] { down({}); }, {"empty span"}, "no views");
   expect_invalid([&] { down({{0, h, 10}, {0, nullptr, 10}}); }, {"view 1", "null"}, "null destination");
-  expect_invalid([&] { down({{0, h, 10}, {20, h + 20, 0}}); }, {"view 1", "size 0"}, "zero-length view");
+  expect_invalid([&] { down({{0, h, 10}, {20, nullptr, 10}}); }, {"view 1", "null", "10 bytes"},
+                 "null destination of a non-empty view");
+  expect_invalid([&] { down({{0, h, 10}, {n + 1, nullptr, 0}}); }, {"view 1", "exceeds"}, "empty view past the end");
   expect_invalid([&] { down({{n - 10, h, 11}}); }, {"view 0", "exceeds the source buffer"}, "range past the end");
   expect_invalid([&] { down({{0, h, 1}, {n + 1, h + 8, 1}}); }, {"view 1", "exceeds"}, "offset past the end");
   expect_invalid([&] { down({{1, h, ~std::uint64_t{0}}}); }, {"view 0", "exceeds"}, "size overflows");
@@ -327,5 +329,86 @@ CONFORMANCE_CASE("batch: bad input of batch downloads and uploads") {
   gone.release();
   expect_error(kInvalid, [&] { xfer.download(gone, std::span<const DownloadView>(Views{{0, h, 10}})); },
                "batch download from a released buffer");
+  conformance::check_round_trip(dev, xfer);
+}
+
+CONFORMANCE_CASE("batch: empty views at the start, middle and end of batch uploads and downloads") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  std::vector<std::byte> a(1000), b(3000);
+  fill_pattern(a, 21);
+  fill_pattern(b, 22);
+  std::byte one{};
+  // Empty views with null and non-null data, first, between the inputs and last.
+  const std::vector<HostView> views{{nullptr, 0}, {a.data(), a.size()}, {&one, 0},
+                                    {nullptr, 0}, {b.data(), b.size()}, {nullptr, 0}};
+  for (CopyMode mode : {CopyMode::owner_owned, CopyMode::blocking}) {
+    CAPTURE(to_string(mode));
+    UploadOptions o;
+    o.mode = mode;
+    UploadBatch batch = xfer.upload(std::span<const HostView>(views), owner, o);
+    REQUIRE(batch.offsets.size() == views.size());
+    REQUIRE(batch.views.size() == views.size());
+    const DeviceView base = batch.buffer.view();
+    const std::uint64_t n = batch.buffer.size();
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      CAPTURE(i);
+      CHECK(batch.offsets[i] % 256 == 0);
+      CHECK(batch.offsets[i] + views[i].size <= n);
+      CHECK(batch.views[i].size == views[i].size);
+      CHECK(batch.views[i].native == base.native);
+      CHECK(batch.views[i].offset == base.offset + batch.offsets[i]);
+    }
+    // The mirror download, empty destinations with null data included.
+    std::vector<std::byte> ra(a.size()), rb(b.size());
+    const std::vector<HostSpan> spans{{nullptr, 0}, {ra.data(), ra.size()}, {&one, 0},
+                                      {nullptr, 0}, {rb.data(), rb.size()}, {nullptr, 0}};
+    xfer.download(batch, std::span<const HostSpan>(spans));
+    CHECK(first_mismatch(ra, 21) == -1);
+    CHECK(first_mismatch(rb, 22) == -1);
+    // Empty ranges at offset 0, inside a non-empty destination (an empty destination overlaps
+    // nothing) and at the source's very end, beside a non-empty range.
+    std::vector<std::byte> host(2 * a.size(), kGuard);
+    const std::vector<DownloadView> down{{0, nullptr, 0},
+                                         {batch.offsets[1], host.data(), a.size()},
+                                         {batch.offsets[1] + 10, host.data() + 10, 0},
+                                         {n, nullptr, 0}};
+    xfer.download(batch.buffer, std::span<const DownloadView>(down));
+    CHECK(first_mismatch(std::span<const std::byte>(host.data(), a.size()), 21) == -1);
+    CHECK(std::all_of(host.begin() + static_cast<std::ptrdiff_t>(a.size()), host.end(),
+                      [](std::byte x) { return x == kGuard; }));
+    // Every view empty: the call checks its arguments, reads nothing and writes nothing.
+    std::fill(host.begin(), host.end(), kGuard);
+    const std::vector<DownloadView> none{{0, nullptr, 0}, {n, host.data(), 0}, {7, host.data(), 0}};
+    xfer.download(batch.buffer, std::span<const DownloadView>(none));
+    CHECK(std::all_of(host.begin(), host.end(), [](std::byte x) { return x == kGuard; }));
+    batch.buffer.release();
+  }
+  // Views that are all empty: a valid batch that owns a live buffer and copies nothing.
+  const std::vector<HostView> empties{{nullptr, 0}, {&one, 0}, {nullptr, 0}};
+  UploadBatch empty = xfer.upload(std::span<const HostView>(empties), owner);
+  CHECK(empty.buffer.owner() == owner);
+  CHECK(empty.buffer.size() >= 1);
+  REQUIRE(empty.views.size() == empties.size());
+  for (std::size_t i = 0; i < empties.size(); ++i) {
+    CHECK(empty.offsets[i] == 0);
+    CHECK(empty.views[i].size == 0);
+  }
+  empty.ready.wait();
+  const std::vector<HostSpan> no_spans(empties.size());
+  xfer.download(empty, std::span<const HostSpan>(no_spans));
+  empty.buffer.release();
+  // Empty views need no staging: they pass with staging disabled.
+  TransferOptions unstaged;
+  unstaged.staging = false;
+  Transfer bare(dev, unstaged);
+  UploadBatch bare_batch = bare.upload(std::span<const HostView>(empties), owner);
+  bare.download(bare_batch, std::span<const HostSpan>(no_spans));
+  // What stays refused: a null pointer with a size, an empty span of views.
+  expect_invalid([&] { (void)xfer.upload(std::span<const HostView>(std::vector<HostView>{{&one, 0}, {nullptr, 5}}), owner); },
+                 {"view 1", "null data pointer", "5 bytes"}, "batch upload, null view with a size");
+  expect_invalid([&] { xfer.download(bare_batch.buffer, std::span<const DownloadView>{}); }, {"empty span"},
+                 "batch download, no views");
   conformance::check_round_trip(dev, xfer);
 }

@@ -21,24 +21,69 @@ constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB;
 TEST_CASE("planning: batch layout packs inputs in order at aligned, disjoint offsets") {
   std::mt19937_64 rng(11);
   std::vector<std::byte> memory(1);
-  for (int round = 0; round < 50; ++round) {
+  for (int round = 0; round < 200; ++round) {
+    // A quarter of the views empty (some with a null pointer), in runs at any position.
     std::vector<HostView> views(1 + rng() % 40);
-    for (auto& v : views) v = {memory.data(), 1 + rng() % (3 * kBatchAlignment)};
+    for (auto& v : views) {
+      if (rng() % 4 == 0) {
+        v = {rng() % 2 ? nullptr : memory.data(), 0};
+      } else {
+        v = {memory.data(), 1 + rng() % (3 * kBatchAlignment)};
+      }
+    }
     const auto layout = layout_batch(views, UINT64_MAX / 4);
     REQUIRE(layout.has_value());
     REQUIRE(layout->offsets.size() == views.size());
-    REQUIRE(layout->pieces.size() == views.size());
     std::uint64_t end = 0;
+    std::size_t piece = 0;
     for (std::size_t i = 0; i < views.size(); ++i) {
+      CAPTURE(i);
       CHECK(layout->offsets[i] % kBatchAlignment == 0);
       CHECK(layout->offsets[i] >= end);                        // after the previous input
       CHECK(layout->offsets[i] < end + kBatchAlignment);       // and no further than alignment needs
-      CHECK(layout->pieces[i].at == layout->offsets[i]);
-      CHECK(layout->pieces[i].size == views[i].size);
+      CHECK(layout->offsets[i] + views[i].size <= layout->allocation);  // inside the allocation
+      if (views[i].size == 0) continue;                        // occupies nothing, streams nothing
+      REQUIRE(piece < layout->pieces.size());
+      CHECK(layout->pieces[piece].at == layout->offsets[i]);
+      CHECK(layout->pieces[piece].size == views[i].size);
+      CHECK(layout->pieces[piece].host == views[i].data);
+      ++piece;
       end = layout->offsets[i] + views[i].size;
     }
+    CHECK(piece == layout->pieces.size());  // one piece per non-empty view
     CHECK(layout->total == end);
+    CHECK(layout->allocation >= std::max<std::uint64_t>(end, 1));
+    CHECK(layout->allocation < std::max<std::uint64_t>(end, 1) + kBatchAlignment);
   }
+}
+
+TEST_CASE("planning: batch layout of empty views at the start, the end, and everywhere") {
+  std::byte b[1000]{};
+  // Empty views first and last: the first takes offset 0, the last the aligned end, which the
+  // allocation covers.
+  const std::vector<HostView> edges = {{nullptr, 0}, {b, 1000}, {b, 0}, {nullptr, 0}};
+  const auto l = layout_batch(edges, UINT64_MAX / 4);
+  REQUIRE(l.has_value());
+  CHECK(l->offsets == std::vector<std::uint64_t>{0, 0, 1024, 1024});
+  REQUIRE(l->pieces.size() == 1);
+  CHECK(l->pieces[0].at == 0);
+  CHECK(l->pieces[0].size == 1000);
+  CHECK(l->total == 1000);
+  CHECK(l->allocation == 1024);
+  // Nothing but empty views: no stream, every offset 0, the smallest allocation.
+  const std::vector<HostView> none = {{nullptr, 0}, {b, 0}, {nullptr, 0}};
+  const auto n = layout_batch(none, UINT64_MAX / 4);
+  REQUIRE(n.has_value());
+  CHECK(n->offsets == std::vector<std::uint64_t>{0, 0, 0});
+  CHECK(n->pieces.empty());
+  CHECK(n->total == 0);
+  CHECK(n->allocation == 1);
+  // An empty view does not move the next input: it starts where it would have without it.
+  const std::vector<HostView> middle = {{b, 10}, {nullptr, 0}, {b, 10}};
+  const auto m = layout_batch(middle, UINT64_MAX / 4);
+  REQUIRE(m.has_value());
+  CHECK(m->offsets == std::vector<std::uint64_t>{0, 256, 256});
+  CHECK(m->total == 266);
 }
 
 TEST_CASE("planning: batch layout refuses a total above the limit, also near overflow") {
@@ -48,6 +93,10 @@ TEST_CASE("planning: batch layout refuses a total above the limit, also near ove
   CHECK_FALSE(layout_batch(two, 1999).has_value());
   const std::vector<HostView> huge = {{&b, UINT64_MAX / 2}, {&b, UINT64_MAX / 2}, {&b, UINT64_MAX / 2}};
   CHECK_FALSE(layout_batch(huge, std::uint64_t{1} << 52).has_value());
+  // A trailing empty view's aligned offset counts against the limit too.
+  const std::vector<HostView> trailing = {{&b, 1000}, {nullptr, 0}};
+  CHECK(layout_batch(trailing, 1024).has_value());
+  CHECK_FALSE(layout_batch(trailing, 1023).has_value());
 }
 
 TEST_CASE("planning: download coalescing reads every requested byte once per run") {
@@ -56,14 +105,21 @@ TEST_CASE("planning: download coalescing reads every requested byte once per run
   for (int round = 0; round < 200; ++round) {
     const std::uint64_t source = 1 + rng() % (4 * MiB);
     std::vector<DownloadView> views(1 + rng() % 30);
+    std::size_t nonempty = 0;
     for (auto& v : views) {
-      v.offset = rng() % source;
+      v.offset = rng() % (source + 1);  // an empty view may sit at the very end
+      if (rng() % 5 == 0 || v.offset == source) {
+        v.size = 0;
+        v.data = rng() % 2 ? nullptr : host.data();
+        continue;
+      }
       v.size = 1 + rng() % std::min<std::uint64_t>(source - v.offset, 300 * KiB);
       v.data = host.data();
+      ++nonempty;
     }
     const std::uint64_t gap = rng() % 2 ? kCoalesceGap : rng() % (8 * KiB);
     const DownloadPlan plan = coalesce_downloads(views, gap);
-    REQUIRE(plan.pieces.size() == views.size());
+    REQUIRE(plan.pieces.size() == nonempty);  // empty views read nothing
     // Runs: increasing, disjoint, separated by more than `gap`, contiguous in the stream.
     std::uint64_t stream = 0;
     for (std::size_t r = 0; r < plan.runs.size(); ++r) {
@@ -82,18 +138,35 @@ TEST_CASE("planning: download coalescing reads every requested byte once per run
       REQUIRE(run != plan.runs.end());
       const std::uint64_t offset = run->source + (p.at - run->stream);
       for (std::size_t i = 0; i < views.size(); ++i) {
-        if (!matched[i] && views[i].offset == offset && views[i].size == p.size) {
+        if (!matched[i] && views[i].size > 0 && views[i].offset == offset && views[i].size == p.size) {
           matched[i] = true;
           break;
         }
       }
     }
-    CHECK(std::all_of(matched.begin(), matched.end(), [](bool m) { return m; }));
+    for (std::size_t i = 0; i < views.size(); ++i) CHECK(matched[i] == (views[i].size > 0));
     // The runs hold nothing but requested bytes and gaps of at most `gap`.
     std::uint64_t requested_span = 0;
     for (const Run& r : plan.runs) requested_span += r.size;
     CHECK(requested_span <= source);
   }
+}
+
+TEST_CASE("planning: download coalescing of empty views plans no copy") {
+  std::byte b[16]{};
+  const std::vector<DownloadView> none = {{0, nullptr, 0}, {4096, b, 0}, {100, nullptr, 0}};
+  const DownloadPlan p = coalesce_downloads(none);
+  CHECK(p.runs.empty());
+  CHECK(p.pieces.empty());
+  CHECK(p.total == 0);
+  // An empty view between two ranges too far apart to coalesce does not bridge them: it would
+  // if it counted as a range ending within the gap of both.
+  const std::vector<DownloadView> bridged = {
+      {0, b, 8}, {8 + kCoalesceGap, nullptr, 0}, {8 + 2 * kCoalesceGap, b + 8, 8}};
+  const DownloadPlan q = coalesce_downloads(bridged);
+  REQUIRE(q.runs.size() == 2);
+  CHECK(q.total == 16);
+  CHECK(q.pieces.size() == 2);
 }
 
 TEST_CASE("planning: staging geometry tiles the ring with power-of-two chunks above the floor") {

@@ -1,67 +1,74 @@
 // SPDX-License-Identifier: MIT
-// Example: a model input made of KeyedJaggedTensor-like parts uploads in one call and comes
-// back with the same shape holding device views.
+// Example: a TorchRec-shaped training batch -- 26 sparse features (int64 values, int32
+// lengths, float weights on half of them, several features empty), a dense 8192 x 13 float
+// tensor and labels -- goes to the device in one call and comes back in one call.
 //
 //   build/tools/ferry-example-structured [--backend host|cuda|vulkan|hip|auto]
 //
-// The type opts in with two functions found by argument-dependent lookup:
-//   ferry_host_views(const T&)                -> std::vector<ferry::HostView>
-//   ferry_device_shape(const T&, UploadBatch) -> the device-side shape
+// The structure opts in with one function found by argument-dependent lookup that lists its
+// buffers once, for both directions ("Structured transfers" in ferry/transfer.hpp). The code
+// between the two "user glue" marks is all a program writes to move such a batch.
 #include <ferry/ferry.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <numeric>
 #include <string>
 #include <vector>
 
 namespace model {
 
-/// Host side: a jagged feature batch, like TorchRec's KeyedJaggedTensor.
-struct JaggedFeatures {
-  std::vector<std::int32_t> keys;     // one id per feature
-  std::vector<std::int64_t> values;   // all ids of all rows, concatenated
-  std::vector<std::int32_t> lengths;  // ids per (feature, row)
-  std::vector<std::int32_t> offsets;  // exclusive prefix sum of lengths
-  std::vector<float> weights;         // one weight per value
+// --- user glue: begin
+struct Feature {                      // one key of a KeyedJaggedTensor
+  std::vector<std::int64_t> values;   // ids of every row, concatenated
+  std::vector<std::int32_t> lengths;  // ids per row
+  std::vector<float> weights;         // one per value; empty for an unweighted feature
+  bool operator==(const Feature&) const = default;
+};
+struct Batch {
+  std::vector<Feature> features;
+  std::vector<float> dense;   // rows x 13
+  std::vector<float> labels;  // one per row
+};
+struct DeviceFeature {
+  ferry::DeviceView values, lengths, weights;
+};
+struct DeviceBatch {
+  std::vector<DeviceFeature> features;
+  ferry::DeviceView dense, labels;
 };
 
-/// Device side: the same fields as device views.
-struct DeviceJaggedFeatures {
-  ferry::DeviceView keys, values, lengths, offsets, weights;
-};
-
-template <class V>
-ferry::HostView view_of(const std::vector<V>& v) {
-  return {v.data(), v.size() * sizeof(V)};
+// Every buffer of a Batch, once: the upload, the device shape and the download all use it.
+template <ferry::maybe_const<Batch> B, class Leaf>
+DeviceBatch ferry_leaves(B& b, Leaf&& leaf) {
+  DeviceBatch d;
+  for (auto& f : b.features) d.features.push_back({leaf(f.values), leaf(f.lengths), leaf(f.weights)});
+  d.dense = leaf(b.dense);
+  d.labels = leaf(b.labels);
+  return d;
 }
+// --- user glue: end
 
-std::vector<ferry::HostView> ferry_host_views(const JaggedFeatures& f) {
-  return {view_of(f.keys), view_of(f.values), view_of(f.lengths), view_of(f.offsets), view_of(f.weights)};
-}
+constexpr int kFeatures = 26, kRows = 8192, kDense = 13;
 
-DeviceJaggedFeatures ferry_device_shape(const JaggedFeatures&, const ferry::UploadBatch& b) {
-  return {b.views[0], b.views[1], b.views[2], b.views[3], b.views[4]};
-}
-
-static_assert(ferry::Uploadable<JaggedFeatures>);
-
-JaggedFeatures make_batch(int features, int rows) {
-  JaggedFeatures f;
-  for (int k = 0; k < features; ++k) {
-    f.keys.push_back(k);
-    for (int r = 0; r < rows; ++r) {
-      const int n = 1 + (k * 31 + r * 7) % 23;
-      f.offsets.push_back(static_cast<std::int32_t>(f.values.size()));
+/// Feature k is empty (no id in any row) when k % 6 == 0 (k = 0, 6, ..., 24); even features
+/// are weighted.
+Batch make_batch() {
+  Batch b;
+  for (int k = 0; k < kFeatures; ++k) {
+    Feature& f = b.features.emplace_back();
+    for (int r = 0; r < kRows; ++r) {
+      const int n = k % 6 == 0 ? 0 : (k * 31 + r * 7) % 5;
       f.lengths.push_back(n);
       for (int i = 0; i < n; ++i) {
-        f.values.push_back(static_cast<std::int64_t>(k) << 32 | static_cast<std::int64_t>(r * 1000 + i));
-        f.weights.push_back(1.0f / static_cast<float>(n));
+        f.values.push_back(static_cast<std::int64_t>(k) << 32 | (r * 8 + i));
+        if (k % 2 == 0) f.weights.push_back(1.0f / static_cast<float>(n));
       }
     }
   }
-  return f;
+  for (int i = 0; i < kRows * kDense; ++i) b.dense.push_back(static_cast<float>(i % 1000) * 0.5f);
+  for (int r = 0; r < kRows; ++r) b.labels.push_back(static_cast<float>(r % 2));
+  return b;
 }
 
 }  // namespace model
@@ -74,28 +81,39 @@ int main(int argc, char** argv) {
     ferry::Queue compute = dev.queue(ferry::QueueRole::compute);
     ferry::Transfer xfer(dev);
 
-    const model::JaggedFeatures batch = model::make_batch(26, 512);
+    const model::Batch batch = model::make_batch();
+    // --- user glue: begin
     auto [uploaded, device] = ferry::upload_structured(xfer, batch, compute);  // one call, no sizes
-    // ... launch kernels on `compute` reading device.values etc.; here: read everything back.
-    std::vector<std::byte> back(uploaded.buffer.size());
-    xfer.download(uploaded.buffer, std::span<std::byte>(back));
+    // ... kernels on `compute` read device.features[k].values etc. here ...
+    model::Batch back = batch;  // a destination of the same shape
+    // --- user glue: end
+    // Clear every leaf, so that the download has to bring each one back (the same
+    // description of the leaves serves any walk over them).
+    (void)ferry_leaves(back, [](auto& leaf) {
+      std::ranges::fill(leaf, 0);
+      return ferry::DeviceView{};
+    });
+    // --- user glue: begin
+    ferry::download_structured(xfer, uploaded, back);  // one call, every leaf
+    // --- user glue: end
 
-    const auto views = ferry_host_views(batch);
-    const ferry::DeviceView* dv[] = {&device.keys, &device.values, &device.lengths, &device.offsets, &device.weights};
-    const char* names[] = {"keys", "values", "lengths", "offsets", "weights"};
-    bool ok = true;
-    std::printf("%s (%s): one upload of %zu buffers, %llu bytes\n", dev.capabilities().name.c_str(),
-                std::string(ferry::to_string(dev.backend())).c_str(), views.size(),
-                static_cast<unsigned long long>(uploaded.buffer.size()));
-    for (std::size_t i = 0; i < views.size(); ++i) {
-      const bool same = std::memcmp(back.data() + uploaded.offsets[i], views[i].data, views[i].size) == 0;
-      ok = ok && same && dv[i]->size == views[i].size;
-      std::printf("  %-8s %9llu bytes at offset %9llu: %s\n", names[i], static_cast<unsigned long long>(views[i].size),
-                  static_cast<unsigned long long>(uploaded.offsets[i]), same ? "ok" : "MISMATCH");
+    int leaves = 0, empty = 0, wrong = 0;
+    for (int k = 0; k < model::kFeatures; ++k) {
+      const model::Feature& f = batch.features[static_cast<std::size_t>(k)];
+      const model::DeviceFeature& d = device.features[static_cast<std::size_t>(k)];
+      wrong += !(back.features[static_cast<std::size_t>(k)] == f);
+      wrong += d.values.size != f.values.size() * 8 || d.lengths.size != f.lengths.size() * 4 ||
+               d.weights.size != f.weights.size() * 4;
+      leaves += 3;
+      empty += f.values.empty() + f.lengths.empty() + f.weights.empty();
     }
+    wrong += (back.dense != batch.dense) + (back.labels != batch.labels);
+    std::printf("%s (%s): %d leaves (%d empty), %llu bytes: one upload, one download: %s\n",
+                dev.capabilities().name.c_str(), std::string(ferry::to_string(dev.backend())).c_str(), leaves + 2,
+                empty, static_cast<unsigned long long>(uploaded.buffer.size()), wrong == 0 ? "ok" : "MISMATCH");
     uploaded.buffer.release();  // stream-ordered on the compute queue
     compute.synchronize();
-    return ok ? 0 : 1;
+    return wrong == 0 ? 0 : 1;
   } catch (const ferry::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return e.code() == ferry::ErrorCode::unsupported ? 77 : 1;
