@@ -17,7 +17,7 @@ void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input, const 
               " bytes) differ in size",
           where);
   FERRY_REQUIRE(units >= 1 && units <= 1'000'000, fn, "units must be in [1, 1000000]", where);
-  auto qs = queue.state();
+  auto qs = detail::access::state(queue);
   std::lock_guard lock(q.mutex);
   detail::use_on(qs, in);
   detail::use_on(qs, out);

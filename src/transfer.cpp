@@ -36,11 +36,11 @@ Transfer::Transfer(const Device& device, TransferOptions options, std::source_lo
   state_->device = device;
   if (options.executor) {
     detail::QueueState& q = detail::checked_queue(options.executor, "Transfer::Transfer", where);
-    FERRY_REQUIRE(q.device_id == device.state().get(), "Transfer::Transfer", "the executor queue belongs to another device",
+    FERRY_REQUIRE(q.device_id == detail::access::state(device).get(), "Transfer::Transfer", "the executor queue belongs to another device",
             where);
-    state_->exec = options.executor.state();
+    state_->exec = detail::access::state(options.executor);
   } else {
-    state_->exec = device.queue(QueueRole::transfer).state();
+    state_->exec = detail::access::state(device.queue(QueueRole::transfer));
   }
   state_->options = std::move(options);
 }
@@ -59,7 +59,7 @@ Transfer& Transfer::operator=(Transfer&&) noexcept = default;
 
 Queue Transfer::executor(std::source_location where) const {
   FERRY_REQUIRE(state_ != nullptr, "Transfer::executor", "moved-from transfer", where);
-  return Queue(state_->exec);
+  return detail::access::make<Queue>(state_->exec);
 }
 
 namespace {
@@ -74,7 +74,7 @@ using detail::QueuePtr;
 class Call {
  public:
   Call(const std::unique_ptr<detail::TransferState>& s, const char* function, const std::source_location& where)
-      : state_(checked(s, function, where)), device_(*state_.device.state()), bound_(*device_.backend) {}
+      : state_(checked(s, function, where)), device_(*detail::access::state(state_.device)), bound_(*device_.backend) {}
 
   [[nodiscard]] detail::DeviceState& device() const { return device_; }
   [[nodiscard]] detail::TransferState& state() const { return state_; }
@@ -129,14 +129,14 @@ class Call {
 const std::shared_ptr<detail::QueueState>& checked_owner(const Queue& owner, detail::DeviceState& d,
                                                          const char* function, const std::source_location& where) {
   FERRY_REQUIRE(static_cast<bool>(owner), function, "null queue handle", where);
-  FERRY_REQUIRE(owner.state()->device_id == &d, function, "the owner queue belongs to another device", where);
-  return owner.state();
+  FERRY_REQUIRE(detail::access::state(owner)->device_id == &d, function, "the owner queue belongs to another device", where);
+  return detail::access::state(owner);
 }
 }  // namespace
 
 Upload Transfer::upload(const HostBuffer& source, const Queue& owner, UploadOptions options,
                         std::source_location where) {
-  FERRY_REQUIRE(static_cast<bool>(source.state()), "Transfer::upload", "null or moved-from host buffer", where);
+  FERRY_REQUIRE(static_cast<bool>(detail::access::state(source)), "Transfer::upload", "null or moved-from host buffer", where);
   return upload(source, 0, source.size(), owner, std::move(options), where);
 }
 
@@ -150,14 +150,14 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
   FERRY_REQUIRE(options.mode != CopyMode::preallocated, "Transfer::upload",
           "CopyMode::preallocated needs a destination: use Transfer::upload_into", where);
   call.lock();
-  const auto& self = state_->device.state();
+  const auto& self = detail::access::state(state_->device);
   const detail::HostRef src{host.memory.get(), offset};
   const auto& exec = call.exec();
   Upload up;
   switch (options.mode) {
     case CopyMode::blocking: {
       up.buffer = detail::pool_allocate(d, self, bytes, q, nullptr, options.tag, where);
-      auto& b = *up.buffer.state();
+      auto& b = *detail::access::state(up.buffer);
       {
         std::lock_guard qlock(q->mutex);
         detail::use_on(q, b);
@@ -175,7 +175,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
       const bool executor_owned = options.mode == CopyMode::executor_owned;
       up.buffer = executor_owned ? detail::pool_allocate(d, self, bytes, exec, nullptr, options.tag, where)
                                  : detail::pool_allocate(d, self, bytes, q, exec, options.tag, where, !options.overlap);
-      auto& b = *up.buffer.state();
+      auto& b = *detail::access::state(up.buffer);
       if (executor_owned && exec != q) b.recorded_user = q;  // record_stream: release waits for q
       // The destination was just allocated: its contents are discarded, so the executor only
       // waits for the block's free point (pending only if the pool found it not reached).
@@ -183,7 +183,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
         detail::enqueue_wait(e, b.ready_after, /*query=*/false);
         e.backend->copy_h2d(detail::ref(b), src, bytes);
       });
-      call.finish("copy h2d", bytes, up.ready, source.state());
+      call.finish("copy h2d", bytes, up.ready, detail::access::state(source));
       if (options.owner_waits) detail::make_owner_wait(q, up.ready);
       return up;
     }
@@ -232,8 +232,8 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   auto& s = call.state();
   s.ensure_staging(d, where);
   const auto& exec = call.exec();
-  batch.buffer = detail::pool_allocate(d, s.device.state(), total, q, exec, options.tag, where, !options.overlap);
-  auto& b = *batch.buffer.state();
+  batch.buffer = detail::pool_allocate(d, detail::access::state(s.device), total, q, exec, options.tag, where, !options.overlap);
+  auto& b = *detail::access::state(batch.buffer);
   {
     std::lock_guard elock(exec->mutex);
     detail::enqueue_wait(*exec, b.ready_after);
@@ -279,7 +279,7 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
   const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
     e.backend->copy_h2d(detail::ref(b), detail::HostRef{host.memory.get(), 0}, host.memory->size);
   });
-  call.finish("copy h2d (preallocated)", host.memory->size, done, source.state());
+  call.finish("copy h2d (preallocated)", host.memory->size, done, detail::access::state(source));
   if (options.owner_waits) detail::make_owner_wait(owner, done);
   return done;
 }
@@ -296,14 +296,14 @@ TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& d
   const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
     e.backend->copy_d2h(detail::HostRef{host.memory.get(), offset}, detail::ref(b), b.requested);
   });
-  call.finish("copy d2h", b.requested, done, destination.state());
+  call.finish("copy d2h", b.requested, done, detail::access::state(destination));
   return done;
 }
 
 void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destination, std::source_location where) {
   FERRY_REQUIRE(state_ != nullptr, "Transfer::download", "moved-from transfer", where);
   FERRY_REQUIRE(state_->device.is_open(), "Transfer::download", "the device is closed", where);
-  auto& b = detail::checked_block(source, state_->device.state().get(), "Transfer::download", where);
+  auto& b = detail::checked_block(source, detail::access::state(state_->device).get(), "Transfer::download", where);
   FERRY_REQUIRE(!destination.empty() && destination.data() != nullptr, "Transfer::download", "empty destination span",
           where);
   FERRY_REQUIRE(destination.size() >= b.requested, "Transfer::download",
@@ -411,7 +411,7 @@ TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& des
 void Transfer::synchronize(std::chrono::nanoseconds timeout, std::source_location where) {
   FERRY_REQUIRE(state_ != nullptr, "Transfer::synchronize", "moved-from transfer", where);
   if (!state_->device.is_open()) return;
-  Queue(state_->exec).synchronize(timeout, where);
+  detail::access::make<Queue>(state_->exec).synchronize(timeout, where);
   std::lock_guard lock(state_->mutex);
   // Copies enqueued by other threads while this thread waited are not covered by the wait:
   // only what is seen complete is let go.

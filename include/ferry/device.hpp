@@ -28,6 +28,7 @@
 #include <memory>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/error.hpp"
@@ -38,6 +39,9 @@ namespace detail {
 struct DeviceState;
 struct QueueState;
 struct SemaphoreState;
+/// ferry's own way into the handles' private state (a private header of the library's
+/// sources): the handles' state constructors and state are not part of the API.
+struct access;
 }  // namespace detail
 
 class DevicePool;
@@ -120,18 +124,29 @@ struct DeviceOptions {
 class TimelineSemaphore;
 
 /// @brief A point on a timeline: "all work up to here". Reached once the semaphore's value is
-/// >= `value`. A default-constructed point is *empty* and counts as already reached.
-struct TimelinePoint {
-  std::shared_ptr<detail::SemaphoreState> semaphore{};  ///< null = empty point
-  std::uint64_t value = 0;                              ///< the value to reach
+/// >= `value`. A default-constructed point is *empty* and counts as already reached; points
+/// on a timeline come from `Queue::mark()`, `TimelineSemaphore::at()` and the calls that
+/// return a completion point, and a copy names the same point.
+class TimelinePoint {
+ public:
+  TimelinePoint() = default;
+
+  std::uint64_t value = 0;  ///< the value to reach (meaningless for an empty point)
 
   /// @brief True for an empty point.
-  [[nodiscard]] bool empty() const noexcept { return semaphore == nullptr; }
+  [[nodiscard]] bool empty() const noexcept { return semaphore_ == nullptr; }
   /// @brief Non-blocking query: has the point been reached? Empty points are reached.
   [[nodiscard]] bool reached(std::source_location where = std::source_location::current()) const;
   /// @brief Block the calling thread until reached; throws `timeout` after `timeout`.
   void wait(std::chrono::nanoseconds timeout = std::chrono::seconds(60),
             std::source_location where = std::source_location::current()) const;
+
+ private:
+  friend struct detail::access;
+  TimelinePoint(std::shared_ptr<detail::SemaphoreState> semaphore, std::uint64_t at)
+      : value(at), semaphore_(std::move(semaphore)) {}
+
+  std::shared_ptr<detail::SemaphoreState> semaphore_{};  ///< null = empty point
 };
 
 /// @brief A monotonic 64-bit counter that host and queues signal and wait on.
@@ -158,10 +173,9 @@ class TimelineSemaphore {
   /// @brief True for a non-null handle.
   explicit operator bool() const noexcept { return state_ != nullptr; }
 
-  explicit TimelineSemaphore(std::shared_ptr<detail::SemaphoreState> s) : state_(std::move(s)) {}
-  [[nodiscard]] const std::shared_ptr<detail::SemaphoreState>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::access;
+  explicit TimelineSemaphore(std::shared_ptr<detail::SemaphoreState> s) : state_(std::move(s)) {}
   std::shared_ptr<detail::SemaphoreState> state_;
 };
 
@@ -196,10 +210,9 @@ class Queue {
   explicit operator bool() const noexcept { return state_ != nullptr; }
   friend bool operator==(const Queue& a, const Queue& b) noexcept { return a.state_ == b.state_; }
 
-  explicit Queue(std::shared_ptr<detail::QueueState> s) : state_(std::move(s)) {}
-  [[nodiscard]] const std::shared_ptr<detail::QueueState>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::access;
+  explicit Queue(std::shared_ptr<detail::QueueState> s) : state_(std::move(s)) {}
   std::shared_ptr<detail::QueueState> state_;
 };
 
@@ -295,10 +308,9 @@ class Device {
   explicit operator bool() const noexcept { return state_ != nullptr; }
   friend bool operator==(const Device& a, const Device& b) noexcept { return a.state_ == b.state_; }
 
-  explicit Device(std::shared_ptr<detail::DeviceState> s) : state_(std::move(s)) {}
-  [[nodiscard]] const std::shared_ptr<detail::DeviceState>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::access;
+  explicit Device(std::shared_ptr<detail::DeviceState> s) : state_(std::move(s)) {}
   std::shared_ptr<detail::DeviceState> state_;
 };
 

@@ -96,10 +96,9 @@ class DeviceBuffer {
   [[nodiscard]] bool valid() const noexcept;
   explicit operator bool() const noexcept { return valid(); }
 
-  explicit DeviceBuffer(std::shared_ptr<detail::BlockState> s) : state_(std::move(s)) {}
-  [[nodiscard]] const std::shared_ptr<detail::BlockState>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::access;
+  explicit DeviceBuffer(std::shared_ptr<detail::BlockState> s) : state_(std::move(s)) {}
   std::shared_ptr<detail::BlockState> state_;
 };
 
@@ -177,9 +176,10 @@ class DevicePool {
 
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
-  explicit DevicePool(detail::DeviceState* device) : device_(device) {}
 
  private:
+  friend struct detail::access;
+  explicit DevicePool(detail::DeviceState* device) : device_(device) {}
   detail::DeviceState* device_;
 };
 
@@ -208,10 +208,9 @@ class HostBuffer {
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
   explicit operator bool() const noexcept { return valid(); }
 
-  explicit HostBuffer(std::shared_ptr<detail::HostAllocation> s) : state_(std::move(s)) {}
-  [[nodiscard]] const std::shared_ptr<detail::HostAllocation>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::access;
+  explicit HostBuffer(std::shared_ptr<detail::HostAllocation> s) : state_(std::move(s)) {}
   std::shared_ptr<detail::HostAllocation> state_;
 };
 
@@ -233,9 +232,10 @@ class HostPool {
 
   HostPool(const HostPool&) = delete;
   HostPool& operator=(const HostPool&) = delete;
-  explicit HostPool(detail::DeviceState* device) : device_(device) {}
 
  private:
+  friend struct detail::access;
+  explicit HostPool(detail::DeviceState* device) : device_(device) {}
   detail::DeviceState* device_;
 };
 
