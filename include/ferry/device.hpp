@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
@@ -68,11 +69,11 @@ enum class Backend : std::uint8_t {
 
 /// @brief Lower-case backend name ("host", "cuda", "hip", "vulkan", "vulkan_cuda", "cuda_vulkan",
 /// "null").
-std::string_view to_string(Backend backend) noexcept;
+FERRY_API std::string_view to_string(Backend backend) noexcept;
 
 /// @brief Parse a backend name; throws `invalid_argument` for an unknown name.
-Backend parse_backend(std::string_view name,
-                      std::source_location where = std::source_location::current());
+FERRY_API Backend parse_backend(std::string_view name,
+                                std::source_location where = std::source_location::current());
 
 /// @brief The role of a queue in a transfer.
 enum class QueueRole : std::uint8_t {
@@ -127,7 +128,7 @@ class TimelineSemaphore;
 /// >= `value`. A default-constructed point is *empty* and counts as already reached; points
 /// on a timeline come from `Queue::mark()`, `TimelineSemaphore::at()` and the calls that
 /// return a completion point, and a copy names the same point.
-class TimelinePoint {
+class FERRY_API TimelinePoint {
  public:
   TimelinePoint() = default;
 
@@ -153,7 +154,7 @@ class TimelinePoint {
 ///
 /// Contract: values only increase. A host `signal(v)` with v <= the current value is an
 /// `invalid_argument` error. Queue-side signals are ordered after the queue's earlier work.
-class TimelineSemaphore {
+class FERRY_API TimelineSemaphore {
  public:
   TimelineSemaphore() = default;
   /// @brief The current value (non-blocking query).
@@ -184,7 +185,7 @@ class TimelineSemaphore {
 ///
 /// Ordering: work enqueued on a queue runs in enqueue order. `wait(point)` makes every later
 /// operation of this queue start after `point` is reached, without blocking the host.
-class Queue {
+class FERRY_API Queue {
  public:
   Queue() = default;
   /// @brief Compute (owner) or transfer (executing).
@@ -234,7 +235,7 @@ struct NativeQueue {
 /// when the last handle that refers to the device -- Device, Queue, semaphore, buffer -- goes
 /// away) waits for all queued work, frees every segment and invalidates all handles; buffers
 /// still alive after close become inert (their release is a no-op, their accessors throw).
-class Device {
+class FERRY_API Device {
  public:
   Device() = default;
   /// @brief Open a device. Fails with `unsupported` (naming the meson option) when the backend

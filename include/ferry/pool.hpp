@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/device.hpp"
 
 namespace ferry {
@@ -63,7 +64,7 @@ struct DeviceView {
 ///
 /// Move-only. Destruction without `release()` releases (stream-ordered on the owner).
 /// After release, or after the device is closed, accessors throw `invalid_argument`.
-class DeviceBuffer {
+class FERRY_API DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(DeviceBuffer&&) noexcept;
@@ -150,7 +151,7 @@ struct AllocationOptions {
 };
 
 /// @brief The device's stream-ordered memory pool. Obtained from `Device::pool()`.
-class DevicePool {
+class FERRY_API DevicePool {
  public:
   /// @brief Allocate `bytes` (> 0) owned by `owner` (a queue of this device).
   /// Errors: `invalid_argument` for 0 bytes, sizes beyond the device limit, a null queue or a
@@ -187,7 +188,7 @@ class DevicePool {
 ///
 /// Move-only; the memory stays alive while any enqueued copy still uses it, even if this
 /// handle is destroyed first (the copy holds a reference until its point is reached).
-class HostBuffer {
+class FERRY_API HostBuffer {
  public:
   HostBuffer() = default;
   HostBuffer(HostBuffer&&) noexcept = default;
@@ -215,7 +216,7 @@ class HostBuffer {
 };
 
 /// @brief Pinned host memory of a device. Obtained from `Device::host_pool()`.
-class HostPool {
+class FERRY_API HostPool {
  public:
   /// @brief Allocate `bytes` (> 0) of pinned host memory. Errors: `invalid_argument` for 0 or
   /// absurd sizes, `out_of_memory` when the backend cannot pin more.

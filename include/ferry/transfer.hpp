@@ -43,6 +43,7 @@
 #include <span>
 #include <string>
 
+#include "ferry/api.hpp"
 #include "ferry/device.hpp"
 #include "ferry/pool.hpp"
 
@@ -56,7 +57,7 @@ struct TransferState;
 enum class CopyMode : std::uint8_t { blocking, executor_owned, preallocated, owner_owned };
 
 /// @brief Lower-case name of a copy mode.
-std::string_view to_string(CopyMode mode) noexcept;
+FERRY_API std::string_view to_string(CopyMode mode) noexcept;
 
 /// @brief Options of a Transfer.
 struct TransferOptions {
@@ -139,7 +140,7 @@ struct Upload {
 };
 
 /// @brief Executes copies on a queue for buffers owned by other queues.
-class Transfer {
+class FERRY_API Transfer {
  public:
   /// @brief A transfer engine on `device` (executor = its transfer queue unless given).
   explicit Transfer(const Device& device, TransferOptions options = {},
@@ -256,8 +257,8 @@ auto upload_structured(Transfer& transfer, const T& value, const Queue& owner, U
 /// queue's device with the same size. A buffer owned by another queue (an executor_owned
 /// upload) is recorded as used by `queue`: its release then waits for `queue` (PyTorch's
 /// `record_stream`). `unsupported` where the backend has no kernel for it.
-void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input,
-                           const DeviceBuffer& output, std::uint32_t units = 1,
-                           std::source_location where = std::source_location::current());
+FERRY_API void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input,
+                                     const DeviceBuffer& output, std::uint32_t units = 1,
+                                     std::source_location where = std::source_location::current());
 
 }  // namespace ferry
