@@ -30,21 +30,18 @@ void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input, const 
     detail::fail(ErrorCode::unsupported, std::string(fn) + ": this backend has no synthetic compute kernel", where);
   }
   q.dirty = true;
-  // A buffer of another queue is accessed by this one: later users (its owner included, and
-  // its free point) are ordered after this access, as after a copy.
-  if (in.owner != qs || out.owner != qs) {
-    const TimelinePoint done = detail::enqueue_mark(q);
-    if (in.owner != qs) in.last_access = done;
-    if (out.owner != qs) out.last_access = done;
-  }
+  // One mark after the step serves both of its users: a buffer of another queue (later users
+  // of it, its owner and its free point included, are ordered after this access, as after a
+  // copy) and the trace (which sees when the compute ends).
+  const bool foreign = in.owner != qs || out.owner != qs;
   auto d = q.device.lock();
-  if (d && d->options.record_events) {
-    const TimelinePoint done = detail::enqueue_mark(q);  // lets traces see when compute ends
-    q.backend->flush();
-    detail::record_activity(*d, q, "compute", in.requested, done);
-  } else {
-    q.backend->flush();
-  }
+  const bool record = d && d->options.record_events;
+  TimelinePoint done;
+  if (foreign || record) done = detail::enqueue_mark(q);
+  if (in.owner != qs) in.last_access = done;
+  if (out.owner != qs) out.last_access = done;
+  q.backend->flush();
+  if (record) detail::record_activity(*d, q, "compute", in.requested, done);
 }
 
 }  // namespace ferry
