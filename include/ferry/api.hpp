@@ -2,12 +2,13 @@
 /// @file api.hpp
 /// @brief The export macros of ferry's libraries: what a consumer may link against.
 ///
-/// libferry and ferry-export are built with symbols hidden by default (meson's
+/// libferry, ferry-export and ferry-testkit are built with symbols hidden by default (meson's
 /// `gnu_symbol_visibility: 'hidden'`): a function or class is part of a library's binary
 /// interface only when its declaration in a public header carries that library's macro.
 ///  - `FERRY_API`: libferry (`device.hpp`, `pool.hpp`, `transfer.hpp`, `snapshot.hpp`,
 ///    `interop.hpp`, `vulkan.hpp`, `error.hpp`);
-///  - `FERRY_EXPORT_API`: ferry-export (`export.hpp`).
+///  - `FERRY_EXPORT_API`: ferry-export (`export.hpp`);
+///  - `FERRY_TESTKIT_API`: ferry-testkit (`testing.hpp`).
 ///
 /// Rule: every class and free function of a public header that the library defines out of
 /// line carries the macro; a class carries it on the class (which exports its members, its
@@ -25,6 +26,7 @@
 #if defined(FERRY_STATIC)
 #define FERRY_API
 #define FERRY_EXPORT_API
+#define FERRY_TESTKIT_API
 #else
 #if defined(FERRY_BUILDING_FERRY)
 #define FERRY_API __declspec(dllexport)
@@ -36,11 +38,18 @@
 #else
 #define FERRY_EXPORT_API __declspec(dllimport)
 #endif
+#if defined(FERRY_BUILDING_TESTKIT)
+#define FERRY_TESTKIT_API __declspec(dllexport)
+#else
+#define FERRY_TESTKIT_API __declspec(dllimport)
+#endif
 #endif
 #elif defined(__GNUC__) || defined(__clang__)
 #define FERRY_API __attribute__((visibility("default")))
 #define FERRY_EXPORT_API __attribute__((visibility("default")))
+#define FERRY_TESTKIT_API __attribute__((visibility("default")))
 #else
 #define FERRY_API
 #define FERRY_EXPORT_API
+#define FERRY_TESTKIT_API
 #endif

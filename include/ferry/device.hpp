@@ -93,7 +93,7 @@ struct Capabilities {
   bool ownership_transfer = false;          ///< Vulkan: buffers need queue-family ownership transfer
   bool host_memory_registration = false;    ///< user memory can be registered (pinned/imported)
   bool timeline_export = false;             ///< timeline semaphores exportable (interop)
-  bool synthetic_compute = false;           ///< `run_synthetic_compute` has a kernel here
+  bool synthetic_compute = false;           ///< `run_synthetic_compute` (testing.hpp) runs here
   std::uint64_t min_alignment = 256;        ///< pool sub-allocation alignment in bytes
   std::uint64_t max_allocation_bytes = 0;   ///< largest single segment (0 = unknown)
   /// Device UUID as the vendor reports it (CUDA `cudaDeviceProp::uuid`, Vulkan

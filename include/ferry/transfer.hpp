@@ -129,7 +129,7 @@ struct UploadOptions {
   bool overlap = false;
   /// Enqueue `owner.wait(ready)` (and any queue-family acquire) in the call. When false, place
   /// the wait yourself with `owner.wait(upload.ready)`; ferry's own later operations on the
-  /// buffer (run_synthetic_compute, downloads, release) are ordered after the copy either way.
+  /// buffer (copies, downloads, release) are ordered after the copy either way.
   bool owner_waits = true;
 };
 
@@ -198,7 +198,7 @@ class FERRY_API Transfer {
   /// completes.
   ///  - Blocking: returns once every byte is in host memory; the destinations may then be read.
   ///  - Ordering: the copy follows the source owner's work enqueued before the call (e.g. a
-  ///    `run_synthetic_compute` that wrote it); the owner's later work (including a release)
+  ///    kernel that wrote it); the owner's later work (including a release)
   ///    is ordered after the read.
   ///  - Ownership: the caller owns the destinations and must keep them alive and untouched by
   ///    other threads during the call; nothing is retained after it returns. Source ranges may
@@ -250,15 +250,5 @@ auto upload_structured(Transfer& transfer, const T& value, const Queue& owner, U
   auto shape = ferry_device_shape(value, batch);
   return std::pair<UploadBatch, decltype(shape)>{std::move(batch), std::move(shape)};
 }
-
-/// @brief A synthetic compute step standing in for a model's work (benchmarks, tests):
-/// enqueued on `queue`, it reads `input` and writes `output[i] = input[i] + 1` (bytes,
-/// wrapping), making `units` passes over the data. Both buffers must be live buffers of the
-/// queue's device with the same size. A buffer owned by another queue (an executor_owned
-/// upload) is recorded as used by `queue`: its release then waits for `queue` (PyTorch's
-/// `record_stream`). `unsupported` where the backend has no kernel for it.
-FERRY_API void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input,
-                                     const DeviceBuffer& output, std::uint32_t units = 1,
-                                     std::source_location where = std::source_location::current());
 
 }  // namespace ferry

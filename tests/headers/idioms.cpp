@@ -5,6 +5,7 @@
 // struct member without a default member initializer breaks the build here before it breaks
 // a consumer's; then run on the host backend.
 #include <ferry/ferry.hpp>
+#include <ferry/testing.hpp>
 #if FERRY_HAVE_VULKAN
 #include <ferry/vulkan.hpp>
 #endif
