@@ -133,7 +133,7 @@ class BackendQueue {
   /// Whether acquire_ownership does anything on this queue (Vulkan), so that the front end
   /// must record the acquires a later access owes. Default false: ownership is a no-op.
   [[nodiscard]] virtual bool acquires_ownership() const { return false; }
-  /// Optional: the synthetic compute kernel (see transfer.hpp run_synthetic_compute):
+  /// Optional: the synthetic compute kernel (see run_synthetic_compute, include/ferry/testing.hpp):
   /// out[i] = in[i] + 1, `units` passes. Return false if not supported.
   virtual bool synthetic_compute(DeviceRef /*in*/, DeviceRef /*out*/, std::uint64_t /*bytes*/,
                                  std::uint32_t /*units*/) {

@@ -98,8 +98,8 @@ void make_owner_wait(const QueuePtr& owner, const TimelinePoint& done) {
 
 BlockState& checked_block(const DeviceBuffer& buffer, DeviceState* device, const char* function,
                           const std::source_location& where) {
-  FERRY_REQUIRE(static_cast<bool>(buffer.state()), function, "null or moved-from device buffer", where);
-  BlockState& b = *buffer.state();
+  FERRY_REQUIRE(static_cast<bool>(detail::access::state(buffer)), function, "null or moved-from device buffer", where);
+  BlockState& b = *detail::access::state(buffer);
   (void)lock_device(b.device, function, where);
   FERRY_REQUIRE(!b.released, function, "the device buffer was released", where);
   FERRY_REQUIRE(b.device_id == device, function, "the device buffer belongs to another device", where);
@@ -108,8 +108,8 @@ BlockState& checked_block(const DeviceBuffer& buffer, DeviceState* device, const
 
 HostAllocation& checked_host(const HostBuffer& buffer, DeviceState* device, const char* function,
                              const std::source_location& where) {
-  FERRY_REQUIRE(static_cast<bool>(buffer.state()), function, "null or moved-from host buffer", where);
-  HostAllocation& h = *buffer.state();
+  FERRY_REQUIRE(static_cast<bool>(detail::access::state(buffer)), function, "null or moved-from host buffer", where);
+  HostAllocation& h = *detail::access::state(buffer);
   FERRY_REQUIRE(h.memory != nullptr, function, "the host buffer's device is closed", where);
   FERRY_REQUIRE(h.device_id == device, function, "the host buffer belongs to another device", where);
   return h;

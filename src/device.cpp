@@ -24,7 +24,7 @@ std::shared_ptr<DeviceState> lock_device(const std::weak_ptr<DeviceState>& devic
 
 QueueState& checked_queue(const Queue& queue, const char* function, const std::source_location& where) {
   FERRY_REQUIRE(static_cast<bool>(queue), function, "null queue handle", where);
-  QueueState& q = *queue.state();
+  QueueState& q = *detail::access::state(queue);
   (void)lock_device(q.device, function, where);
   return q;
 }
@@ -138,7 +138,7 @@ const std::string& Queue::name(std::source_location where) const {
 void Queue::wait(const TimelinePoint& point, std::source_location where) {
   detail::QueueState& q = detail::checked_queue(*this, "Queue::wait", where);
   if (point.empty()) return;  // an empty point is already reached
-  FERRY_REQUIRE(point.semaphore->device_id == q.device_id, "Queue::wait",
+  FERRY_REQUIRE(detail::access::semaphore(point)->device_id == q.device_id, "Queue::wait",
           "the point's semaphore belongs to another device", where);
   std::lock_guard lock(q.mutex);
   // No backend query: a wait on a point that turns out reached costs the backend less than
@@ -150,16 +150,16 @@ void Queue::wait(const TimelinePoint& point, std::source_location where) {
 void Queue::signal(const TimelinePoint& point, std::source_location where) {
   detail::QueueState& q = detail::checked_queue(*this, "Queue::signal", where);
   FERRY_REQUIRE(!point.empty(), "Queue::signal", "empty timeline point", where);
-  FERRY_REQUIRE(point.semaphore->device_id == q.device_id, "Queue::signal",
+  FERRY_REQUIRE(detail::access::semaphore(point)->device_id == q.device_id, "Queue::signal",
           "the point's semaphore belongs to another device", where);
-  FERRY_REQUIRE(!point.semaphore->queue_private, "Queue::signal",
+  FERRY_REQUIRE(!detail::access::semaphore(point)->queue_private, "Queue::signal",
                 "the point is on a queue's private timeline, which only ferry signals; signal a semaphore "
                 "from Device::create_semaphore instead",
                 where);
   std::lock_guard lock(q.mutex);
   {
-    std::lock_guard slock(point.semaphore->mutex);
-    auto& s = *point.semaphore;
+    std::lock_guard slock(detail::access::semaphore(point)->mutex);
+    auto& s = *detail::access::semaphore(point);
     FERRY_REQUIRE(s.backend != nullptr, "Queue::signal", "the device is closed", where);
     // Every signal (host or queue) goes through ferry and raises max_signal, and the value
     // starts at max_signal: max_signal bounds the backend's value without asking it.
@@ -207,7 +207,7 @@ Backend Device::backend(std::source_location where) const {
 
 Queue Device::queue(QueueRole role, std::source_location where) const {
   auto& s = checked(state_, "Device::queue", where);
-  return Queue(role == QueueRole::compute ? s.compute : s.transfer);
+  return detail::access::make<Queue>(role == QueueRole::compute ? s.compute : s.transfer);
 }
 
 Queue Device::create_queue(QueueRole role, std::string name, int priority, std::source_location where) {
@@ -218,7 +218,7 @@ Queue Device::create_queue(QueueRole role, std::string name, int priority, std::
   } catch (const Error& err) {
     throw Error(err.code(), "Device::create_queue: " + err.message(), err.call(), where);
   }
-  return Queue(detail::make_queue(s, state_, role, std::move(name), nullptr, std::move(backend)));
+  return detail::access::make<Queue>(detail::make_queue(s, state_, role, std::move(name), nullptr, std::move(backend)));
 }
 
 Queue Device::adopt_queue(QueueRole role, const NativeQueue& native, std::string name,
@@ -230,13 +230,13 @@ Queue Device::adopt_queue(QueueRole role, const NativeQueue& native, std::string
   } catch (Error& err) {
     throw Error(err.code(), "Device::adopt_queue: " + err.message(), err.call(), where);
   }
-  return Queue(detail::make_queue(s, state_, role, name.empty() ? "adopted" : std::move(name), nullptr,
+  return detail::access::make<Queue>(detail::make_queue(s, state_, role, name.empty() ? "adopted" : std::move(name), nullptr,
                                   std::move(backend)));
 }
 
 TimelineSemaphore Device::create_semaphore(std::uint64_t initial, std::source_location where) {
   auto& s = checked(state_, "Device::create_semaphore", where);
-  return TimelineSemaphore(detail::make_semaphore(s, state_, initial));
+  return detail::access::make<TimelineSemaphore>(detail::make_semaphore(s, state_, initial));
 }
 
 DevicePool& Device::pool(std::source_location where) const { return checked(state_, "Device::pool", where).pool_api; }

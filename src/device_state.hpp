@@ -25,6 +25,7 @@
 #include "ferry/device.hpp"
 #include "ferry/pool.hpp"
 #include "ferry/snapshot.hpp"
+#include "handle_access.hpp"
 #include "host_state.hpp"
 #include "pool_state.hpp"
 #include "queue_state.hpp"
@@ -69,8 +70,8 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
 
   PoolState pool;
   HostPoolState host;
-  DevicePool pool_api{this};
-  HostPool host_pool_api{this};
+  DevicePool pool_api = access::device_pool(this);
+  HostPool host_pool_api = access::host_pool(this);
   std::mutex activity_mutex;
   std::deque<QueueActivity> activity;  // (see PoolState::events)
   /// Spans not seen complete yet, per semaphore, in increasing value of their end point:

@@ -87,7 +87,7 @@ HostBuffer HostPool::allocate(std::uint64_t bytes, std::source_location where) {
   d->host.pinned_bytes += a->memory->size;
   std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
   d->host.live.push_back(a);
-  return HostBuffer(std::move(a));
+  return detail::access::make<HostBuffer>(std::move(a));
 }
 
 HostBuffer HostPool::register_memory(std::span<std::byte> memory, std::source_location where) {
@@ -114,7 +114,7 @@ HostBuffer HostPool::register_memory(std::span<std::byte> memory, std::source_lo
   d->host.registered.emplace(start, end);
   std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
   d->host.live.push_back(a);
-  return HostBuffer(std::move(a));
+  return detail::access::make<HostBuffer>(std::move(a));
 }
 
 std::uint64_t HostPool::pinned_bytes() const {

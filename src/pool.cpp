@@ -196,7 +196,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   block->tag = tag;
   if (placement->pending_reuse) {
     // The first pass looked the timeline up already (the second pass, when it ran, too).
-    block->ready_after = TimelinePoint{lazy.entry(placement->wait.timeline).semaphore, placement->wait.value};
+    block->ready_after = detail::access::point(lazy.entry(placement->wait.timeline).semaphore, placement->wait.value);
     p.budget.pending_reuses += 1;
   } else if (p.budget.segment_allocations > 0) {
     p.budget.immediate_reuses += 1;
@@ -215,7 +215,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   record(d, PoolEventKind::alloc, segment_address(p, block->segment_id) + block->offset, placement->size,
          owner->id, tag, now);
   heavy_check(d);
-  return DeviceBuffer(std::move(block));
+  return detail::access::make<DeviceBuffer>(std::move(block));
 }
 
 // Return a block to the allocator with a free point (caller validated the block).
@@ -225,8 +225,8 @@ void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
   // The watermark only: `point` is usually the owner's mark just enqueued, which a query would
   // rarely find reached; the next pool call that needs it queries (and cleans) it.
   FreePoint fp;
-  if (!point.empty() && !point.semaphore->known_reached(point.value)) {
-    fp = FreePoint{point.semaphore->timeline_id, point.value};
+  if (!point.empty() && !detail::access::semaphore(point)->known_reached(point.value)) {
+    fp = FreePoint{detail::access::semaphore(point)->timeline_id, point.value};
   }
   const std::uint64_t address = segment_address(p, b.segment_id) + b.offset;
   p.allocator.release(b.segment_id, b.offset, fp);
@@ -239,7 +239,7 @@ void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
     record(d, PoolEventKind::free_completed, address, b.size, b.owner->id, b.tag, now);
   } else if (d.options.record_events) {
     auto& [semaphore, frees] = p.pending_frees[fp.timeline];
-    if (!semaphore) semaphore = point.semaphore;
+    if (!semaphore) semaphore = detail::access::semaphore(point);
     auto pos = frees.end();  // usually the greatest value so far: insert from the back
     while (pos != frees.begin() && std::prev(pos)->point.value > fp.value) --pos;
     frees.insert(pos, PoolState::PendingFree{fp, address, b.size, b.owner->id, b.tag});
@@ -318,7 +318,7 @@ std::uint64_t DeviceBuffer::size(std::source_location where) const {
 }
 
 Queue DeviceBuffer::owner(std::source_location where) const {
-  return Queue(live_block(state_, "DeviceBuffer::owner", where).owner);
+  return detail::access::make<Queue>(live_block(state_, "DeviceBuffer::owner", where).owner);
 }
 
 DeviceView DeviceBuffer::view(std::source_location where) const {
@@ -388,7 +388,7 @@ void DeviceBuffer::release_after(const TimelinePoint& point, std::source_locatio
     release(where);
     return;
   }
-  FERRY_REQUIRE(point.semaphore->device_id == b.device_id, "DeviceBuffer::release_after",
+  FERRY_REQUIRE(detail::access::semaphore(point)->device_id == b.device_id, "DeviceBuffer::release_after",
           "the point's semaphore belongs to another device", where);
   auto d = b.device.lock();
   release_at_free_point(*d, state_, point);
@@ -422,9 +422,9 @@ DeviceBuffer DevicePool::allocate(std::uint64_t bytes, const Queue& owner, Alloc
   if (options.first_writer) {
     detail::QueueState& w = detail::checked_queue(options.first_writer, "DevicePool::allocate", where);
     FERRY_REQUIRE(w.device_id == device_, "DevicePool::allocate", "the first writer belongs to another device", where);
-    writer = options.first_writer.state();
+    writer = detail::access::state(options.first_writer);
   }
-  return detail::pool_allocate(*d, d, bytes, owner.state(), writer, options.tag, where);
+  return detail::pool_allocate(*d, d, bytes, detail::access::state(owner), writer, options.tag, where);
 }
 
 std::uint64_t DevicePool::trim() {

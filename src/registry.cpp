@@ -29,7 +29,7 @@ Device wrap_backend_device(std::unique_ptr<BackendDevice> backend, const DeviceO
   } else {
     state->transfer = make_queue(*state, state, QueueRole::transfer, "transfer", &transfer_backend, nullptr);
   }
-  return Device(std::move(state));
+  return detail::access::make<Device>(std::move(state));
 }
 
 namespace {

@@ -49,7 +49,7 @@ void TransferState::staged_h2d(const std::vector<StreamPiece>& pieces, std::uint
       Slot& slot = ring[g.buffer(issued)];
       std::lock_guard elock(exec->mutex);
       exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + at},
-                              HostRef{slot.buffer.state()->memory.get(), g.offset(issued)}, n);
+                              HostRef{detail::access::state(slot.buffer)->memory.get(), g.offset(issued)}, n);
       exec->dirty = true;
       dma[issued] = slot.free = enqueue_mark(*exec);
       exec->backend->flush();
@@ -92,7 +92,7 @@ void TransferState::staged_d2h(const std::vector<StreamPiece>& pieces, const std
       while (run < runs.size() && runs[run].stream + runs[run].size <= cb) ++run;
       for (std::size_t r = run; r < runs.size() && runs[r].stream < ce; ++r) {
         const std::uint64_t a = std::max(cb, runs[r].stream), e = std::min(ce, runs[r].stream + runs[r].size);
-        exec->backend->copy_d2h(HostRef{slot.buffer.state()->memory.get(), g.offset(issued) + (a - cb)},
+        exec->backend->copy_d2h(HostRef{detail::access::state(slot.buffer)->memory.get(), g.offset(issued) + (a - cb)},
                                 DeviceRef{b.segment, b.offset + runs[r].source + (a - runs[r].stream)}, e - a);
       }
       exec->dirty = true;

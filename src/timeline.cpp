@@ -52,7 +52,7 @@ void note_waited(QueueState& q, std::uint32_t timeline, std::uint64_t value) {
 
 void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
   if (point.empty()) return;
-  SemaphoreState& s = *point.semaphore;
+  SemaphoreState& s = *detail::access::semaphore(point);
   // A queue is already ordered after points of its own timeline and after values it waited
   // for (stream-ordered backends); reached points need no wait (their work is complete).
   // Cheapest test first: only the last one asks the backend.
@@ -70,7 +70,7 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
   if (!q.pending_acquires.empty()) {
     std::erase_if(q.pending_acquires, [&](const std::shared_ptr<OwedAcquire>& a) {
       if (a->taken.load(std::memory_order_acquire)) return true;  // another queue of the family did
-      if (a->point.semaphore != point.semaphore || a->point.value > point.value) return false;
+      if (detail::access::semaphore(a->point) != detail::access::semaphore(point) || a->point.value > point.value) return false;
       if (!a->taken.exchange(true, std::memory_order_acq_rel)) {
         q.backend->acquire_ownership(a->range, a->bytes, *a->from);
         q.dirty = true;
@@ -88,12 +88,12 @@ TimelinePoint enqueue_mark(QueueState& q) {
     q.backend->signal(*q.timeline->backend, v);
     q.dirty = false;
   }
-  return TimelinePoint{q.timeline, q.last_mark};
+  return detail::access::point(q.timeline, q.last_mark);
 }
 
 bool point_reached(const TimelinePoint& point) {
   if (point.empty()) return true;
-  SemaphoreState& s = *point.semaphore;
+  SemaphoreState& s = *detail::access::semaphore(point);
   return s.known_reached(point.value) || observe(s) >= point.value;
 }
 
@@ -113,7 +113,7 @@ bool TimelinePoint::reached(std::source_location where) const {
 
 void TimelinePoint::wait(std::chrono::nanoseconds timeout, std::source_location where) const {
   if (empty()) return;
-  TimelineSemaphore(semaphore).wait(value, timeout, where);
+  detail::access::make<TimelineSemaphore>(semaphore_).wait(value, timeout, where);
 }
 
 std::uint64_t TimelineSemaphore::value(std::source_location where) const {
@@ -177,7 +177,7 @@ void TimelineSemaphore::wait(std::uint64_t value, std::chrono::nanoseconds timeo
 
 TimelinePoint TimelineSemaphore::at(std::uint64_t value, std::source_location where) const {
   FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::at", "null semaphore handle", where);
-  return TimelinePoint{state_, value};
+  return detail::access::point(state_, value);
 }
 
 }  // namespace ferry

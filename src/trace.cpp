@@ -44,14 +44,14 @@ void record_activity(DeviceState& device, const QueueState& q, std::string name,
   const std::size_t index = device.activity.size() - 1;
   // Only the watermark is consulted: `done` was just enqueued, a query would rarely find it
   // reached, and a later call resolves it (the end is an upper bound either way).
-  if (done.empty() || done.semaphore->known_reached(done.value)) {
+  if (done.empty() || detail::access::semaphore(done)->known_reached(done.value)) {
     device.activity.back().end_ns = now;
     return;
   }
   auto it = std::find_if(device.unresolved_activity.begin(), device.unresolved_activity.end(),
-                         [&](const DeviceState::UnresolvedSpans& u) { return u.semaphore == done.semaphore; });
+                         [&](const DeviceState::UnresolvedSpans& u) { return u.semaphore == detail::access::semaphore(done); });
   if (it == device.unresolved_activity.end()) {
-    it = device.unresolved_activity.insert(device.unresolved_activity.end(), {done.semaphore, {}});
+    it = device.unresolved_activity.insert(device.unresolved_activity.end(), {detail::access::semaphore(done), {}});
   }
   // Usually the greatest value so far (a queue's marks grow); callers racing on one queue may
   // record out of order by a few: insert from the back.

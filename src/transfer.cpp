@@ -37,11 +37,11 @@ Transfer::Transfer(const Device& device, TransferOptions options, std::source_lo
   state_->device = device;
   if (options.executor) {
     detail::QueueState& q = detail::checked_queue(options.executor, "Transfer::Transfer", where);
-    FERRY_REQUIRE(q.device_id == device.state().get(), "Transfer::Transfer", "the executor queue belongs to another device",
+    FERRY_REQUIRE(q.device_id == detail::access::state(device).get(), "Transfer::Transfer", "the executor queue belongs to another device",
             where);
-    state_->exec = options.executor.state();
+    state_->exec = detail::access::state(options.executor);
   } else {
-    state_->exec = device.queue(QueueRole::transfer).state();
+    state_->exec = detail::access::state(device.queue(QueueRole::transfer));
   }
   state_->options = std::move(options);
 }
@@ -60,7 +60,7 @@ Transfer& Transfer::operator=(Transfer&&) noexcept = default;
 
 Queue Transfer::executor(std::source_location where) const {
   FERRY_REQUIRE(state_ != nullptr, "Transfer::executor", "moved-from transfer", where);
-  return Queue(state_->exec);
+  return detail::access::make<Queue>(state_->exec);
 }
 
 namespace {
@@ -78,7 +78,7 @@ class Call {
  public:
   Call(const std::unique_ptr<detail::TransferState>& s, const char* function, const std::source_location& where)
       : state_(checked(s, function, where)),
-        device_(*state_.device.state()),
+        device_(*detail::access::state(state_.device)),
         bound_(*device_.backend),
         function_(function),
         where_(where) {}
@@ -95,7 +95,7 @@ class Call {
     for (std::size_t i = 0; i < wait.size(); ++i) {
       const TimelinePoint& p = wait[i];
       if (p.empty()) continue;  // reached: nothing to wait for
-      FERRY_REQUIRE(p.semaphore->device_id == &device_, function_,
+      FERRY_REQUIRE(detail::access::semaphore(p)->device_id == &device_, function_,
                     "wait point " + std::to_string(i) + " (value " + std::to_string(p.value) +
                         ") is on a semaphore of another device",
                     where_);
@@ -104,18 +104,18 @@ class Call {
       const TimelinePoint& p = signal[i];
       const std::string what = "signal point " + std::to_string(i);
       FERRY_REQUIRE(!p.empty(), function_, what + " is empty (no semaphore): there is nothing to signal", where_);
-      FERRY_REQUIRE(p.semaphore->device_id == &device_, function_,
+      FERRY_REQUIRE(detail::access::semaphore(p)->device_id == &device_, function_,
                     what + " (value " + std::to_string(p.value) + ") is on a semaphore of another device", where_);
-      FERRY_REQUIRE(!p.semaphore->queue_private, function_,
+      FERRY_REQUIRE(!detail::access::semaphore(p)->queue_private, function_,
                     what + " is on a queue's private timeline, which only ferry signals (signalling it would make "
                            "the queue's marks report pending work complete); signal a semaphore from "
                            "Device::create_semaphore instead",
                     where_);
       std::uint64_t highest = 0;
       {
-        std::lock_guard slock(p.semaphore->mutex);
-        FERRY_REQUIRE(p.semaphore->backend != nullptr, function_, what + ": the device is closed", where_);
-        highest = p.semaphore->max_signal;
+        std::lock_guard slock(detail::access::semaphore(p)->mutex);
+        FERRY_REQUIRE(detail::access::semaphore(p)->backend != nullptr, function_, what + ": the device is closed", where_);
+        highest = detail::access::semaphore(p)->max_signal;
       }
       FERRY_REQUIRE(p.value > highest, function_,
                     what + ": value " + std::to_string(p.value) +
@@ -123,14 +123,14 @@ class Call {
                         std::to_string(highest) + "; timelines only move forward)",
                     where_);
       for (std::size_t j = 0; j < i; ++j) {
-        FERRY_REQUIRE(signal[j].semaphore != p.semaphore || signal[j].value < p.value, function_,
+        FERRY_REQUIRE(detail::access::semaphore(signal[j]) != detail::access::semaphore(p) || signal[j].value < p.value, function_,
                       what + ": value " + std::to_string(p.value) + " does not exceed the value " +
                           std::to_string(signal[j].value) + " of signal point " + std::to_string(j) +
                           " on the same semaphore (values must strictly increase along the list)",
                       where_);
       }
       for (std::size_t k = 0; k < wait.size(); ++k) {
-        FERRY_REQUIRE(wait[k].semaphore != p.semaphore || wait[k].value < p.value, function_,
+        FERRY_REQUIRE(detail::access::semaphore(wait[k]) != detail::access::semaphore(p) || wait[k].value < p.value, function_,
                       "wait point " + std::to_string(k) + " (value " + std::to_string(wait[k].value) +
                           ") is not below " + what + " (value " + std::to_string(p.value) +
                           ") on the same semaphore: only a signal at or above the call's own could reach it, "
@@ -179,7 +179,7 @@ class Call {
     signal_ = nullptr;
     try {
       for (std::size_t i = 0; i < signal.size(); ++i) {
-        detail::SemaphoreState& s = *signal[i].semaphore;
+        detail::SemaphoreState& s = *detail::access::semaphore(signal[i]);
         std::lock_guard slock(s.mutex);
         FERRY_REQUIRE(s.backend != nullptr, function_,
                       "signal point " + std::to_string(i) + ": the device is closed", where_);
@@ -261,14 +261,14 @@ class Call {
 const std::shared_ptr<detail::QueueState>& checked_owner(const Queue& owner, detail::DeviceState& d,
                                                          const char* function, const std::source_location& where) {
   FERRY_REQUIRE(static_cast<bool>(owner), function, "null queue handle", where);
-  FERRY_REQUIRE(owner.state()->device_id == &d, function, "the owner queue belongs to another device", where);
-  return owner.state();
+  FERRY_REQUIRE(detail::access::state(owner)->device_id == &d, function, "the owner queue belongs to another device", where);
+  return detail::access::state(owner);
 }
 }  // namespace
 
 Upload Transfer::upload(const HostBuffer& source, const Queue& owner, UploadOptions options,
                         std::source_location where) {
-  FERRY_REQUIRE(static_cast<bool>(source.state()), "Transfer::upload", "null or moved-from host buffer", where);
+  FERRY_REQUIRE(static_cast<bool>(detail::access::state(source)), "Transfer::upload", "null or moved-from host buffer", where);
   return upload(source, 0, source.size(), owner, std::move(options), where);
 }
 
@@ -283,14 +283,14 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
           "CopyMode::preallocated needs a destination: use Transfer::upload_into", where);
   call.order(options.wait, options.signal);
   call.lock();
-  const auto& self = state_->device.state();
+  const auto& self = detail::access::state(state_->device);
   const detail::HostRef src{host.memory.get(), offset};
   const auto& exec = call.exec();
   Upload up;
   switch (options.mode) {
     case CopyMode::blocking: {
       up.buffer = detail::pool_allocate(d, self, bytes, q, nullptr, options.tag, where);
-      auto& b = *up.buffer.state();
+      auto& b = *detail::access::state(up.buffer);
       {
         std::lock_guard qlock(q->mutex);
         call.enqueue_waits(*q);  // the copy runs on the owner: the caller's list orders it there
@@ -310,7 +310,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
       const bool executor_owned = options.mode == CopyMode::executor_owned;
       up.buffer = executor_owned ? detail::pool_allocate(d, self, bytes, exec, nullptr, options.tag, where)
                                  : detail::pool_allocate(d, self, bytes, q, exec, options.tag, where, !options.overlap);
-      auto& b = *up.buffer.state();
+      auto& b = *detail::access::state(up.buffer);
       if (executor_owned && exec != q) b.recorded_user = q;  // record_stream: release waits for q
       // The destination was just allocated: its contents are discarded, so the executor only
       // waits for the block's free point (pending only if the pool found it not reached).
@@ -318,7 +318,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
         detail::enqueue_wait(e, b.ready_after, /*query=*/false);
         e.backend->copy_h2d(detail::ref(b), src, bytes);
       });
-      call.finish("copy h2d", bytes, up.ready, source.state());
+      call.finish("copy h2d", bytes, up.ready, detail::access::state(source));
       if (options.owner_waits) detail::make_owner_wait(q, up.ready);
       return up;
     }
@@ -371,8 +371,8 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   if (total > 0) s.ensure_staging(d, where);  // views that are all empty copy nothing
   const auto& exec = call.exec();
   batch.buffer =
-      detail::pool_allocate(d, s.device.state(), layout->allocation, q, exec, options.tag, where, !options.overlap);
-  auto& b = *batch.buffer.state();
+      detail::pool_allocate(d, detail::access::state(s.device), layout->allocation, q, exec, options.tag, where, !options.overlap);
+  auto& b = *detail::access::state(batch.buffer);
   {
     std::lock_guard elock(exec->mutex);
     call.enqueue_waits(*exec);
@@ -420,7 +420,7 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
   const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
     e.backend->copy_h2d(detail::ref(b), detail::HostRef{host.memory.get(), 0}, host.memory->size);
   });
-  call.finish("copy h2d (preallocated)", host.memory->size, done, source.state());
+  call.finish("copy h2d (preallocated)", host.memory->size, done, detail::access::state(source));
   if (options.owner_waits) detail::make_owner_wait(owner, done);
   return done;
 }
@@ -438,7 +438,7 @@ TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& d
   const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
     e.backend->copy_d2h(detail::HostRef{host.memory.get(), offset}, detail::ref(b), b.requested);
   });
-  call.finish("copy d2h", b.requested, done, destination.state());
+  call.finish("copy d2h", b.requested, done, detail::access::state(destination));
   return done;
 }
 
@@ -446,7 +446,7 @@ void Transfer::download(const DeviceBuffer& source, std::span<std::byte> destina
                         std::source_location where) {
   FERRY_REQUIRE(state_ != nullptr, "Transfer::download", "moved-from transfer", where);
   FERRY_REQUIRE(state_->device.is_open(), "Transfer::download", "the device is closed", where);
-  auto& b = detail::checked_block(source, state_->device.state().get(), "Transfer::download", where);
+  auto& b = detail::checked_block(source, detail::access::state(state_->device).get(), "Transfer::download", where);
   FERRY_REQUIRE(!destination.empty() && destination.data() != nullptr, "Transfer::download", "empty destination span",
           where);
   FERRY_REQUIRE(destination.size() >= b.requested, "Transfer::download",
@@ -571,7 +571,7 @@ TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& des
 void Transfer::synchronize(std::chrono::nanoseconds timeout, std::source_location where) {
   FERRY_REQUIRE(state_ != nullptr, "Transfer::synchronize", "moved-from transfer", where);
   if (!state_->device.is_open()) return;
-  Queue(state_->exec).synchronize(timeout, where);
+  detail::access::make<Queue>(state_->exec).synchronize(timeout, where);
   std::lock_guard lock(state_->mutex);
   // Copies enqueued by other threads while this thread waited are not covered by the wait:
   // only what is seen complete is let go.

@@ -3,6 +3,7 @@
 // -Dvulkan=disabled, or its headers or glslangValidator not found): no devices, and opening a
 // device or adopting one names the option that builds it.
 #include "backend.hpp"
+#include "ferry/api.hpp"
 
 namespace ferry::detail {
 
@@ -23,7 +24,7 @@ constinit const BackendDescriptor vulkan_backend_descriptor{
 // without the backend may not have: AdoptInfo stays incomplete here (it is only referred to).
 namespace ferry::vulkan {
 struct AdoptInfo;
-Device adopt_device(const AdoptInfo& info, std::source_location where);
+FERRY_API Device adopt_device(const AdoptInfo& info, std::source_location where);
 Device adopt_device(const AdoptInfo& /*info*/, std::source_location where) {
   throw Error(ErrorCode::unsupported,
               "vulkan::adopt_device: ferry was built without the vulkan backend (reconfigure with meson "

@@ -28,8 +28,10 @@
 #include <memory>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
@@ -38,6 +40,9 @@ namespace detail {
 struct DeviceState;
 struct QueueState;
 struct SemaphoreState;
+/// ferry's own way into the handles' private state (a private header of the library's
+/// sources): the handles' state constructors and state are not part of the API.
+struct access;
 }  // namespace detail
 
 class DevicePool;
@@ -64,11 +69,11 @@ enum class Backend : std::uint8_t {
 
 /// @brief Lower-case backend name ("host", "cuda", "hip", "vulkan", "vulkan_cuda", "cuda_vulkan",
 /// "null").
-std::string_view to_string(Backend backend) noexcept;
+FERRY_API std::string_view to_string(Backend backend) noexcept;
 
 /// @brief Parse a backend name; throws `invalid_argument` for an unknown name.
-Backend parse_backend(std::string_view name,
-                      std::source_location where = std::source_location::current());
+FERRY_API Backend parse_backend(std::string_view name,
+                                std::source_location where = std::source_location::current());
 
 /// @brief The role of a queue in a transfer.
 enum class QueueRole : std::uint8_t {
@@ -88,7 +93,7 @@ struct Capabilities {
   bool ownership_transfer = false;          ///< Vulkan: buffers need queue-family ownership transfer
   bool host_memory_registration = false;    ///< user memory can be registered (pinned/imported)
   bool timeline_export = false;             ///< timeline semaphores exportable (interop)
-  bool synthetic_compute = false;           ///< `run_synthetic_compute` has a kernel here
+  bool synthetic_compute = false;           ///< `run_synthetic_compute` (testing.hpp) runs here
   std::uint64_t min_alignment = 256;        ///< pool sub-allocation alignment in bytes
   std::uint64_t max_allocation_bytes = 0;   ///< largest single segment (0 = unknown)
   /// Device UUID as the vendor reports it (CUDA `cudaDeviceProp::uuid`, Vulkan
@@ -120,25 +125,36 @@ struct DeviceOptions {
 class TimelineSemaphore;
 
 /// @brief A point on a timeline: "all work up to here". Reached once the semaphore's value is
-/// >= `value`. A default-constructed point is *empty* and counts as already reached.
-struct TimelinePoint {
-  std::shared_ptr<detail::SemaphoreState> semaphore{};  ///< null = empty point
-  std::uint64_t value = 0;                              ///< the value to reach
+/// >= `value`. A default-constructed point is *empty* and counts as already reached; points
+/// on a timeline come from `Queue::mark()`, `TimelineSemaphore::at()` and the calls that
+/// return a completion point, and a copy names the same point.
+class FERRY_API TimelinePoint {
+ public:
+  TimelinePoint() = default;
+
+  std::uint64_t value = 0;  ///< the value to reach (meaningless for an empty point)
 
   /// @brief True for an empty point.
-  [[nodiscard]] bool empty() const noexcept { return semaphore == nullptr; }
+  [[nodiscard]] bool empty() const noexcept { return semaphore_ == nullptr; }
   /// @brief Non-blocking query: has the point been reached? Empty points are reached.
   [[nodiscard]] bool reached(std::source_location where = std::source_location::current()) const;
   /// @brief Block the calling thread until reached; throws `timeout` after `timeout`.
   void wait(std::chrono::nanoseconds timeout = std::chrono::seconds(60),
             std::source_location where = std::source_location::current()) const;
+
+ private:
+  friend struct detail::access;
+  TimelinePoint(std::shared_ptr<detail::SemaphoreState> semaphore, std::uint64_t at)
+      : value(at), semaphore_(std::move(semaphore)) {}
+
+  std::shared_ptr<detail::SemaphoreState> semaphore_{};  ///< null = empty point
 };
 
 /// @brief A monotonic 64-bit counter that host and queues signal and wait on.
 ///
 /// Contract: values only increase. A host `signal(v)` with v <= the current value is an
 /// `invalid_argument` error. Queue-side signals are ordered after the queue's earlier work.
-class TimelineSemaphore {
+class FERRY_API TimelineSemaphore {
  public:
   TimelineSemaphore() = default;
   /// @brief The current value (non-blocking query).
@@ -158,10 +174,9 @@ class TimelineSemaphore {
   /// @brief True for a non-null handle.
   explicit operator bool() const noexcept { return state_ != nullptr; }
 
-  explicit TimelineSemaphore(std::shared_ptr<detail::SemaphoreState> s) : state_(std::move(s)) {}
-  [[nodiscard]] const std::shared_ptr<detail::SemaphoreState>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::access;
+  explicit TimelineSemaphore(std::shared_ptr<detail::SemaphoreState> s) : state_(std::move(s)) {}
   std::shared_ptr<detail::SemaphoreState> state_;
 };
 
@@ -170,7 +185,7 @@ class TimelineSemaphore {
 ///
 /// Ordering: work enqueued on a queue runs in enqueue order. `wait(point)` makes every later
 /// operation of this queue start after `point` is reached, without blocking the host.
-class Queue {
+class FERRY_API Queue {
  public:
   Queue() = default;
   /// @brief Compute (owner) or transfer (executing).
@@ -196,10 +211,9 @@ class Queue {
   explicit operator bool() const noexcept { return state_ != nullptr; }
   friend bool operator==(const Queue& a, const Queue& b) noexcept { return a.state_ == b.state_; }
 
-  explicit Queue(std::shared_ptr<detail::QueueState> s) : state_(std::move(s)) {}
-  [[nodiscard]] const std::shared_ptr<detail::QueueState>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::access;
+  explicit Queue(std::shared_ptr<detail::QueueState> s) : state_(std::move(s)) {}
   std::shared_ptr<detail::QueueState> state_;
 };
 
@@ -221,7 +235,7 @@ struct NativeQueue {
 /// when the last handle that refers to the device -- Device, Queue, semaphore, buffer -- goes
 /// away) waits for all queued work, frees every segment and invalidates all handles; buffers
 /// still alive after close become inert (their release is a no-op, their accessors throw).
-class Device {
+class FERRY_API Device {
  public:
   Device() = default;
   /// @brief Open a device. Fails with `unsupported` (naming the meson option) when the backend
@@ -295,10 +309,9 @@ class Device {
   explicit operator bool() const noexcept { return state_ != nullptr; }
   friend bool operator==(const Device& a, const Device& b) noexcept { return a.state_ == b.state_; }
 
-  explicit Device(std::shared_ptr<detail::DeviceState> s) : state_(std::move(s)) {}
-  [[nodiscard]] const std::shared_ptr<detail::DeviceState>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::access;
+  explicit Device(std::shared_ptr<detail::DeviceState> s) : state_(std::move(s)) {}
   std::shared_ptr<detail::DeviceState> state_;
 };
 

@@ -22,6 +22,8 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/api.hpp"
+
 namespace ferry {
 
 /// @brief What kind of failure an Error reports.
@@ -54,7 +56,7 @@ constexpr std::string_view to_string(ErrorCode code) noexcept {
 /// `what()` is a complete one-line report:
 /// `ferry: invalid_argument: Transfer::upload: size 0 is not allowed [at bench.cpp:42]`
 /// or, for a device error, `... (call: cudaMemcpyAsync: invalid argument)`.
-class Error : public std::runtime_error {
+class FERRY_API Error : public std::runtime_error {
  public:
   /// @param code     the kind of failure
   /// @param message  what was wrong, including the function that detected it

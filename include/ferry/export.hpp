@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/snapshot.hpp"
 
 namespace ferry {
@@ -40,11 +41,11 @@ namespace ferry {
 /// still pending when recorded) gets a synthesized `free_completed` just before the next
 /// `alloc` of the same address, or at the end of the trace when the snapshot shows the block
 /// free: memory_viz only releases a block on `free_completed`.
-[[nodiscard]] std::string to_memory_viz_pickle(const MemorySnapshot& snapshot);
+[[nodiscard]] FERRY_EXPORT_API std::string to_memory_viz_pickle(const MemorySnapshot& snapshot);
 
 /// @brief Write `to_memory_viz_pickle(snapshot)` to `path` (open it at pytorch.org/memory_viz).
-void write_memory_viz_pickle(const MemorySnapshot& snapshot, const std::filesystem::path& path,
-                             std::source_location where = std::source_location::current());
+FERRY_EXPORT_API void write_memory_viz_pickle(const MemorySnapshot& snapshot, const std::filesystem::path& path,
+                                              std::source_location where = std::source_location::current());
 
 /// @brief Chrome trace-event JSON (`{"traceEvents": [...]}`, opens in Perfetto and
 /// chrome://tracing) of the snapshot's queue activity: one thread (`tid` = queue id, named by
@@ -52,11 +53,11 @@ void write_memory_viz_pickle(const MemorySnapshot& snapshot, const std::filesyst
 /// microseconds) per activity span. A span whose completion was not observed (`end_ns == 0`)
 /// is drawn with `dur: 0` and `args.end_observed: false`. The pool's allocated and reserved
 /// bytes are added as counter events (`ph: "C"`).
-[[nodiscard]] std::string to_chrome_trace(const MemorySnapshot& snapshot);
+[[nodiscard]] FERRY_EXPORT_API std::string to_chrome_trace(const MemorySnapshot& snapshot);
 
 /// @brief Write `to_chrome_trace(snapshot)` to `path`.
-void write_chrome_trace(const MemorySnapshot& snapshot, const std::filesystem::path& path,
-                        std::source_location where = std::source_location::current());
+FERRY_EXPORT_API void write_chrome_trace(const MemorySnapshot& snapshot, const std::filesystem::path& path,
+                                         std::source_location where = std::source_location::current());
 
 /// @brief A self-contained HTML report (inline SVG and CSS, no scripts, well-formed XML) with one
 /// column per labelled snapshot, side by side: the *active memory timeline* (allocated bytes
@@ -64,16 +65,16 @@ void write_chrome_trace(const MemorySnapshot& snapshot, const std::filesystem::p
 /// over time, from segment_alloc/segment_free) and each queue's activity, with axes, labels and
 /// a legend. The labels are typically copy strategies ("blocking", "owner_owned"). Every
 /// column's timelines are wrapped in `<g class="timeline" data-strategy="LABEL">`.
-[[nodiscard]] std::string to_html_report(
-    const std::vector<std::pair<std::string, MemorySnapshot>>& by_strategy);
+[[nodiscard]] FERRY_EXPORT_API std::string to_html_report(
+                     const std::vector<std::pair<std::string, MemorySnapshot>>& by_strategy);
 
 /// @brief Write `to_html_report(by_strategy)` to `path`.
-void write_html_report(const std::vector<std::pair<std::string, MemorySnapshot>>& by_strategy,
-                       const std::filesystem::path& path,
-                       std::source_location where = std::source_location::current());
+FERRY_EXPORT_API void write_html_report(const std::vector<std::pair<std::string, MemorySnapshot>>& by_strategy,
+                                        const std::filesystem::path& path,
+                                        std::source_location where = std::source_location::current());
 
 /// @brief One snapshot's report (a single column labelled with the snapshot's backend).
-void write_html_report(const MemorySnapshot& snapshot, const std::filesystem::path& path,
-                       std::source_location where = std::source_location::current());
+FERRY_EXPORT_API void write_html_report(const MemorySnapshot& snapshot, const std::filesystem::path& path,
+                                        std::source_location where = std::source_location::current());
 
 }  // namespace ferry

@@ -41,6 +41,7 @@
 
 #include <source_location>
 
+#include "ferry/api.hpp"
 #include "ferry/device.hpp"
 
 namespace ferry::interop {
@@ -58,8 +59,8 @@ struct PairOptions {
 /// @brief The pair backend for two APIs: `vulkan_cuda` for (vulkan, cuda), `cuda_vulkan` for
 /// (cuda, vulkan). Errors: any pairing with HIP: `unsupported` (see the file comment); the
 /// same API twice, or a pairing without Vulkan: `invalid_argument`.
-Backend pair_backend(Backend executor, Backend owner,
-                     std::source_location where = std::source_location::current());
+FERRY_API Backend pair_backend(Backend executor, Backend owner,
+                               std::source_location where = std::source_location::current());
 
 /// @brief Open an interop pair: `Device::open` with `pair_backend(executor, owner)`,
 /// `ordinal = vulkan_ordinal` and `peer_ordinal = cuda_ordinal`.
@@ -67,7 +68,7 @@ Backend pair_backend(Backend executor, Backend owner,
 /// device is present or the driver lacks an extension listed above; `invalid_argument` when
 /// the two devices are different GPUs (UUIDs differ; both are named) or an ordinal is out of
 /// range.
-Device open_pair(const PairOptions& options = {},
-                 std::source_location where = std::source_location::current());
+FERRY_API Device open_pair(const PairOptions& options = {},
+                           std::source_location where = std::source_location::current());
 
 }  // namespace ferry::interop

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/device.hpp"
 
 namespace ferry {
@@ -63,7 +64,7 @@ struct DeviceView {
 ///
 /// Move-only. Destruction without `release()` releases (stream-ordered on the owner).
 /// After release, or after the device is closed, accessors throw `invalid_argument`.
-class DeviceBuffer {
+class FERRY_API DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(DeviceBuffer&&) noexcept;
@@ -96,10 +97,9 @@ class DeviceBuffer {
   [[nodiscard]] bool valid() const noexcept;
   explicit operator bool() const noexcept { return valid(); }
 
-  explicit DeviceBuffer(std::shared_ptr<detail::BlockState> s) : state_(std::move(s)) {}
-  [[nodiscard]] const std::shared_ptr<detail::BlockState>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::access;
+  explicit DeviceBuffer(std::shared_ptr<detail::BlockState> s) : state_(std::move(s)) {}
   std::shared_ptr<detail::BlockState> state_;
 };
 
@@ -151,7 +151,7 @@ struct AllocationOptions {
 };
 
 /// @brief The device's stream-ordered memory pool. Obtained from `Device::pool()`.
-class DevicePool {
+class FERRY_API DevicePool {
  public:
   /// @brief Allocate `bytes` (> 0) owned by `owner` (a queue of this device).
   /// Errors: `invalid_argument` for 0 bytes, sizes beyond the device limit, a null queue or a
@@ -177,9 +177,10 @@ class DevicePool {
 
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
-  explicit DevicePool(detail::DeviceState* device) : device_(device) {}
 
  private:
+  friend struct detail::access;
+  explicit DevicePool(detail::DeviceState* device) : device_(device) {}
   detail::DeviceState* device_;
 };
 
@@ -187,7 +188,7 @@ class DevicePool {
 ///
 /// Move-only; the memory stays alive while any enqueued copy still uses it, even if this
 /// handle is destroyed first (the copy holds a reference until its point is reached).
-class HostBuffer {
+class FERRY_API HostBuffer {
  public:
   HostBuffer() = default;
   HostBuffer(HostBuffer&&) noexcept = default;
@@ -208,15 +209,14 @@ class HostBuffer {
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
   explicit operator bool() const noexcept { return valid(); }
 
-  explicit HostBuffer(std::shared_ptr<detail::HostAllocation> s) : state_(std::move(s)) {}
-  [[nodiscard]] const std::shared_ptr<detail::HostAllocation>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::access;
+  explicit HostBuffer(std::shared_ptr<detail::HostAllocation> s) : state_(std::move(s)) {}
   std::shared_ptr<detail::HostAllocation> state_;
 };
 
 /// @brief Pinned host memory of a device. Obtained from `Device::host_pool()`.
-class HostPool {
+class FERRY_API HostPool {
  public:
   /// @brief Allocate `bytes` (> 0) of pinned host memory. Errors: `invalid_argument` for 0 or
   /// absurd sizes, `out_of_memory` when the backend cannot pin more.
@@ -233,9 +233,10 @@ class HostPool {
 
   HostPool(const HostPool&) = delete;
   HostPool& operator=(const HostPool&) = delete;
-  explicit HostPool(detail::DeviceState* device) : device_(device) {}
 
  private:
+  friend struct detail::access;
+  explicit HostPool(detail::DeviceState* device) : device_(device) {}
   detail::DeviceState* device_;
 };
 

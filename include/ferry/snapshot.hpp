@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
@@ -31,7 +32,7 @@ enum class PoolEventKind : std::uint8_t {
 };
 
 /// @brief Stable name of an event kind ("alloc", "free_requested", ...).
-std::string_view to_string(PoolEventKind kind) noexcept;
+FERRY_API std::string_view to_string(PoolEventKind kind) noexcept;
 
 /// @brief One recorded pool event.
 struct PoolEvent {
@@ -51,7 +52,7 @@ enum class BlockStateKind : std::uint8_t {
 };
 
 /// @brief Stable name of a block state ("active_allocated", ...).
-std::string_view to_string(BlockStateKind kind) noexcept;
+FERRY_API std::string_view to_string(BlockStateKind kind) noexcept;
 
 /// @brief One block of a segment.
 struct SnapshotBlock {
@@ -103,10 +104,10 @@ struct MemorySnapshot {
 };
 
 /// @brief The documented JSON form (schema: tools/snapshot.schema.json).
-std::string to_json(const MemorySnapshot& snapshot);
+FERRY_API std::string to_json(const MemorySnapshot& snapshot);
 
 /// @brief Write `to_json(snapshot)` to `path`; `backend_error` naming the path on I/O failure.
-void write_json(const MemorySnapshot& snapshot, const std::filesystem::path& path,
-                std::source_location where = std::source_location::current());
+FERRY_API void write_json(const MemorySnapshot& snapshot, const std::filesystem::path& path,
+                          std::source_location where = std::source_location::current());
 
 }  // namespace ferry

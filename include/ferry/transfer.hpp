@@ -98,6 +98,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/device.hpp"
 #include "ferry/pool.hpp"
 
@@ -111,7 +112,7 @@ struct TransferState;
 enum class CopyMode : std::uint8_t { blocking, executor_owned, preallocated, owner_owned };
 
 /// @brief Lower-case name of a copy mode.
-std::string_view to_string(CopyMode mode) noexcept;
+FERRY_API std::string_view to_string(CopyMode mode) noexcept;
 
 /// @brief Options of a Transfer.
 struct TransferOptions {
@@ -192,7 +193,7 @@ struct UploadOptions {
   bool overlap = false;
   /// Enqueue `owner.wait(ready)` (and any queue-family acquire) in the call. When false, place
   /// the wait yourself with `owner.wait(upload.ready)`; ferry's own later operations on the
-  /// buffer (run_synthetic_compute, downloads, release) are ordered after the copy either way.
+  /// buffer (copies, downloads, release) are ordered after the copy either way.
   bool owner_waits = true;
   /// Points the copy waits for before it starts (device-side), beside the implicit ordering
   /// after the destination's owner. See "Wait and signal lists" in the file comment.
@@ -220,7 +221,7 @@ struct Upload {
 };
 
 /// @brief Executes copies on a queue for buffers owned by other queues.
-class Transfer {
+class FERRY_API Transfer {
  public:
   /// @brief A transfer engine on `device` (executor = its transfer queue unless given).
   explicit Transfer(const Device& device, TransferOptions options = {},
@@ -282,7 +283,7 @@ class Transfer {
   /// completes.
   ///  - Blocking: returns once every byte is in host memory; the destinations may then be read.
   ///  - Ordering: the copy follows the source owner's work enqueued before the call (e.g. a
-  ///    `run_synthetic_compute` that wrote it); the owner's later work (including a release)
+  ///    kernel that wrote it); the owner's later work (including a release)
   ///    is ordered after the read.
   ///  - Ownership: the caller owns the destinations and must keep them alive and untouched by
   ///    other threads during the call; nothing is retained after it returns. Source ranges may
@@ -562,15 +563,5 @@ void download_structured(Transfer& transfer, const UploadBatch& batch, T& value,
 }
 
 /// @}
-
-/// @brief A synthetic compute step standing in for a model's work (benchmarks, tests):
-/// enqueued on `queue`, it reads `input` and writes `output[i] = input[i] + 1` (bytes,
-/// wrapping), making `units` passes over the data. Both buffers must be live buffers of the
-/// queue's device with the same size. A buffer owned by another queue (an executor_owned
-/// upload) is recorded as used by `queue`: its release then waits for `queue` (PyTorch's
-/// `record_stream`). `unsupported` where the backend has no kernel for it.
-void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input,
-                           const DeviceBuffer& output, std::uint32_t units = 1,
-                           std::source_location where = std::source_location::current());
 
 }  // namespace ferry

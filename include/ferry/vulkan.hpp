@@ -28,6 +28,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include "ferry/api.hpp"
 #include "ferry/device.hpp"
 
 namespace ferry::vulkan {
@@ -83,7 +84,7 @@ struct AdoptInfo {
 ///  - `unsupported`: a device below Vulkan 1.2 or without timeline semaphore support, a
 ///    loader without the needed entry points, or a ferry built without the Vulkan backend.
 /// On error nothing was created and the engine's objects are untouched.
-Device adopt_device(const AdoptInfo& info,
-                    std::source_location where = std::source_location::current());
+FERRY_API Device adopt_device(const AdoptInfo& info,
+                              std::source_location where = std::source_location::current());
 
 }  // namespace ferry::vulkan

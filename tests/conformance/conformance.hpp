@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ferry/ferry.hpp"
+#include "ferry/testing.hpp"
 
 namespace conformance {
 

@@ -10,6 +10,7 @@
 #define main readme_main  // the snippet's main() is compiled, not run
 // [readme-example-begin]
 #include <ferry/ferry.hpp>
+#include <ferry/testing.hpp>  // run_synthetic_compute: a stand-in for your kernel
 
 #include <cstdio>
 #include <cstring>

@@ -5,15 +5,17 @@
 ferry opens its backends' drivers at run time (dlopen), so nothing a consumer compiles or links
 needs vulkan.pc (or CUDA's, or HIP's). pkg-config resolves Requires.private for --cflags as
 well as for --static, so a required package that is absent makes `pkg-config --cflags ferry`
-fail outright. ferry-export.pc requires ferry.pc and nothing else: its header hands out
-libferry's types, so a consumer of ferry-export gets libferry's flags with it. Checks, in order:
+fail outright. ferry-export.pc and ferry-testkit.pc require ferry.pc and nothing else: their
+headers take libferry's types, so their consumers get libferry's flags with them. Checks, in
+order:
   1. the generated ferry.pc (meson-private) has no Requires or Requires.private line, and
-     ferry-export.pc has `Requires: ferry` only;
+     ferry-export.pc and ferry-testkit.pc have `Requires: ferry` only;
   2. with a search path holding only those files, `pkg-config --cflags --libs` succeeds for
-     ferry and for ferry-export;
+     ferry, ferry-export and ferry-testkit;
   3. after `meson install --destdir`, a consumer compiled and linked with only the staged
      ferry.pc's flags (PKG_CONFIG_SYSROOT_DIR = the staging dir) runs on the host backend, and
-     so does a consumer of ferry-export built with only ferry-export.pc's flags.
+     so do a consumer of ferry-export and one of ferry-testkit, each built with only its own
+     .pc file's flags.
 Exit 77 (skip) for a step whose tool (pkg-config, meson) is missing, after the steps before it.
 """
 import argparse
@@ -53,6 +55,7 @@ def main() -> int:
     ap.add_argument("--build-root", required=True)
     ap.add_argument("--consumer", required=True, help="the consumer's C++ source")
     ap.add_argument("--export-consumer", required=True, help="the ferry-export consumer's source")
+    ap.add_argument("--testkit-consumer", required=True, help="the ferry-testkit consumer's source")
     ap.add_argument("--meson", default="")
     ap.add_argument("cxx", nargs="+", help="the project's C++ compiler command")
     a = ap.parse_args()
@@ -65,19 +68,20 @@ def main() -> int:
     if requires:
         fail(f"{generated} requires other packages: {requires}")
     print(f"ok: {generated} has no Requires lines")
-    generated_export = os.path.join(a.build_root, "meson-private", "ferry-export.pc")
-    requires = requires_lines(generated_export)
-    if requires != [("requires", "ferry")]:
-        fail(f"{generated_export} should require ferry (publicly) and nothing else: {requires}")
-    print(f"ok: {generated_export} requires ferry only")
+    for dependent in ("ferry-export", "ferry-testkit"):
+        generated_dependent = os.path.join(a.build_root, "meson-private", dependent + ".pc")
+        requires = requires_lines(generated_dependent)
+        if requires != [("requires", "ferry")]:
+            fail(f"{generated_dependent} should require ferry (publicly) and nothing else: {requires}")
+        print(f"ok: {generated_dependent} requires ferry only")
 
     pkg_config = shutil.which("pkg-config")
     if pkg_config is None:
         print("SKIPPED: pkg-config not installed (steps 2 and 3)")
         return 77
-    for package in ("ferry", "ferry-export"):
+    for package in ("ferry", "ferry-export", "ferry-testkit"):
         run([pkg_config, "--cflags", "--libs", package], env=pkg_env(os.path.dirname(generated)))
-    print("ok: pkg-config resolves ferry and ferry-export with no other .pc file present")
+    print("ok: pkg-config resolves ferry, ferry-export and ferry-testkit with no other .pc file present")
 
     meson = a.meson or shutil.which("meson")
     if not meson:
@@ -87,12 +91,13 @@ def main() -> int:
         stage = os.path.join(tmp, "stage")
         install_staged(meson, a.build_root, stage)
         env = pkg_env(os.path.dirname(find_one(stage, "ferry.pc")), sysroot=stage)
-        for package, source in (("ferry", a.consumer), ("ferry-export", a.export_consumer)):
+        for package, source in (("ferry", a.consumer), ("ferry-export", a.export_consumer),
+                                ("ferry-testkit", a.testkit_consumer)):
             flags = run([pkg_config, "--cflags", "--libs", package], env=env).split()
             exe = os.path.join(tmp, "consumer-" + package)
             run(a.cxx + ["-std=c++20", "-Wall", "-Wextra", "-Werror", source, "-o", exe] + flags)
             run_consumer(exe, [flag[2:] for flag in flags if flag.startswith("-L")])
-    print("ok: consumers built from the installed ferry.pc and ferry-export.pc alone run")
+    print("ok: consumers built from the installed ferry.pc, ferry-export.pc and ferry-testkit.pc alone run")
     return 0
 
 

@@ -18,6 +18,7 @@
 
 #include "ferry/export.hpp"
 #include "ferry/ferry.hpp"
+#include "ferry/testing.hpp"
 
 namespace {
 

@@ -5,6 +5,7 @@
 // struct member without a default member initializer breaks the build here before it breaks
 // a consumer's; then run on the host backend.
 #include <ferry/ferry.hpp>
+#include <ferry/testing.hpp>
 #if FERRY_HAVE_VULKAN
 #include <ferry/vulkan.hpp>
 #endif
@@ -59,7 +60,6 @@ int run() {
   [[maybe_unused]] const ferry::NativeQueue native{.handle = nullptr, .family = 1};
   [[maybe_unused]] const ferry::interop::PairOptions pair{.executor = ferry::Backend::cuda,
                                                           .owner = ferry::Backend::vulkan};
-  [[maybe_unused]] const ferry::TimelinePoint reached{.value = 0};
   [[maybe_unused]] const ferry::DeviceView view{.address = 0, .size = 16};
   [[maybe_unused]] const ferry::Capabilities caps{.backend = ferry::Backend::host};
   [[maybe_unused]] const ferry::QueueBudget queue_budget{.queue_id = 1};

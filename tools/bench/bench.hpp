@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ferry/ferry.hpp"
+#include "ferry/testing.hpp"
 #include "vendor.hpp"
 
 namespace ferry_bench {
