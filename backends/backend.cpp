@@ -24,6 +24,27 @@ std::unique_ptr<Segment> BackendDevice::import_segment(const ExternalMemory&) {
               std::source_location{});
 }
 
+AdoptedRange BackendDevice::adopt_memory(const NativeMemory&, std::uint64_t) {
+  throw Error(ErrorCode::unsupported, capabilities().name + ": adopting device memory is not supported", {},
+              std::source_location{});
+}
+
+/// The checks of a pointer adoption shared by the pointer backends (host, null, CUDA/HIP):
+/// the pointer is set and no Vulkan field is.
+void require_pointer_only(const NativeMemory& native, const char* backend) {
+  if (native.vulkan_buffer != 0 || native.vulkan_offset != 0 || native.vulkan_buffer_size != 0) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(backend) + " memory is addressed by NativeMemory::pointer; the vulkan_* fields "
+                                       "describe a VkBuffer, which this backend cannot address",
+                {}, std::source_location{});
+  }
+  if (native.pointer == 0) {
+    throw Error(ErrorCode::invalid_argument, std::string("NativeMemory::pointer is null (") + backend +
+                                                 " adopts a pointer)",
+                {}, std::source_location{});
+  }
+}
+
 int no_devices() noexcept { return 0; }
 
 void fail_not_built(const char* name, const char* option) {

@@ -41,6 +41,17 @@ struct Segment {
   std::uint64_t address = 0;  ///< device VA (CUDA/HIP), host pointer (host), 0 or BDA (Vulkan)
   void* native = nullptr;     ///< backend handle (Vulkan: VkBuffer), or the base pointer
   void* backend_data = nullptr;  ///< backend private (e.g. Vulkan VkDeviceMemory record)
+  /// Backend private data the segment itself owns (adopted ranges: freed with the segment,
+  /// with no backend call, so it may outlive the device); `backend_data` points into it.
+  std::shared_ptr<void> owned_data{};
+};
+
+/// An engine's range adopted by a backend (BackendDevice::adopt_memory): a segment that
+/// describes it (never passed to free_segment: the engine frees the memory) and the range's
+/// offset in it.
+struct AdoptedRange {
+  std::unique_ptr<Segment> segment;
+  std::uint64_t offset = 0;
 };
 
 /// A segment that is a plain allocation at `base` (CUDA/HIP device pointers, host memory): its
@@ -211,6 +222,12 @@ class BackendDevice {
   /// Interop: another API also signals and waits on this device's semaphores (Vulkan: the
   /// validation layer cannot see those operations; see vulkan_device.cpp). Default: nothing.
   virtual void note_external_signals() {}
+  /// Optional: describe an engine's memory (Device::adopt_memory). The front end checked the
+  /// backend-neutral rules (size > 0, 4-byte aligned start, no wrap-around); the backend
+  /// checks which fields of `native` it can address and what its driver can tell (device of
+  /// a pointer, size of a VkBuffer), throwing `invalid_argument` naming them. Default
+  /// (backend.cpp): `unsupported`.
+  virtual AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes);
   /// Alignment that register_host needs for pointer and size (1 = any).
   [[nodiscard]] virtual std::uint64_t host_registration_alignment() const { return 1; }
 };
@@ -253,6 +270,10 @@ struct BackendDescriptor {
   /// ignores peer_ordinal.
   int (*peer_count)() noexcept = nullptr;
 };
+
+/// For pointer backends' adopt_memory: `invalid_argument` unless `native.pointer` is set and
+/// no vulkan_* field is (`backend` names the backend in the message).
+void require_pointer_only(const NativeMemory& native, const char* backend);
 
 /// For stubs: a `count` for a backend that was not built.
 int no_devices() noexcept;

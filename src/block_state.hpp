@@ -46,6 +46,10 @@ struct BlockState {
   std::shared_ptr<OwedAcquire> owed;  // the acquire of the last release of the range, if any
   std::string tag;
   bool released = false;
+  /// Adopted memory (Device::adopt_memory): `segment` is `adopted_segment`, the backend's
+  /// description of the engine's range, owned here and never in the pool's allocator.
+  bool adopted = false;
+  std::unique_ptr<Segment> adopted_segment;
 };
 
 }  // namespace ferry::detail

@@ -352,46 +352,57 @@ TimelinePoint free_point(detail::BlockState& b, const TimelinePoint& extra) {
   return p;
 }
 
-// Return `b` to the pool at its free point. When the free point cannot be enqueued (a lost
-// device), nothing would order a later user of the memory after work that may still use it:
-// the block stays allocated, held by the pool until the device closes, the handle becomes
-// inert, and the error goes to the caller.
-void release_at_free_point(detail::DeviceState& d, const std::shared_ptr<detail::BlockState>& b,
-                           const TimelinePoint& extra) {
+// Return `b` to the pool at its free point; returns the point. When the free point cannot be
+// enqueued (a lost device), nothing would order a later user of the memory after work that
+// may still use it: the block stays allocated, held by the pool until the device closes, the
+// handle becomes inert, and the error goes to the caller.
+// Adopted memory never enters the pool: its free point is the release point handed to the
+// engine, and a failure leaves only an inert handle (the engine learns of the lost device
+// from the error and owns the memory).
+TimelinePoint release_at_free_point(detail::DeviceState& d, const std::shared_ptr<detail::BlockState>& b,
+                                    const TimelinePoint& extra) {
   TimelinePoint point;
   try {
     point = free_point(*b, extra);
   } catch (...) {
-    std::lock_guard lock(d.pool.mutex);
-    d.pool.quarantined.push_back(b);
+    if (!b->adopted) {
+      std::lock_guard lock(d.pool.mutex);
+      d.pool.quarantined.push_back(b);
+    }
     b->released = true;
     throw;
   }
-  detail::pool_release(d, *b, point);
+  if (b->adopted) {
+    b->released = true;
+  } else {
+    detail::pool_release(d, *b, point);
+  }
+  return point;
 }
 }  // namespace
 
-void DeviceBuffer::release(std::source_location where) {
+TimelinePoint DeviceBuffer::release(std::source_location where) {
   FERRY_REQUIRE(state_ != nullptr, "DeviceBuffer::release", "null or moved-from buffer", where);
   auto d = state_->device.lock();
   if (!d || d->closed.load()) {
     state_->released = true;  // inert after close: the segment is gone already
-    return;
+    return {};
   }
   FERRY_REQUIRE(!state_->released, "DeviceBuffer::release", "the buffer was already released (double release)", where);
-  release_at_free_point(*d, state_, {});
+  return release_at_free_point(*d, state_, {});
 }
 
-void DeviceBuffer::release_after(const TimelinePoint& point, std::source_location where) {
+TimelinePoint DeviceBuffer::release_after(const TimelinePoint& point, std::source_location where) {
   auto& b = live_block(state_, "DeviceBuffer::release_after", where);
-  if (point.empty()) {  // an empty point counts as reached: a plain release
-    release(where);
-    return;
-  }
+  if (point.empty()) return release(where);  // an empty point counts as reached: a plain release
   FERRY_REQUIRE(detail::access::semaphore(point)->device_id == b.device_id, "DeviceBuffer::release_after",
           "the point's semaphore belongs to another device", where);
   auto d = b.device.lock();
-  release_at_free_point(*d, state_, point);
+  return release_at_free_point(*d, state_, point);
+}
+
+bool DeviceBuffer::adopted(std::source_location where) const {
+  return live_block(state_, "DeviceBuffer::adopted", where).adopted;
 }
 
 // ---- DevicePool --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ void TransferState::ensure_staging(DeviceState& d, const std::source_location& w
 }
 
 void TransferState::staged_h2d(const std::vector<StreamPiece>& pieces, std::uint64_t total, const BlockState& b,
-                const std::source_location& where) {
+                const std::source_location& where, std::uint64_t base) {
   const planning::Geometry g = geometry(total);
   const CopyPlan plan = plan_copies(pieces, total, g, true);
   const std::uint64_t K = g.chunks, R = g.ring_chunks;
@@ -48,7 +48,7 @@ void TransferState::staged_h2d(const std::vector<StreamPiece>& pieces, std::uint
       const std::uint64_t at = issued * g.chunk, n = std::min(g.chunk, total - at);
       Slot& slot = ring[g.buffer(issued)];
       std::lock_guard elock(exec->mutex);
-      exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + at},
+      exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + base + at},
                               HostRef{detail::access::state(slot.buffer)->memory.get(), g.offset(issued)}, n);
       exec->dirty = true;
       dma[issued] = slot.free = enqueue_mark(*exec);

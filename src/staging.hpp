@@ -83,10 +83,10 @@ struct TransferState {
   }
 
   /// Upload: pack `pieces` (stream = the batch layout, `total` bytes) through the ring into
-  /// block `b`, one DMA per chunk. Caller holds `mutex` and made the executor wait for
-  /// b.ready_after.
+  /// block `b` at `base` (stream position 0 lands at b's byte `base`), one DMA per chunk.
+  /// Caller holds `mutex` and ordered the executor's access to `b`.
   void staged_h2d(const std::vector<StreamPiece>& pieces, std::uint64_t total, const BlockState& b,
-                  const std::source_location& where);
+                  const std::source_location& where, std::uint64_t base = 0);
 
   /// Download: DMA the stream (`runs` of `b`, `total` bytes) through the ring chunk by chunk
   /// and scatter each chunk into `pieces` as soon as its DMA completes. Returns when every

@@ -425,6 +425,83 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
   return done;
 }
 
+TimelinePoint Transfer::upload_into(std::span<const HostView> views, const DeviceBuffer& destination,
+                                    std::span<const std::uint64_t> offsets, UploadOptions options,
+                                    std::source_location where) {
+  constexpr const char* fn = "Transfer::upload_into(batch)";
+  Call call(state_, fn, where);
+  auto& d = call.device();
+  auto& b = detail::checked_block(destination, &d, fn, where);
+  FERRY_REQUIRE(options.mode == CopyMode::owner_owned || options.mode == CopyMode::preallocated, fn,
+                "a batch into a given destination runs in the preallocated mode (owner_owned means the same "
+                "here), not " + std::string(to_string(options.mode)),
+                where);
+  FERRY_REQUIRE(!views.empty(), fn, "empty span of views", where);
+  FERRY_REQUIRE(views.size() <= max_batch_views, fn,
+                std::to_string(views.size()) + " views exceed the limit of " + std::to_string(max_batch_views), where);
+  FERRY_REQUIRE(offsets.size() == views.size(), fn,
+                std::to_string(offsets.size()) + " offsets for " + std::to_string(views.size()) + " views", where);
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const HostView& v = views[i];
+    FERRY_REQUIRE(v.data != nullptr, fn, "view " + std::to_string(i) + " has a null data pointer", where);
+    FERRY_REQUIRE(v.size > 0, fn, "view " + std::to_string(i) + " is empty (size 0)", where);
+    FERRY_REQUIRE(offsets[i] <= b.requested && v.size <= b.requested - offsets[i], fn,
+                  "view " + std::to_string(i) + ": range [" + std::to_string(offsets[i]) + ", +" +
+                      std::to_string(v.size) + ") exceeds the destination's " + std::to_string(b.requested) +
+                      " bytes",
+                  where);
+    FERRY_REQUIRE(state_->options.staging, fn,
+                  "view " + std::to_string(i) + " (" + std::to_string(v.size) +
+                      " bytes of host memory) is larger than the staging cap of 0 bytes: staging is disabled "
+                      "(TransferOptions::staging = false); upload a HostBuffer with upload_into instead",
+                  where);
+  }
+  // Destination ranges must not overlap (the result would depend on the DMA order): sort by
+  // offset, compare neighbours. Runs of exactly contiguous ranges become one staged stream.
+  std::vector<std::uint32_t> order(views.size());
+  for (std::size_t i = 0; i < views.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+  std::sort(order.begin(), order.end(),
+            [&](std::uint32_t x, std::uint32_t y) { return offsets[x] < offsets[y] || (offsets[x] == offsets[y] && x < y); });
+  struct Run {
+    std::uint64_t base = 0;
+    std::uint64_t total = 0;
+    std::vector<detail::planning::StreamPiece> pieces;
+  };
+  std::vector<Run> runs;
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    const std::uint32_t c = order[j];
+    if (j > 0) {
+      const std::uint32_t p = order[j - 1];
+      FERRY_REQUIRE(offsets[p] + views[p].size <= offsets[c], fn,
+                    "the destination ranges of views " + std::to_string(std::min(p, c)) + " and " +
+                        std::to_string(std::max(p, c)) + " overlap",
+                    where);
+    }
+    if (runs.empty() || runs.back().base + runs.back().total != offsets[c]) runs.push_back({offsets[c], 0, {}});
+    Run& r = runs.back();
+    // const_cast: an upload only reads through StreamPiece::host.
+    r.pieces.push_back({r.total, const_cast<std::byte*>(static_cast<const std::byte*>(views[c].data)), views[c].size});
+    r.total += views[c].size;
+  }
+  std::uint64_t total = 0;
+  for (const Run& r : runs) total += r.total;
+  call.lock();
+  auto& s = call.state();
+  s.ensure_staging(d, where);
+  // Bytes outside the views keep their contents unless the views cover the whole buffer.
+  const QueuePtr owner = call.access(b, total < b.requested);
+  try {
+    for (const Run& r : runs) s.staged_h2d(r.pieces, r.total, b, where, r.base);
+  } catch (...) {
+    (void)call.on_executor(b, owner, [](detail::QueueState&) {});  // the chunks issued still write the block
+    throw;
+  }
+  const TimelinePoint done = call.on_executor(b, owner, [](detail::QueueState&) {});
+  call.finish("copy h2d (staged, preallocated)", total, done);
+  if (options.owner_waits) detail::make_owner_wait(owner, done);
+  return done;
+}
+
 TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& destination, std::uint64_t offset,
                                  CallOptions options, std::source_location where) {
   Call call(state_, "Transfer::download", where);

@@ -507,6 +507,31 @@ class Device final : public BackendDevice {
   // sub-allocates whole segments and never remaps them, so physical/virtual separation buys
   // nothing here, and cudaMalloc has the same call under HIP. cudaFree synchronizes the
   // device: the pool frees segments only when trimming.
+  // An engine's device pointer: its first and last byte must be device (or managed) memory of
+  // this device. Both ends are asked, so a range that runs off the device's memory into host
+  // memory, or starts in another device's, is refused; a range spanning two allocations of
+  // this device cannot be told apart from one.
+  AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes) override {
+    require_pointer_only(native, FERRY_GPU_LABEL);
+    ContextGuard guard(*core_);
+    for (const std::uint64_t at : {native.pointer, native.pointer + bytes - 1}) {
+      const vendor::PointerLocation where = vendor::pointer_location(reinterpret_cast<const void*>(at));
+      const std::string which = at == native.pointer ? "first" : "last";
+      if (!where.device_memory) {
+        throw Error(ErrorCode::invalid_argument,
+                    FERRY_GPU_LABEL ": the range's " + which + " byte is not " FERRY_GPU_VENDOR " device memory",
+                    {}, std::source_location{});
+      }
+      if (where.device != core_->ordinal) {
+        throw Error(ErrorCode::invalid_argument,
+                    FERRY_GPU_LABEL ": the range's " + which + " byte is memory of device " +
+                        std::to_string(where.device) + ", not of device " + std::to_string(core_->ordinal),
+                    {}, std::source_location{});
+      }
+    }
+    return AdoptedRange{pointer_segment(reinterpret_cast<void*>(static_cast<std::uintptr_t>(native.pointer)), bytes), 0};
+  }
+
   std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) override {
     ContextGuard guard(*core_);
     void* p = nullptr;

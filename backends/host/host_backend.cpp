@@ -626,6 +626,13 @@ class HostDevice final : public BackendDevice {
     used_.fetch_sub(segment->size);
   }
 
+  // Adopted memory is any host memory the caller names; nothing to register or check beyond
+  // the pointer (the process's memory is the device's).
+  AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes) override {
+    require_pointer_only(native, "host");
+    return AdoptedRange{pointer_segment(reinterpret_cast<void*>(static_cast<std::uintptr_t>(native.pointer)), bytes), 0};
+  }
+
   std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override {
     void* p = aligned_allocate(bytes);
     if (p == nullptr) {

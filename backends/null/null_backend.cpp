@@ -140,6 +140,11 @@ class NullDevice final : public BackendDevice {
     return pointer_segment(p, bytes);
   }
   void free_segment(std::unique_ptr<Segment> segment) override { std::free(segment->native); }
+  // The null device moves no bytes: an adopted pointer is only described, never accessed.
+  AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes) override {
+    require_pointer_only(native, "null");
+    return AdoptedRange{pointer_segment(reinterpret_cast<void*>(static_cast<std::uintptr_t>(native.pointer)), bytes), 0};
+  }
 
   std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override {
     return host_memory(static_cast<std::byte*>(allocate(bytes, "host memory")), bytes, /*registered=*/false);

@@ -250,6 +250,40 @@ class PairDevice final : public BackendDevice {
     return segment;
   }
 
+  // An engine's memory seen by both APIs: its VkBuffer range for the Vulkan queues and its
+  // CUDA device pointer for the CUDA streams, each checked by its own backend. A pair cannot
+  // use one view alone: copies run on one API and the owner's work (and queue-family
+  // hand-offs, synthetic compute) on the other, and neither API can derive the other's view.
+  // The CUDA side's segment starts `offset` bytes before the pointer, so that the one block
+  // offset both sides add lands on the same byte.
+  AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes) override {
+    if (native.pointer == 0 || native.vulkan_buffer == 0) {
+      pair_fail(ErrorCode::unsupported,
+                std::string("adopted memory needs both views of one allocation: ") +
+                    (native.pointer == 0 ? "NativeMemory::pointer (the CUDA device pointer) is missing"
+                                         : "NativeMemory::vulkan_buffer (the VkBuffer) is missing") +
+                    "; the Vulkan queues address it through the VkBuffer and the CUDA streams through the "
+                    "pointer, and neither API can derive the other's view (import the memory into both)");
+    }
+    NativeMemory vulkan = native;
+    vulkan.pointer = 0;
+    const NativeMemory cuda = NativeMemory::from_pointer(reinterpret_cast<const void*>(native.pointer));
+    auto pair = std::make_shared<PairSegment>();
+    AdoptedRange vk = side_[kVulkan]->adopt_memory(vulkan, bytes);
+    AdoptedRange cu = side_[kCuda]->adopt_memory(cuda, bytes);
+    cu.segment->address -= vk.offset;
+    cu.segment->native = static_cast<std::byte*>(cu.segment->native) - vk.offset;
+    pair->side[kVulkan] = std::move(vk.segment);
+    pair->side[kCuda] = std::move(cu.segment);
+    auto segment = std::make_unique<Segment>();
+    segment->size = pair->side[kVulkan]->size;
+    segment->address = pair->side[kCuda]->address;
+    segment->native = pair->side[kCuda]->native;
+    segment->backend_data = pair.get();
+    segment->owned_data = std::move(pair);
+    return AdoptedRange{std::move(segment), vk.offset};
+  }
+
   void free_segment(std::unique_ptr<Segment> segment) override {
     std::unique_ptr<PairSegment> pair(static_cast<PairSegment*>(segment->backend_data));
     side_[kCuda]->free_segment(std::move(pair->side[kCuda]));

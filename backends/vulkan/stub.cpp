@@ -32,3 +32,17 @@ Device adopt_device(const AdoptInfo& /*info*/, std::source_location where) {
               {}, where);
 }
 }  // namespace ferry::vulkan
+
+// native_handles returns a Vulkan struct by value, so it needs the complete type: defined where
+// the Vulkan headers are present (the only programs that can call it include them too).
+#if __has_include(<vulkan/vulkan.h>)
+#include "ferry/vulkan.hpp"
+namespace ferry::vulkan {
+NativeHandles native_handles(const Device& /*device*/, std::source_location where) {
+  throw Error(ErrorCode::unsupported,
+              "vulkan::native_handles: ferry was built without the vulkan backend (reconfigure with meson "
+              "-Dvulkan=enabled)",
+              {}, where);
+}
+}  // namespace ferry::vulkan
+#endif

@@ -688,6 +688,53 @@ std::unique_ptr<Segment> VulkanDevice::allocate_exported_segment(std::uint64_t b
   return wrap_segment(std::move(record), bytes);
 }
 
+// An engine's VkBuffer range. The front end checked the neutral rules; here: the fields a
+// Vulkan device addresses, the range against the stated buffer size, and that size against
+// what the buffer's memory requirements report (vkGetBufferMemoryRequirements reports at least
+// the size the buffer was created with, so a larger stated size cannot be right). The record
+// belongs to the segment (Segment::owned_data) and destroys nothing: the buffer is the
+// engine's.
+AdoptedRange VulkanDevice::adopt_memory(const NativeMemory& native, std::uint64_t bytes) {
+  if (native.pointer != 0) {
+    vk_fail(ErrorCode::invalid_argument,
+            "NativeMemory::pointer is set, but a Vulkan device addresses memory through a VkBuffer "
+            "(NativeMemory::vulkan_buffer; see ferry::vulkan::native_buffer)");
+  }
+  if (native.vulkan_buffer == 0) {
+    vk_fail(ErrorCode::invalid_argument, "NativeMemory::vulkan_buffer is a null VkBuffer");
+  }
+  if (native.vulkan_buffer_size == 0) {
+    vk_fail(ErrorCode::invalid_argument,
+            "NativeMemory::vulkan_buffer_size is 0: state the size the VkBuffer was created with");
+  }
+  if (native.vulkan_offset > native.vulkan_buffer_size || bytes > native.vulkan_buffer_size - native.vulkan_offset) {
+    vk_fail(ErrorCode::invalid_argument,
+            "range [" + std::to_string(native.vulkan_offset) + ", +" + std::to_string(bytes) +
+                ") exceeds the VkBuffer's " + std::to_string(native.vulkan_buffer_size) + " bytes");
+  }
+  VkBuffer buffer = VK_NULL_HANDLE;
+  static_assert(sizeof(buffer) <= sizeof(native.vulkan_buffer));
+  std::memcpy(&buffer, &native.vulkan_buffer, sizeof(buffer));
+  VkMemoryRequirements req{};
+  vk_.vkGetBufferMemoryRequirements(device_, buffer, &req);
+  if (native.vulkan_buffer_size > req.size) {
+    vk_fail(ErrorCode::invalid_argument,
+            "NativeMemory::vulkan_buffer_size " + std::to_string(native.vulkan_buffer_size) +
+                " exceeds the VkBuffer's memory requirements (" + std::to_string(req.size) +
+                " bytes, vkGetBufferMemoryRequirements): not the size it was created with");
+  }
+  auto record = std::make_shared<VulkanAllocation>();
+  record->buffer = buffer;
+  record->sharing = native.vulkan_sharing == MemorySharing::concurrent ? VulkanAllocation::Sharing::concurrent
+                                                                       : VulkanAllocation::Sharing::exclusive;
+  auto segment = std::make_unique<Segment>();
+  segment->size = native.vulkan_buffer_size;
+  segment->native = record->buffer;
+  segment->backend_data = record.get();
+  segment->owned_data = std::move(record);
+  return AdoptedRange{std::move(segment), native.vulkan_offset};
+}
+
 void VulkanDevice::free_segment(std::unique_ptr<Segment> segment) {
   std::unique_ptr<VulkanAllocation> record(static_cast<VulkanAllocation*>(segment->backend_data));
   destroy_allocation(*record);

@@ -107,10 +107,14 @@ VkInstance create_instance(VulkanApi& vk, const VkDebugUtilsMessengerCreateInfoE
 /// The physical devices ferry numbers: those of Vulkan 1.2 or later, in enumeration order.
 std::vector<VkPhysicalDevice> usable_physical_devices(const VulkanApi& vk, VkInstance instance);
 
-/// A VkBuffer over its own VkDeviceMemory (segment or host memory record).
+/// A VkBuffer over its own VkDeviceMemory (segment or host memory record), or an engine's
+/// adopted VkBuffer (`memory` null: ferry owns neither).
 struct VulkanAllocation {
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceMemory memory = VK_NULL_HANDLE;
+  /// How the buffer is shared across queue families: as the device's segments are (`device`:
+  /// VulkanDevice::concurrent_sharing), or as an engine stated for its adopted buffer.
+  enum class Sharing : std::uint8_t { device, exclusive, concurrent } sharing = Sharing::device;
 };
 
 inline VkBuffer buffer_of(const Segment* segment) {
@@ -268,6 +272,7 @@ class VulkanDevice final : public BackendDevice {
   // Interop export (backends/pair/): opaque fds of a timeline semaphore and of a segment.
   std::unique_ptr<BackendSemaphore> create_exported_semaphore(std::uint64_t initial, int* fd) override;
   std::unique_ptr<Segment> allocate_exported_segment(std::uint64_t bytes, ExternalMemory* out) override;
+  AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes) override;
   std::uint64_t host_registration_alignment() const override {
     return host_import_ ? host_import_alignment_ : 1;
   }
@@ -277,6 +282,16 @@ class VulkanDevice final : public BackendDevice {
   [[nodiscard]] VkDevice handle() const noexcept { return device_; }
   [[nodiscard]] std::mutex& submit_mutex() noexcept { return *submit_mutex_; }
   [[nodiscard]] bool concurrent_sharing() const noexcept { return concurrent_; }
+  /// Whether `segment`'s buffer is CONCURRENT (per its record; see VulkanAllocation::sharing).
+  [[nodiscard]] bool concurrent_sharing(const Segment* segment) const noexcept {
+    const auto sharing = static_cast<const VulkanAllocation*>(segment->backend_data)->sharing;
+    return sharing == VulkanAllocation::Sharing::device ? concurrent_
+                                                        : sharing == VulkanAllocation::Sharing::concurrent;
+  }
+  [[nodiscard]] VkInstance instance() const noexcept { return instance_; }
+  [[nodiscard]] VkPhysicalDevice physical_device() const noexcept { return physical_; }
+  [[nodiscard]] std::uint32_t compute_family() const noexcept { return compute_family_; }
+  [[nodiscard]] std::uint32_t transfer_family() const noexcept { return transfer_family_; }
   [[nodiscard]] bool has_compute(std::uint32_t family) const {
     return (families_[family].queueFlags & VK_QUEUE_COMPUTE_BIT) != 0;
   }

@@ -6,7 +6,9 @@
 #include <string>
 
 #include "device_state.hpp"
+#include "handle_access.hpp"
 #include "vulkan_adopt.hpp"
+#include "vulkan_internal.hpp"
 
 namespace ferry::vulkan {
 
@@ -33,6 +35,22 @@ Device adopt_device(const AdoptInfo& info, std::source_location where) {
   }
   return detail::wrap_backend_device(std::move(backend), DeviceOptions{.backend = Backend::vulkan},
                                      where);
+}
+
+NativeHandles native_handles(const Device& device, std::source_location where) {
+  constexpr const char* fn = "vulkan::native_handles";
+  FERRY_REQUIRE(static_cast<bool>(device) && device.is_open(), fn, "null or closed device", where);
+  const auto* vk = dynamic_cast<const detail::VulkanDevice*>(detail::access::state(device)->backend.get());
+  FERRY_REQUIRE(vk != nullptr, fn,
+                "the device is not a Vulkan device (backend " + std::string(to_string(device.backend())) + ")",
+                where);
+  NativeHandles h;
+  h.instance = vk->instance();
+  h.physical_device = vk->physical_device();
+  h.device = vk->handle();
+  h.compute_family = vk->compute_family();
+  h.transfer_family = vk->transfer_family();
+  return h;
 }
 
 }  // namespace ferry::vulkan

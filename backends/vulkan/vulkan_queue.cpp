@@ -261,7 +261,8 @@ void VulkanQueue::ownership_barrier(DeviceRef range, std::uint64_t bytes, std::u
   // CONCURRENT buffers need no transfer between ferry's families, but one to or from another
   // API (VK_QUEUE_FAMILY_EXTERNAL, interop pairs) is required either way.
   const bool external = src_family == VK_QUEUE_FAMILY_EXTERNAL || dst_family == VK_QUEUE_FAMILY_EXTERNAL;
-  if (device_.concurrent_sharing() && !external) return;
+  const bool concurrent = device_.concurrent_sharing(range.segment);
+  if (concurrent && !external) return;
   std::lock_guard lock(mutex_);
   order({});
   VkBufferMemoryBarrier bb{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};
@@ -269,7 +270,7 @@ void VulkanQueue::ownership_barrier(DeviceRef range, std::uint64_t bytes, std::u
   bb.dstAccessMask = release ? 0 : VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
   bb.srcQueueFamilyIndex = src_family;
   bb.dstQueueFamilyIndex = dst_family;
-  if (device_.concurrent_sharing()) {  // external transfer of a CONCURRENT buffer: own side IGNORED
+  if (concurrent) {  // external transfer of a CONCURRENT buffer: own side IGNORED
     if (src_family != VK_QUEUE_FAMILY_EXTERNAL) bb.srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
     if (dst_family != VK_QUEUE_FAMILY_EXTERNAL) bb.dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
   }
@@ -317,6 +318,11 @@ VkDescriptorSet VulkanQueue::allocate_set() {
 // Ranges larger than maxStorageBufferRange are processed in chunks.
 bool VulkanQueue::synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) {
   if (in.offset % 4 != 0 || out.offset % 4 != 0 || !device_.has_compute(family_)) return false;
+  // The shader reads and writes whole words: a range whose last word extends past its buffer
+  // (an adopted buffer of a size not a multiple of 4) cannot be bound.
+  if ((in.offset + bytes + 3) / 4 * 4 > in.segment->size || (out.offset + bytes + 3) / 4 * 4 > out.segment->size) {
+    return false;
+  }
   const SyntheticPipeline& pipe = device_.synthetic();
   const auto& vk = device_.vk();
   const VkDeviceSize align = device_.limits().minStorageBufferOffsetAlignment;

@@ -46,6 +46,7 @@ struct access;
 }  // namespace detail
 
 class DevicePool;
+class DeviceBuffer;
 class HostPool;
 
 /// @brief The backends ferry can be built with.
@@ -229,6 +230,59 @@ struct NativeQueue {
   std::uint32_t index = 0;       ///< Vulkan queue index within the family
 };
 
+/// @brief How the queues that use an adopted `VkBuffer` share it (Vulkan's
+/// `VkBufferCreateInfo::sharingMode`, as the engine created the buffer). Ignored elsewhere.
+enum class MemorySharing : std::uint8_t {
+  /// `VK_SHARING_MODE_EXCLUSIVE`: ferry transfers queue-family ownership of the range between
+  /// the owner's and the executor's families around every copy, exactly as for pool buffers.
+  exclusive,
+  /// `VK_SHARING_MODE_CONCURRENT`, created with (at least) the families of the owner queue and
+  /// of every executing queue in `pQueueFamilyIndices`: no ownership transfer.
+  concurrent,
+};
+
+/// @brief An engine's own device memory, as the backend addresses it (see
+/// `Device::adopt_memory`). A vendor-free description: each backend reads the fields it can
+/// address and refuses the others (`invalid_argument`).
+///
+///  - host, null: `pointer` is a host pointer (`std::malloc`, an aligned allocation, ...).
+///  - CUDA/HIP: `pointer` is a device pointer of the device (`CUdeviceptr`, a `cudaMalloc` /
+///    `hipMalloc` / pool / caching-allocator pointer, cast to an integer).
+///  - Vulkan: `vulkan_buffer` is a `VkBuffer` of the device's `VkDevice` (cast to an integer;
+///    `ferry::vulkan::native_buffer` in vulkan.hpp fills these fields from Vulkan types); the
+///    adopted range starts at `vulkan_offset`; `vulkan_buffer_size` is the size the buffer was
+///    created with (`VkBufferCreateInfo::size`), against which the range is checked;
+///    `vulkan_sharing` states its sharing mode. A VMA sub-allocation is its block's VkBuffer
+///    at the allocation's offset.
+///  - interop pairs: both views of one allocation: `vulkan_buffer` (and its fields) for the
+///    Vulkan queues, and `pointer` for the CUDA streams: the CUDA device pointer of the byte at
+///    `vulkan_offset` (the engine's import of the same memory into CUDA).
+struct NativeMemory {
+  std::uint64_t pointer = 0;                 ///< host / CUDA / HIP pointer; 0 = none
+  std::uint64_t vulkan_buffer = 0;           ///< VkBuffer handle; 0 = none
+  std::uint64_t vulkan_offset = 0;           ///< start of the range in `vulkan_buffer`
+  std::uint64_t vulkan_buffer_size = 0;      ///< VkBufferCreateInfo::size of `vulkan_buffer`
+  MemorySharing vulkan_sharing = MemorySharing::exclusive;  ///< its sharing mode
+
+  /// @brief A host or CUDA/HIP pointer (`pointer`).
+  [[nodiscard]] static NativeMemory from_pointer(const void* p) noexcept {
+    NativeMemory m;
+    m.pointer = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+    return m;
+  }
+};
+
+/// @brief Options of `Device::adopt_memory`.
+struct AdoptOptions {
+  /// The engine's point after which ferry may access the memory (its last use before the
+  /// adoption on another queue than the owner, or by the host; a TimelineSemaphore the engine
+  /// signals). Empty (the default): only the owner queue's work enqueued so far, which ferry
+  /// waits for anyway. The first access by any queue, ferry's or the owner's through ferry,
+  /// waits for it on the device.
+  TimelinePoint ready_after{};
+  std::string tag{};  ///< label for reports
+};
+
 /// @brief One device opened through one backend.
 ///
 /// Owns: the queues it created, its device pool and host pool. Closing (explicit `close()`, or
@@ -284,6 +338,59 @@ class FERRY_API Device {
   /// family must support the role (`invalid_argument` naming them).
   Queue adopt_queue(QueueRole role, const NativeQueue& native, std::string name = {},
                     std::source_location where = std::source_location::current());
+  /// @brief Adopt an engine's own device memory (its allocator's: VMA, CUDA pools, PyTorch's
+  /// caching allocator) as a `DeviceBuffer` of `size` bytes owned by `owner`, for ferry's
+  /// transfers. Include ferry/pool.hpp to use the result.
+  ///
+  /// Ownership: ferry never frees adopted memory and holds no reference to it beyond the
+  /// buffer; the engine keeps it allocated until the buffer's release point (below) is
+  /// reached. The buffer is not pool memory: it is not counted in `DevicePool` budgets,
+  /// statistics or snapshots, and the pool never reuses, splits or trims it.
+  ///
+  /// Ordering: the protocol of pool memory (transfer.hpp). Every copy into or out of the
+  /// range waits on the device for the owner's work enqueued before the call (and, for the
+  /// first access, `options.ready_after`); with `UploadOptions::owner_waits` the owner waits
+  /// for the copy. The contents are kept: ferry treats the memory as written by the owner.
+  /// On Vulkan, an `exclusive` buffer's range must be owned by the owner queue's family when
+  /// adopted (or never used by a queue); ferry moves it to the executor's family and back
+  /// around each copy, and it is the owner family's again at the release point.
+  ///
+  /// End of use: `DeviceBuffer::release()` (or `release_after`) ends ferry's use and returns
+  /// the release point: once it is reached, every ferry copy and access of the range has
+  /// completed and the engine may reuse or free the memory. Work the engine enqueues on the
+  /// owner queue after the release call is already ordered after it; other queues and the
+  /// host wait for the point. Destroying the buffer without `release()` ends the use the same
+  /// way (the point is then that of `owner.mark()` taken after the destruction). After
+  /// `Device::close()` nothing of ferry's is in flight: the memory is free to reuse.
+  ///
+  /// Rules and errors (`invalid_argument`, naming the value, at the caller's `where`):
+  ///  - `size` > 0; `owner` a live queue of this device; `options.ready_after` empty or a
+  ///    point of this device;
+  ///  - the start (`pointer`, or `vulkan_offset` on Vulkan) is a multiple of 4 bytes: device
+  ///    kernels (`run_synthetic_compute`) and Vulkan storage-buffer access address 32-bit
+  ///    words; the size may be any number of bytes;
+  ///  - the backend's field is set (`pointer` on host/CUDA/HIP, `vulkan_buffer` on Vulkan,
+  ///    both on a pair) and no field it cannot address;
+  ///  - `pointer` + `size` does not wrap around the address space;
+  ///  - CUDA/HIP: the first and the last byte are device (or managed) memory of this device
+  ///    (`cudaPointerGetAttributes`), else `invalid_argument` naming the device it is of;
+  ///  - Vulkan: `vulkan_buffer_size` > 0, `vulkan_offset + size` <= `vulkan_buffer_size`,
+  ///    and `vulkan_buffer_size` <= the buffer's `vkGetBufferMemoryRequirements` size (a
+  ///    stated size that its memory cannot hold is not the size it was created with).
+  /// What cannot be checked is the caller's promise: the pointer or VkBuffer is live, of this
+  /// device (a VkBuffer of another VkDevice cannot be recognised), created with
+  /// TRANSFER_SRC and TRANSFER_DST usage (and STORAGE_BUFFER for `run_synthetic_compute`),
+  /// bound to memory, and of the stated sharing mode; anything else is undefined behaviour
+  /// in the driver. `unsupported`, with the reason: an interop pair given only one API's view
+  /// of the memory (and HIP, which forms no pair).
+  ///
+  /// Thread-safety: like every Device method; the returned buffer is a DeviceBuffer (see
+  /// pool.hpp). The engine must not write the range while a ferry copy into or out of it
+  /// may be in flight, nor read it while a copy into it may be, except in the order the
+  /// points give (after the copy's point, or on the owner queue after `owner_waits`).
+  DeviceBuffer adopt_memory(const NativeMemory& native, std::uint64_t size, const Queue& owner,
+                            AdoptOptions options = {},
+                            std::source_location where = std::source_location::current());
   /// @brief Create a timeline semaphore starting at `initial`.
   TimelineSemaphore create_semaphore(std::uint64_t initial = 0,
                                      std::source_location where = std::source_location::current());

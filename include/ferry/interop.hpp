@@ -24,6 +24,14 @@
 ///    Vulkan queue releases a range to `VK_QUEUE_FAMILY_EXTERNAL` when a CUDA stream uses it
 ///    next and acquires it back from there, in the same protocol as between Vulkan families.
 ///
+///  - **adopted memory** (`Device::adopt_memory`): a pair addresses a range from both APIs, so
+///    `NativeMemory` gives both views of one allocation the engine imported into both: the
+///    `VkBuffer` range (`vulkan_buffer`, `vulkan_offset`, `vulkan_buffer_size`,
+///    `vulkan_sharing`) and the CUDA device pointer of its first byte (`pointer`), each checked
+///    by its API's backend. One view alone is `unsupported` (neither API can derive the
+///    other's). The buffer must allow the hand-off to `VK_QUEUE_FAMILY_EXTERNAL` that ferry
+///    records for it, as pool buffers do (created for external memory).
+///
 /// Everything else (the pool, upload modes, batches, staging, snapshots) is the same front end
 /// as on one API; `Device::host_waits()` shows that a steady-state loop never blocks the host.
 ///

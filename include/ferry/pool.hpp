@@ -60,7 +60,8 @@ struct DeviceView {
   std::uint64_t size = 0;     ///< bytes
 };
 
-/// @brief RAII handle to a block of pooled device memory with an owner queue.
+/// @brief RAII handle to a block of pooled device memory with an owner queue, or to an
+/// engine's memory adopted with `Device::adopt_memory` (which ferry never frees).
 ///
 /// Move-only. Destruction without `release()` releases (stream-ordered on the owner).
 /// After release, or after the device is closed, accessors throw `invalid_argument`.
@@ -83,16 +84,25 @@ class FERRY_API DeviceBuffer {
   /// (the previous owner's free point; empty when the block was already free for everyone).
   [[nodiscard]] TimelinePoint ready_after(std::source_location where = std::source_location::current()) const;
   /// @brief Stream-ordered free on the owner queue (see the pool contract). Releasing twice,
-  /// or a moved-from/null buffer, throws `invalid_argument`.
-  void release(std::source_location where = std::source_location::current());
+  /// or a moved-from/null buffer, throws `invalid_argument`. Returns the free point: the
+  /// owner's point after every use of the buffer enqueued so far (ferry's copies included).
+  /// For adopted memory (`Device::adopt_memory`) this ends ferry's use and the returned point
+  /// is the release point: once reached, the engine may reuse or free the memory; nothing
+  /// returns to the pool. After `Device::close()` the call only makes the handle inert and
+  /// returns an empty point (every use has completed).
+  TimelinePoint release(std::source_location where = std::source_location::current());
   /// @brief Stream-ordered free after `point`: the owner queue waits for `point` (GPU-side,
   /// host not blocked), then the block is released at the owner's next point, exactly as
   /// `release()` would. Use it when another queue or the host still uses the buffer up to
   /// `point`. (`CopyMode::executor_owned` models PyTorch's `record_stream` differently: the
   /// block stays unusable for its owner until the consuming queue's point is reached.)
-  /// An empty `point` counts as reached: the call is then exactly `release()`.
-  void release_after(const TimelinePoint& point,
-                     std::source_location where = std::source_location::current());
+  /// An empty `point` counts as reached: the call is then exactly `release()`. Returns the
+  /// free point (adopted memory: the release point), which follows `point`.
+  TimelinePoint release_after(const TimelinePoint& point,
+                              std::source_location where = std::source_location::current());
+  /// @brief Whether the buffer wraps an engine's memory (`Device::adopt_memory`) rather than
+  /// a pool block. Throws `invalid_argument` for a released or null buffer.
+  [[nodiscard]] bool adopted(std::source_location where = std::source_location::current()) const;
   /// @brief Whether this handle holds a live block.
   [[nodiscard]] bool valid() const noexcept;
   explicit operator bool() const noexcept { return valid(); }
@@ -104,6 +114,8 @@ class FERRY_API DeviceBuffer {
 };
 
 /// @brief Cheap pool statistics (`get_budget`): read under the pool mutex, O(queues).
+/// Pool statistics, budgets and snapshots count pool memory only: adopted memory
+/// (`Device::adopt_memory`) is the engine's and appears in none of them.
 struct QueueBudget {
   std::uint32_t queue_id = 0;          ///< the owner queue
   std::string queue_name{};            ///< its name

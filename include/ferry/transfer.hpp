@@ -23,6 +23,11 @@
 ///    Kept to reproduce the problem; its released blocks are stranded for the owner.
 ///  - `preallocated`: the caller supplies the destination (`upload_into`).
 ///
+/// Adopted memory (`Device::adopt_memory`) is a DeviceBuffer like a pool buffer: every entry
+/// point that takes a DeviceBuffer (`upload_into`, the downloads, `copy`,
+/// `run_synthetic_compute`) takes it, under the same ordering. The entry points that allocate
+/// (`upload`) always allocate from the pool.
+///
 /// ## Wait and signal lists
 /// Every call that enqueues work (every `upload`, `upload_into`, every `download`, `copy`)
 /// takes a list of points to wait on and a list of points to signal (`UploadOptions::wait`
@@ -263,6 +268,20 @@ class FERRY_API Transfer {
   /// `owner_waits`. `source.size()` must be <= `destination.size()`.
   TimelinePoint upload_into(const HostBuffer& source, const DeviceBuffer& destination,
                             UploadOptions options = {},
+                            std::source_location where = std::source_location::current());
+  /// @brief Batch upload into a caller-supplied destination (`preallocated`): view i is
+  /// copied to `offsets[i]` of `destination` (a pool buffer or adopted memory), through the
+  /// pinned staging ring, with one DMA per chunk of each run of views whose destination
+  /// ranges are contiguous. Bytes of `destination` outside the views' ranges are kept. Sources
+  /// may be reused when the call returns. Ordering as `upload_into`: the executor waits for
+  /// the destination owner's work enqueued so far; the owner waits for the copy when
+  /// `owner_waits`. Returns the point at which every view is copied.
+  /// Errors (`invalid_argument`, naming the view index; nothing is enqueued): an empty span,
+  /// more than `max_batch_views` views, counts of views and offsets that differ, a null or
+  /// empty view, a range outside the destination, two destination ranges that overlap,
+  /// staging disabled, a mode other than `owner_owned`/`preallocated` (both mean this).
+  TimelinePoint upload_into(std::span<const HostView> views, const DeviceBuffer& destination,
+                            std::span<const std::uint64_t> offsets, UploadOptions options = {},
                             std::source_location where = std::source_location::current());
   /// @brief Copy a device buffer into pinned/registered host memory at `offset`. The executor
   /// waits for the source owner's work enqueued so far; the owner's later work (including a

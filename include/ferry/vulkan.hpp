@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /// @file vulkan.hpp
-/// @brief Adopting an engine's own Vulkan device, so an engine never has to let ferry create it.
+/// @brief Adopting an engine's own Vulkan device, so an engine never has to let ferry create it,
+/// and describing its `VkBuffer`s for `Device::adopt_memory`.
 ///
 /// This header includes `<vulkan/vulkan.h>` (Vulkan 1.2 or newer); the rest of ferry's public
 /// headers are vendor-free. Check `FERRY_HAVE_VULKAN` (ferry/config.hpp) or
@@ -24,6 +25,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <cstring>
 #include <source_location>
 
 #include <vulkan/vulkan.h>
@@ -86,5 +88,40 @@ struct AdoptInfo {
 /// On error nothing was created and the engine's objects are untouched.
 FERRY_API Device adopt_device(const AdoptInfo& info,
                               std::source_location where = std::source_location::current());
+
+/// @brief The Vulkan objects of a ferry device (opened or adopted), for an engine or a test
+/// that creates its own objects on the same `VkDevice` (buffers to adopt with
+/// `Device::adopt_memory`, a VMA allocator). ferry owns what it created: never destroy them.
+struct NativeHandles {
+  VkInstance instance = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_device = VK_NULL_HANDLE;
+  VkDevice device = VK_NULL_HANDLE;
+  std::uint32_t compute_family = 0;   ///< the default compute (owner) queue's family
+  std::uint32_t transfer_family = 0;  ///< the default transfer (executor) queue's family
+};
+
+/// @brief The handles of `device`. Errors: `invalid_argument` for a null or closed device, or
+/// a device of another backend (interop pairs included); `unsupported` in a build without the
+/// Vulkan backend. Thread-safety: like every Device method.
+FERRY_API NativeHandles native_handles(const Device& device,
+                                       std::source_location where = std::source_location::current());
+
+/// @brief Describe a range of an engine's `VkBuffer` for `Device::adopt_memory`: `offset`
+/// into `buffer`, which was created with `buffer_size` bytes (`VkBufferCreateInfo::size`)
+/// and `sharing` (its `sharingMode`; for `MemorySharing::concurrent`, with the families of the
+/// owner queue and of every executing queue). A VMA allocation is
+/// `native_buffer(info.buffer-of-its-block, info.offset, block size, ...)`; for a dedicated
+/// buffer, offset 0 and the buffer's size. Checked by `adopt_memory`, not here.
+[[nodiscard]] inline NativeMemory native_buffer(VkBuffer buffer, VkDeviceSize offset, VkDeviceSize buffer_size,
+                                                MemorySharing sharing = MemorySharing::exclusive) noexcept {
+  NativeMemory m;
+  static_assert(sizeof(buffer) <= sizeof(m.vulkan_buffer));
+  // A pointer on 64-bit ABIs, a 64-bit integer elsewhere: its bytes either way.
+  std::memcpy(&m.vulkan_buffer, &buffer, sizeof(buffer));
+  m.vulkan_offset = offset;
+  m.vulkan_buffer_size = buffer_size;
+  m.vulkan_sharing = sharing;
+  return m;
+}
 
 }  // namespace ferry::vulkan

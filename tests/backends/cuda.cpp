@@ -2,6 +2,7 @@
 // The conformance suite on the CUDA backend (see gpu.hpp).
 #define FERRY_TEST_GPU cuda
 #define FERRY_TEST_GPU_NAME "cuda"
+#define FERRY_TEST_GPU_FOREIGN cuda_foreign_memory
 #include "gpu.hpp"
 
 // ---- CUDA only: the engine's context binding ---------------------------------------------
@@ -96,4 +97,22 @@ CONFORMANCE_CASE("cuda: calls leave the calling thread's context binding as they
     CHECK(set_current(saved) == CUDA_SUCCESS);
     CHECK(destroy(engine) == CUDA_SUCCESS);
   }
+}
+
+// ---- The engine's own device memory (adopt.cpp): cudaMalloc on the device under test -----
+
+std::unique_ptr<conformance::ForeignMemory> cuda_foreign_memory(Device& device, std::uint64_t bytes) {
+  int previous = 0;
+  REQUIRE(cudaGetDevice(&previous) == cudaSuccess);
+  REQUIRE(cudaSetDevice(conformance::options().ordinal) == cudaSuccess);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  REQUIRE(cudaSetDevice(previous) == cudaSuccess);
+  REQUIRE_MESSAGE(e == cudaSuccess, cudaGetErrorString(e));
+  (void)device;
+  auto m = std::make_unique<conformance::ForeignMemory>();
+  m->native = NativeMemory::from_pointer(p);
+  m->size = bytes;
+  m->free = [p] { (void)cudaFree(p); };
+  return m;
 }

@@ -9,6 +9,12 @@
 
 using namespace ferry;
 
+#ifdef FERRY_TEST_GPU_FOREIGN
+/// The engine's own device memory for the adopted-memory cases, allocated with the vendor's
+/// calls by the including file (which has the vendor's headers and library).
+std::unique_ptr<conformance::ForeignMemory> FERRY_TEST_GPU_FOREIGN(Device& device, std::uint64_t bytes);
+#endif
+
 CONFORMANCE_CASE(FERRY_TEST_GPU_NAME ": capabilities describe a GPU") {
   Device dev = conformance::open_device();
   const Capabilities& caps = dev.capabilities();
@@ -33,5 +39,8 @@ int main(int argc, char** argv) {
   const Backend backend = Backend::FERRY_TEST_GPU;
   if (int skip = conformance::presence_check(backend)) return skip;
   conformance::configure({.backend = backend, .validation = false});
+#ifdef FERRY_TEST_GPU_FOREIGN
+  conformance::set_foreign_allocator(&FERRY_TEST_GPU_FOREIGN);
+#endif
   return conformance::run(argc, argv);
 }

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -389,6 +390,76 @@ bool validation_layer_present() {
 
 }  // namespace
 
+namespace {
+
+/// The engine's own VkBuffer on ferry's VkDevice, as an allocator such as VMA would make it: a
+/// buffer larger than the range, bound to memory of its own, the range 256 bytes in (a
+/// sub-allocation's offset). Host-visible memory when the device has a device-local type that
+/// is (lavapipe: all memory), so the case can look at it as the engine would; else device-local.
+std::unique_ptr<conformance::ForeignMemory> allocate_foreign(Device& dev, std::uint64_t bytes) {
+  static void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+  REQUIRE((gipa != nullptr));
+  const vulkan::NativeHandles h = vulkan::native_handles(dev);
+  auto gdpa = reinterpret_cast<PFN_vkGetDeviceProcAddr>(gipa(h.instance, "vkGetDeviceProcAddr"));
+  auto memory_properties = reinterpret_cast<PFN_vkGetPhysicalDeviceMemoryProperties>(
+      gipa(h.instance, "vkGetPhysicalDeviceMemoryProperties"));
+  REQUIRE((gdpa != nullptr && memory_properties != nullptr));
+  auto create_buffer = reinterpret_cast<PFN_vkCreateBuffer>(gdpa(h.device, "vkCreateBuffer"));
+  auto destroy_buffer = reinterpret_cast<PFN_vkDestroyBuffer>(gdpa(h.device, "vkDestroyBuffer"));
+  auto requirements = reinterpret_cast<PFN_vkGetBufferMemoryRequirements>(gdpa(h.device, "vkGetBufferMemoryRequirements"));
+  auto allocate = reinterpret_cast<PFN_vkAllocateMemory>(gdpa(h.device, "vkAllocateMemory"));
+  auto free_memory = reinterpret_cast<PFN_vkFreeMemory>(gdpa(h.device, "vkFreeMemory"));
+  auto bind = reinterpret_cast<PFN_vkBindBufferMemory>(gdpa(h.device, "vkBindBufferMemory"));
+  auto map = reinterpret_cast<PFN_vkMapMemory>(gdpa(h.device, "vkMapMemory"));
+  REQUIRE((create_buffer && destroy_buffer && requirements && allocate && free_memory && bind && map));
+
+  constexpr VkDeviceSize kOffset = 256;
+  VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  bi.size = kOffset + (bytes + 255) / 256 * 256;
+  bi.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
+  bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  REQUIRE(create_buffer(h.device, &bi, nullptr, &buffer) == VK_SUCCESS);
+  VkMemoryRequirements req{};
+  requirements(h.device, buffer, &req);
+  VkPhysicalDeviceMemoryProperties props{};
+  memory_properties(h.physical_device, &props);
+  constexpr VkMemoryPropertyFlags kLocal = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+  constexpr VkMemoryPropertyFlags kMapped = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  std::uint32_t type = ~0u;
+  for (const VkMemoryPropertyFlags want : {kLocal | kMapped, kLocal}) {
+    for (std::uint32_t t = 0; t < props.memoryTypeCount && type == ~0u; ++t) {
+      if ((req.memoryTypeBits & (1u << t)) && (props.memoryTypes[t].propertyFlags & want) == want) type = t;
+    }
+    if (type != ~0u) break;
+  }
+  REQUIRE(type != ~0u);
+  VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  ai.allocationSize = req.size;
+  ai.memoryTypeIndex = type;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  REQUIRE(allocate(h.device, &ai, nullptr, &memory) == VK_SUCCESS);
+  REQUIRE(bind(h.device, buffer, memory, 0) == VK_SUCCESS);
+  auto m = std::make_unique<conformance::ForeignMemory>();
+  if ((props.memoryTypes[type].propertyFlags & kMapped) == kMapped) {
+    void* p = nullptr;
+    REQUIRE(map(h.device, memory, 0, VK_WHOLE_SIZE, 0, &p) == VK_SUCCESS);
+    m->host = static_cast<std::byte*>(p) + kOffset;
+  }
+  m->native = vulkan::native_buffer(buffer, kOffset, bi.size, MemorySharing::exclusive);
+  m->size = bi.size - kOffset;
+  const VkDevice device = h.device;
+  m->free = [=] {
+    destroy_buffer(device, buffer, nullptr);
+    free_memory(device, memory, nullptr);  // unmaps
+  };
+  return m;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const Backend backend = Backend::vulkan;
   if (int skip = conformance::presence_check(backend)) return skip;
@@ -399,6 +470,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   conformance::configure({.backend = backend, .validation = true});
+  conformance::set_foreign_allocator(&allocate_foreign);
   // Any validation message seen by a device fails the case that opened it.
   conformance::set_end_of_case_check([](Device& dev) {
     const std::uint64_t before_close = dev.validation_messages();

@@ -14,8 +14,19 @@ namespace {
 Config g_config;
 DeviceCheck g_check;
 std::vector<ferry::Device> g_opened;  // devices opened by the running case
+ForeignAllocator g_foreign;
 
 }  // namespace
+
+void set_foreign_allocator(ForeignAllocator allocator) { g_foreign = std::move(allocator); }
+
+std::unique_ptr<ForeignMemory> allocate_foreign(ferry::Device& device, std::uint64_t bytes) {
+  if (!g_foreign) {
+    MESSAGE("not supported: this backend's test main allocates no foreign memory");
+    return nullptr;
+  }
+  return g_foreign(device, bytes);
+}
 
 void configure(const Config& config) { g_config = config; }
 const Config& config() { return g_config; }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <source_location>
 #include <span>
 #include <string>
@@ -78,6 +79,29 @@ std::int64_t first_mismatch(std::span<const std::byte> bytes, std::uint64_t seed
 /// and transfer still work after an error.
 void check_round_trip(ferry::Device& device, ferry::Transfer& transfer,
                       std::uint64_t bytes = 4096 + 7);
+
+/// Device memory an engine allocated itself, with its vendor's calls (not ferry's pool), for
+/// the adopted-memory cases (adopt.cpp). Freed with the vendor's calls when destroyed.
+struct ForeignMemory {
+  ferry::NativeMemory native{};   ///< what `Device::adopt_memory` is given
+  std::uint64_t size = 0;         ///< bytes usable from the start of `native`
+  std::byte* host = nullptr;      ///< the engine's host view of the memory; null: none
+  std::function<void()> free{};   ///< the vendor's free
+  ForeignMemory() = default;
+  ForeignMemory(const ForeignMemory&) = delete;
+  ForeignMemory& operator=(const ForeignMemory&) = delete;
+  ~ForeignMemory() {
+    if (free) free();
+  }
+};
+
+/// Allocates foreign memory of at least `bytes` on the device under test (set by a backend's
+/// main, with its vendor's calls).
+using ForeignAllocator = std::function<std::unique_ptr<ForeignMemory>(ferry::Device&, std::uint64_t bytes)>;
+void set_foreign_allocator(ForeignAllocator allocator);
+/// Foreign memory from the backend's allocator, or null after reporting "not supported: ..."
+/// (MESSAGE) when the backend's main set none.
+std::unique_ptr<ForeignMemory> allocate_foreign(ferry::Device& device, std::uint64_t bytes);
 
 /// Holds a queue behind a host-signalled gate, so every free point it records stays pending
 /// until open(): a case whose outcome must not depend on how fast the device runs its work.

@@ -258,6 +258,29 @@ inline std::optional<int> stream_device(cudaStream_t s) {
 #endif
 }
 
+/// Where a pointer's memory lives (Device::adopt_memory): device or managed memory of device
+/// `device`, or not device memory at all.
+struct PointerLocation {
+  bool device_memory = false;
+  int device = -1;
+};
+
+/// The location of `p` (cudaPointerGetAttributes). A pointer CUDA does not know is reported as
+/// not device memory (CUDA 11+ answers such pointers with cudaMemoryTypeUnregistered; earlier
+/// runtimes with cudaErrorInvalidValue); any other failure is a device error naming the call.
+inline PointerLocation pointer_location(const void* p) {
+  cudaPointerAttributes attr{};
+  const cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (e == cudaErrorInvalidValue) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  if (e != cudaSuccess) {
+    raise_vendor_error(classify(e), "cudaPointerGetAttributes", describe(e), __FILE__, __LINE__);
+  }
+  return {attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, attr.device};
+}
+
 // ---- Interop imports (backends/pair/): a timeline semaphore and device memory of another API
 // (Vulkan), exported as opaque fds.
 

@@ -173,6 +173,30 @@ inline std::optional<int> stream_device(hipStream_t s) {
 #endif
 }
 
+/// See the CUDA shim. HIP answers a pointer it does not know with hipErrorInvalidValue.
+struct PointerLocation {
+  bool device_memory = false;
+  int device = -1;
+};
+
+inline PointerLocation pointer_location(const void* p) {
+  hipPointerAttribute_t attr{};
+  const hipError_t e = hipPointerGetAttributes(&attr, p);
+  if (e == hipErrorInvalidValue) {
+    (void)hipGetLastError();
+    return {};
+  }
+  if (e != hipSuccess) {
+    raise_vendor_error(classify(e), "hipPointerGetAttributes", describe(e), __FILE__, __LINE__);
+  }
+#if HIP_VERSION_MAJOR >= 6
+  const bool device_memory = attr.type == hipMemoryTypeDevice || attr.type == hipMemoryTypeManaged;
+#else
+  const bool device_memory = attr.memoryType == hipMemoryTypeDevice || attr.isManaged != 0;
+#endif
+  return {device_memory, attr.device};
+}
+
 // ---- Interop imports (see the CUDA shim): refused. On Linux hipImportExternalSemaphore has
 // no timeline fd type, so a HIP stream cannot wait on another API's queue on the GPU, and
 // interop::pair_backend pairs no HIP device; memory import alone would serve no pair.
