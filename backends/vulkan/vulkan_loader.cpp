@@ -130,6 +130,25 @@ VkInstance create_instance(VulkanApi& vk, const VkDebugUtilsMessengerCreateInfoE
     vk_fail(ErrorCode::unsupported, "the loader is older than Vulkan 1.2");
   }
 
+  // One instance, made on first use and never destroyed, keeps the drivers loaded for the
+  // process. The loader unloads a driver when the last instance that uses it is destroyed,
+  // and glibc never returns the static TLS that a driver library takes when it is loaded
+  // (NVIDIA's libnvidia-tls does): a process that opens and closes devices some tens of times
+  // would then fail to load the driver ("cannot allocate memory in static TLS block",
+  // vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER). Later instances reuse the loaded driver.
+  // A failure here is not reported: the instance below then fails the same way, with its
+  // error checked.
+  static const VkInstance resident = [create, loader_version] {
+    VkApplicationInfo rapp{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+    rapp.pApplicationName = "ferry (resident)";
+    rapp.apiVersion = loader_version >= VK_API_VERSION_1_3 ? VK_API_VERSION_1_3 : VK_API_VERSION_1_2;
+    VkInstanceCreateInfo rinfo{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+    rinfo.pApplicationInfo = &rapp;
+    VkInstance instance = VK_NULL_HANDLE;
+    return create(&rinfo, nullptr, &instance) == VK_SUCCESS ? instance : VK_NULL_HANDLE;
+  }();
+  (void)resident;
+
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "ferry";
   app.pEngineName = "ferry";
