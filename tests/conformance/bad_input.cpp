@@ -403,15 +403,8 @@ CONFORMANCE_CASE("bad input: errors name the caller's file and line") {
   Queue owner = dev.queue(QueueRole::compute);
   Transfer xfer(dev);
   TimelineSemaphore sem = dev.create_semaphore(5);
-#if defined(__clang__) && __clang_major__ < 17
-  // clang before 17 evaluates the consteval std::source_location::current() where a default
-  // argument is declared, not where it is used (CWG 2631), so every error names ferry's
-  // header line: only the throw is checked there.
-  constexpr bool caller_locations = false;
-  MESSAGE("clang " << __clang_major__ << ": std::source_location defaults name the declaration");
-#else
-  constexpr bool caller_locations = true;
-#endif
+  constexpr bool caller_locations = conformance::kCallerLocations;
+  if (!caller_locations) MESSAGE("std::source_location defaults name the declaration here: only the throw is checked");
   auto check_location = [](auto&& fn, std::uint_least32_t line, const char* what) {
     try {
       fn();

@@ -66,6 +66,15 @@ int run(int argc, char** argv);
 using DeviceCheck = std::function<void(ferry::Device&)>;
 void set_end_of_case_check(DeviceCheck check);
 
+#if defined(__clang__) && __clang_major__ < 17
+/// Whether a ferry::Error's where() names the caller's line. clang before 17 evaluates
+/// std::source_location::current() in a default argument where the function is declared, not
+/// where it is called (CWG 2631): there a case can check only that the call threw.
+inline constexpr bool kCallerLocations = false;
+#else
+inline constexpr bool kCallerLocations = true;
+#endif
+
 /// FERRY_TEST_SMALL=1 (sanitizer runs): use smaller sizes in the expensive cases.
 bool small();
 

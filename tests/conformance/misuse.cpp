@@ -13,13 +13,7 @@ using conformance::expect_error;
 
 namespace {
 
-#if defined(__clang__) && __clang_major__ < 17
-// clang before 17 evaluates std::source_location::current() in a default argument where the
-// function is declared, not where it is called (CWG 2631): only the throw can be checked.
-constexpr bool kCallerLocations = false;
-#else
-constexpr bool kCallerLocations = true;
-#endif
+using conformance::kCallerLocations;
 
 /// Runs `fn`, which must throw `code` from a call on line `line` of this file.
 template <class Fn>
