@@ -150,9 +150,17 @@ class BackendQueue {
                                  std::uint32_t /*units*/) {
     return false;
   }
-  /// Make enqueued work start (Vulkan: submit the recorded batch). Called by the front end
-  /// after each public call. Default: work starts when enqueued.
+  /// Make enqueued work start (Vulkan: submit what was recorded). Called by the front end
+  /// after each public call, or later when it defers submission (see defers_signals). Safe to
+  /// call from any thread at any time. Default: work starts when enqueued.
   virtual void flush() {}
+  /// Whether signals (and the work before them) reach the device only at the next flush()
+  /// (Vulkan), so that a wait on a signalled value must flush the signalling queue first.
+  /// Default false: a signal is on its way once enqueued (stream backends).
+  [[nodiscard]] virtual bool defers_signals() const { return false; }
+  /// Driver submissions made so far (Device::submissions); thread-safe. Default 0: no
+  /// submission step.
+  [[nodiscard]] virtual std::uint64_t driver_submits() const { return 0; }
   /// Whether a wait orders *all* later work of this queue after the waited value (a stream
   /// operation: CUDA, HIP, host), so the front end may skip a wait for a value this queue has
   /// waited for already. Default false: a wait may cover one submission only (Vulkan).

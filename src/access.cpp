@@ -45,7 +45,7 @@ void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents) {
       user->dirty = true;
     }
     user_done = enqueue_mark(*user);
-    user->backend->flush();
+    detail::flush(*user);
   }
   // The owner may be using the block too when another queue is recorded as its user.
   const TimelinePoint owner_done = b.owner != user ? mark_other_user(b.owner, *exec) : TimelinePoint{};
@@ -63,7 +63,7 @@ TimelinePoint mark_other_user(const QueuePtr& other, const QueueState& waiter) {
   if (!other || other.get() == &waiter) return {};
   std::lock_guard lock(other->mutex);
   TimelinePoint p = enqueue_mark(*other);
-  other->backend->flush();
+  detail::flush(*other);
   return p;
 }
 
@@ -71,8 +71,7 @@ TimelinePoint mark_other_user(const QueuePtr& other, const QueueState& waiter) {
 /// queue that uses it next), signal, and record the access. Returns the completion point.
 TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr& next) {
   if (next != exec) exec->backend->release_ownership(ref(b), b.size, *next->backend);
-  TimelinePoint done = enqueue_mark(*exec);
-  exec->backend->flush();
+  TimelinePoint done = enqueue_mark(*exec);  // submitted by the caller (submit_or_defer)
   b.last_access = done;
   b.holder = next;
   b.owed.reset();
@@ -93,7 +92,7 @@ TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr&
 void make_owner_wait(const QueuePtr& owner, const TimelinePoint& done) {
   std::lock_guard lock(owner->mutex);
   enqueue_wait(*owner, done, /*query=*/false);  // `done` was just enqueued: not reached yet
-  owner->backend->flush();
+  detail::flush(*owner);
 }
 
 BlockState& checked_block(const DeviceBuffer& buffer, DeviceState* device, const char* function,

@@ -59,6 +59,10 @@ std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_pt
   q->backend = q->owned ? q->owned.get() : backend;
   q->timeline = make_semaphore(device, self, 0);
   q->timeline->queue_private = true;
+  if (q->backend->defers_signals()) {
+    q->timeline->submitter = q->backend;
+    q->timeline->submitted.store(0);
+  }
   std::lock_guard lock(device.mutex);
   q->id = device.next_queue_id++;
   q->name = name.empty() ? (role == QueueRole::compute ? "compute" : "transfer") +
@@ -87,7 +91,7 @@ void DeviceState::close() noexcept {
     }
     for (auto& q : open_queues) {
       std::lock_guard lock(q->mutex);
-      if (q->backend != nullptr) q->backend->flush();
+      if (q->backend != nullptr) flush(*q);
     }
     backend->wait_idle();
   } catch (...) {
@@ -102,6 +106,7 @@ void DeviceState::close() noexcept {
       if (auto s = w.lock()) {
         std::lock_guard slock(s->mutex);
         s->backend.reset();
+        s->submitter = nullptr;
       }
     }
     for (auto& q : queues) {
@@ -144,7 +149,7 @@ void Queue::wait(const TimelinePoint& point, std::source_location where) {
   // No backend query: a wait on a point that turns out reached costs the backend less than
   // asking first (CUDA: the semaphore answers from its own record without a driver call).
   detail::enqueue_wait(q, point, /*query=*/false);
-  q.backend->flush();
+  detail::flush(q);
 }
 
 void Queue::signal(const TimelinePoint& point, std::source_location where) {
@@ -172,14 +177,14 @@ void Queue::signal(const TimelinePoint& point, std::source_location where) {
     q.backend->signal(*s.backend, point.value);
   }
   q.dirty = true;
-  q.backend->flush();
+  detail::flush(q);
 }
 
 TimelinePoint Queue::mark(std::source_location where) {
   detail::QueueState& q = detail::checked_queue(*this, "Queue::mark", where);
   std::lock_guard lock(q.mutex);
   TimelinePoint p = detail::enqueue_mark(q);
-  q.backend->flush();
+  detail::flush(q);
   return p;
 }
 
@@ -230,8 +235,9 @@ Queue Device::adopt_queue(QueueRole role, const NativeQueue& native, std::string
   } catch (Error& err) {
     throw Error(err.code(), "Device::adopt_queue: " + err.message(), err.call(), where);
   }
-  return detail::access::make<Queue>(detail::make_queue(s, state_, role, name.empty() ? "adopted" : std::move(name), nullptr,
-                                  std::move(backend)));
+  auto q = detail::make_queue(s, state_, role, name.empty() ? "adopted" : std::move(name), nullptr, std::move(backend));
+  q->external = true;
+  return detail::access::make<Queue>(std::move(q));
 }
 
 TimelineSemaphore Device::create_semaphore(std::uint64_t initial, std::source_location where) {
@@ -253,6 +259,19 @@ std::uint64_t Device::validation_messages(std::source_location where) const {
 std::uint64_t Device::host_waits(std::source_location where) const {
   FERRY_REQUIRE(state_ != nullptr, "Device::host_waits", "null device handle", where);
   return state_->host_waits.load(std::memory_order_relaxed);
+}
+
+std::uint64_t Device::submissions(std::source_location where) const {
+  auto& s = checked(state_, "Device::submissions", where);
+  std::lock_guard lock(s.mutex);
+  std::uint64_t total = 0;
+  std::vector<const detail::BackendQueue*> seen;  // one backend queue may serve two roles
+  for (const auto& q : s.queues) {
+    if (q->backend == nullptr || std::find(seen.begin(), seen.end(), q->backend) != seen.end()) continue;
+    seen.push_back(q->backend);
+    total += q->backend->driver_submits();
+  }
+  return total;
 }
 
 void Device::close() {

@@ -348,7 +348,7 @@ TimelinePoint free_point(detail::BlockState& b, const TimelinePoint& extra) {
   detail::enqueue_wait(q, b.last_access);
   detail::enqueue_wait(q, extra);
   TimelinePoint p = detail::enqueue_mark(q);
-  q.backend->flush();
+  detail::flush(q);
   return p;
 }
 

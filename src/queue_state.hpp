@@ -30,6 +30,9 @@ struct QueueState {
   std::recursive_mutex mutex;                // serializes enqueues on this queue
   std::uint64_t last_mark = 0;               // last value signalled on `timeline`
   bool dirty = false;                        // work enqueued since last mark
+  /// An engine's queue (Device::adopt_queue): the engine enqueues work ferry never sees, so
+  /// ferry cannot know it idle since its last mark; every mark is a new one.
+  bool external = false;
   /// Queue-family ownership acquires released to this queue: performed by its first wait on
   /// their point (or later), since the release is ordered before that point, unless another
   /// queue of the family took them first (see OwedAcquire).
@@ -44,7 +47,19 @@ struct QueueState {
   };
   std::array<Waited, 8> waited{};
   std::size_t waited_next = 0;  ///< slot replaced next when the timeline is not cached
+  /// Calls and bytes recorded on a deferring backend since its last flush (submit_or_defer).
+  std::uint32_t deferred_calls = 0;
+  std::uint64_t deferred_bytes = 0;
 };
+
+/// Submit what q recorded (BackendQueue::flush) and note its marks submitted (caller holds
+/// q.mutex).
+void flush(QueueState& q);
+/// After a call that recorded `bytes` of copies on q (caller holds q.mutex): flush now, or,
+/// on a backend that defers signals, keep recording until `max_calls` calls or `max_bytes`
+/// bytes are pending (TransferOptions::submit_batch / submit_bytes). Waits on q's points
+/// flush it in between (ensure_submitted).
+void submit_or_defer(QueueState& q, std::uint64_t bytes, std::uint32_t max_calls, std::uint64_t max_bytes);
 
 // Enqueue helpers; caller holds q.mutex. They mark the queue dirty.
 /// Make q's later work wait for `point`. Nothing is enqueued when the point is of q's own
@@ -54,7 +69,8 @@ struct QueueState {
 /// ago in the same call), saving a backend query that would almost always answer "not yet";
 /// the cost of a stale watermark is a wait for a point already reached, which is harmless.
 void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query = true);
-/// Signal the queue's own timeline if work was enqueued since the last mark; returns the point.
+/// Signal the queue's own timeline if work was enqueued since the last mark (always, on an
+/// external queue); returns the point.
 TimelinePoint enqueue_mark(QueueState& q);
 
 }  // namespace ferry::detail

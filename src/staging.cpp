@@ -52,7 +52,7 @@ void TransferState::staged_h2d(const std::vector<StreamPiece>& pieces, std::uint
                               HostRef{detail::access::state(slot.buffer)->memory.get(), g.offset(issued)}, n);
       exec->dirty = true;
       dma[issued] = slot.free = enqueue_mark(*exec);
-      exec->backend->flush();
+      detail::flush(*exec);
       ++issued;
       progress = true;
     }
@@ -97,7 +97,7 @@ void TransferState::staged_d2h(const std::vector<StreamPiece>& pieces, const std
       }
       exec->dirty = true;
       dma[issued] = slot.free = enqueue_mark(*exec);
-      exec->backend->flush();
+      detail::flush(*exec);
       ++issued;
       progress = true;
     }

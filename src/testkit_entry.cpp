@@ -44,7 +44,7 @@ void testkit_enqueue_compute(const Queue& queue, const DeviceBuffer& input, cons
   if (foreign || record) done = enqueue_mark(q);
   if (in.owner != qs) in.last_access = done;
   if (out.owner != qs) out.last_access = done;
-  q.backend->flush();
+  detail::flush(q);
   if (record) record_activity(*d, q, "compute", in.requested, done);
 }
 

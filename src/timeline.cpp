@@ -50,6 +50,42 @@ void note_waited(QueueState& q, std::uint32_t timeline, std::uint64_t value) {
 
 }  // namespace
 
+namespace {
+void raise(std::atomic<std::uint64_t>& a, std::uint64_t value) noexcept {
+  std::uint64_t seen = a.load(std::memory_order_relaxed);
+  while (seen < value && !a.compare_exchange_weak(seen, value, std::memory_order_release, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+void ensure_submitted(SemaphoreState& s, std::uint64_t value) {
+  if (s.submitted.load(std::memory_order_acquire) >= value) return;
+  std::lock_guard lock(s.mutex);
+  if (s.submitter == nullptr || s.backend == nullptr) return;  // closed: nothing is pending
+  // The value's signal was recorded before its point existed, so this flush submits it. The
+  // backend queue locks itself: flushing it while its front-end queue is mid-call only splits
+  // that call's work into two submissions.
+  s.submitter->flush();
+  raise(s.submitted, value);
+}
+
+void flush(QueueState& q) {
+  q.backend->flush();
+  q.deferred_calls = 0;
+  q.deferred_bytes = 0;
+  if (q.backend->defers_signals()) raise(q.timeline->submitted, q.last_mark);
+}
+
+void submit_or_defer(QueueState& q, std::uint64_t bytes, std::uint32_t max_calls, std::uint64_t max_bytes) {
+  if (!q.backend->defers_signals()) {
+    flush(q);
+    return;
+  }
+  ++q.deferred_calls;
+  q.deferred_bytes += bytes;
+  if (q.deferred_calls >= max_calls || q.deferred_bytes >= max_bytes) flush(q);
+}
+
 void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
   if (point.empty()) return;
   SemaphoreState& s = *detail::access::semaphore(point);
@@ -57,6 +93,7 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
   // for (stream-ordered backends); reached points need no wait (their work is complete).
   // Cheapest test first: only the last one asks the backend.
   if (&s != q.timeline.get() && !s.known_reached(point.value) && !already_waited(q, s.timeline_id, point.value)) {
+    ensure_submitted(s, point.value);  // another queue waits: the signal must be on its way
     std::lock_guard lock(s.mutex);  // one lock: the query and the wait
     std::uint64_t value = UINT64_MAX;  // closed: all done
     if (s.backend != nullptr) value = query ? observe_locked(s) : s.reached.load(std::memory_order_acquire);
@@ -81,7 +118,7 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
 }
 
 TimelinePoint enqueue_mark(QueueState& q) {
-  if (q.dirty) {
+  if (q.dirty || q.external) {
     std::lock_guard lock(q.timeline->mutex);
     const std::uint64_t v = ++q.last_mark;
     q.timeline->max_signal = v;
@@ -94,7 +131,9 @@ TimelinePoint enqueue_mark(QueueState& q) {
 bool point_reached(const TimelinePoint& point) {
   if (point.empty()) return true;
   SemaphoreState& s = *detail::access::semaphore(point);
-  return s.known_reached(point.value) || observe(s) >= point.value;
+  if (s.known_reached(point.value)) return true;
+  ensure_submitted(s, point.value);  // a caller polling reached() must see it come
+  return observe(s) >= point.value;
 }
 
 }  // namespace detail
@@ -147,6 +186,7 @@ bool TimelineSemaphore::try_wait(std::uint64_t value, std::chrono::nanoseconds t
                                  std::source_location where) const {
   FERRY_REQUIRE(state_ != nullptr, "TimelineSemaphore::try_wait", "null semaphore handle", where);
   detail::BackendSemaphore* backend = nullptr;
+  if (!state_->known_reached(value)) detail::ensure_submitted(*state_, value);
   {
     std::lock_guard lock(state_->mutex);
     FERRY_REQUIRE(state_->backend != nullptr, "TimelineSemaphore::try_wait", "the device is closed", where);

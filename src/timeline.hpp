@@ -43,6 +43,13 @@ struct SemaphoreState {
   /// steady_clock ns of the last backend query (observe_locked); what the hot paths' throttle
   /// (observe_throttled) reads.
   std::atomic<std::int64_t> last_query_ns{INT64_MIN / 2};
+  /// A private timeline of a queue whose backend defers signals to its next flush
+  /// (BackendQueue::defers_signals): that queue, so that a wait on one of its values flushes
+  /// it first (ensure_submitted). Null otherwise, and once the device closed. Under `mutex`.
+  BackendQueue* submitter = nullptr;
+  /// Greatest value whose signal is known submitted to the device: every value of a
+  /// semaphore without a `submitter` (UINT64_MAX).
+  std::atomic<std::uint64_t> submitted{UINT64_MAX};
 
   /// Whether `value` is known reached, without a backend query.
   [[nodiscard]] bool known_reached(std::uint64_t value) const noexcept {
@@ -87,5 +94,10 @@ std::uint64_t observe_throttled(SemaphoreState& s, std::int64_t now);
 /// Whether `point` is reached (empty = reached; closed device = reached): the watermark,
 /// else one backend query.
 bool point_reached(const TimelinePoint& point);
+/// Make sure the signal of `value` on `s` is on its way to the device: flush the queue that
+/// recorded it when its backend defers signals and it was not flushed since. Every wait on a
+/// point, host or device, calls it first, so nothing ever waits for work never submitted.
+/// Caller holds no lock of `s`.
+void ensure_submitted(SemaphoreState& s, std::uint64_t value);
 
 }  // namespace ferry::detail

@@ -33,6 +33,10 @@ Transfer::Transfer(const Device& device, TransferOptions options, std::source_lo
   FERRY_REQUIRE(options.staging_threads >= -1, "Transfer::Transfer",
                 "staging_threads must be -1 (automatic) or >= 0, not " + std::to_string(options.staging_threads),
                 where);
+  FERRY_REQUIRE(options.submit_batch >= 1, "Transfer::Transfer",
+                "submit_batch must be >= 1 (1 submits every call), not 0", where);
+  FERRY_REQUIRE(options.submit_bytes >= 1, "Transfer::Transfer",
+                "submit_bytes must be >= 1 (1 submits every call), not 0", where);
   state_ = std::make_unique<detail::TransferState>();
   state_->device = device;
   if (options.executor) {
@@ -196,10 +200,12 @@ class Call {
         q.dirty = true;
       }
     } catch (...) {
-      q.backend->flush();  // the signals enqueued before the failure go out with the copy
+      detail::flush(q);  // the signals enqueued before the failure go out with the copy
       throw;
     }
-    q.backend->flush();
+    // Always submitted at once: an engine may wait for its own semaphore where ferry cannot
+    // see the wait (a flush on wait covers only ferry's waits).
+    detail::flush(q);
   }
 
   /// Order the executor's access to `b` after its last user (see prepare_access); returns
@@ -220,6 +226,7 @@ class Call {
     enqueue_waits(*exec);
     op(*exec);
     exec->dirty = true;
+    submit_pending_ = true;
     return detail::finish_access(exec, b, next);
   }
 
@@ -229,11 +236,26 @@ class Call {
               const std::shared_ptr<detail::HostAllocation>& host = nullptr) {
     detail::record_activity(device_, *state_.exec, name, bytes, done);
     if (host) state_.keep(done, host);
-    if (signal_ != nullptr) {
-      std::lock_guard elock(state_.exec->mutex);
-      enqueue_signals(*state_.exec);
+    std::lock_guard elock(state_.exec->mutex);
+    if (signal_ != nullptr) enqueue_signals(*state_.exec);
+    if (submit_pending_) {
+      detail::submit_or_defer(*state_.exec, bytes, state_.options.submit_batch, state_.options.submit_bytes);
+      submit_pending_ = false;
     }
   }
+
+  /// A call that recorded device work and failed before finish() submits it at once (its
+  /// failure may leave nobody to wait for it, and a lost batch would hold the executor).
+  ~Call() {
+    if (!submit_pending_) return;
+    try {
+      std::lock_guard elock(state_.exec->mutex);
+      detail::flush(*state_.exec);
+    } catch (...) {  // a device error: the call is failing with its own error already
+    }
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
 
  private:
   static detail::TransferState& checked(const std::unique_ptr<detail::TransferState>& s, const char* function,
@@ -252,6 +274,8 @@ class Call {
   /// enqueued, so a call's several device steps wait and signal once.
   const std::vector<TimelinePoint>* wait_ = nullptr;
   const std::vector<TimelinePoint>* signal_ = nullptr;
+  /// on_executor() recorded work that finish() has not submitted or deferred yet.
+  bool submit_pending_ = false;
   std::unique_lock<std::mutex> lock_;
 };
 
@@ -299,7 +323,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
         q->dirty = true;
         up.ready = detail::enqueue_mark(*q);
         call.enqueue_signals(*q);
-        q->backend->flush();
+        detail::flush(*q);
       }
       detail::record_activity(d, *q, "copy h2d (blocking)", bytes, up.ready);
       up.ready.wait(std::chrono::hours(1), where);
@@ -654,6 +678,13 @@ void Transfer::synchronize(std::chrono::nanoseconds timeout, std::source_locatio
   // only what is seen complete is let go.
   state_->prune_completed();
   state_->prune_at = state_->in_flight.size() + 32;
+}
+
+void Transfer::flush(std::source_location where) {
+  Call call(state_, "Transfer::flush", where);
+  call.lock();
+  std::lock_guard elock(call.exec()->mutex);
+  detail::flush(*call.exec());
 }
 
 }  // namespace ferry

@@ -138,6 +138,8 @@ class PairQueue final : public BackendQueue {
     return inner_->synthetic_compute(mine(in), mine(out), bytes, units);
   }
   void flush() override { inner_->flush(); }
+  [[nodiscard]] bool defers_signals() const override { return inner_->defers_signals(); }
+  [[nodiscard]] std::uint64_t driver_submits() const override { return inner_->driver_submits(); }
   [[nodiscard]] bool wait_orders_later_work() const override { return inner_->wait_orders_later_work(); }
   [[nodiscard]] bool acquires_ownership() const override { return inner_->acquires_ownership(); }
   [[nodiscard]] std::uint32_t family() const override {

@@ -44,5 +44,12 @@ NativeHandles native_handles(const Device& /*device*/, std::source_location wher
               "-Dvulkan=enabled)",
               {}, where);
 }
+EngineAcquire engine_acquire(const DeviceBuffer& /*buffer*/, const TimelinePoint& /*ready*/,
+                             std::source_location where) {
+  throw Error(ErrorCode::unsupported,
+              "vulkan::engine_acquire: ferry was built without the vulkan backend (reconfigure with meson "
+              "-Dvulkan=enabled)",
+              {}, where);
+}
 }  // namespace ferry::vulkan
 #endif

@@ -147,15 +147,21 @@ class VulkanSemaphore final : public BackendSemaphore {
   std::atomic<bool> queued_{false};
 };
 
-/// One VkQueue as ferry uses it: commands are recorded into a batch (one command buffer) and
-/// submitted when the batch is signalled or flushed, or before a wait (a wait applies to a
-/// whole submission, so it opens a new batch). Batches are recycled once this queue's private
-/// progress timeline shows them complete: no allocation per operation in the steady state.
+/// One VkQueue as ferry uses it. Commands are recorded into a batch (one command buffer).
+/// A wait closes the batch being recorded (a wait applies to a whole submission); signals
+/// attach to the batch being recorded. Closed batches are not submitted until `flush()`, which
+/// submits all of them, in order, with one vkQueueSubmit2 call: consecutive operations cost one
+/// driver submission, however many waits and signals split them. The front end decides when
+/// to flush (after each call, or deferred: transfer.hpp, "Deferred submission"). Batches are
+/// recycled once this queue's private progress timeline shows them complete: no allocation per
+/// operation in the steady state.
 ///
 /// Ordering inside a queue: before each command, a full memory barrier is recorded if the
 /// command touches a range that an earlier command of the batch wrote (or writes a range
 /// earlier commands read), and always before the first command of a batch (earlier
-/// submissions, and waits). Disjoint copies of one batch may overlap.
+/// submissions, and waits). Disjoint copies of one batch may overlap. A signal covers every
+/// command recorded before it; commands recorded after it in the same batch delay it (a
+/// signal is reached later, never earlier, than its commands complete).
 ///
 /// Thread-safety: all methods lock the queue; submissions take the device-wide submit lock
 /// (several VulkanQueues may share one VkQueue: both roles on a one-queue device, adoption).
@@ -163,8 +169,8 @@ class VulkanQueue final : public BackendQueue {
  public:
   VulkanQueue(VulkanDevice& device, VkQueue queue, std::uint32_t family, std::uint32_t index,
               bool owns_index);
-  /// Waits for everything this queue submitted, then frees its objects. Recorded but
-  /// unflushed commands are dropped (the front end flushes after every call).
+  /// Submits what was recorded and not flushed (a waiter of its signals must not hang), waits
+  /// for everything this queue submitted, then frees its objects.
   ~VulkanQueue() override;
 
   void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) override;
@@ -177,10 +183,14 @@ class VulkanQueue final : public BackendQueue {
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes,
                          std::uint32_t units) override;
   void flush() override;
+  [[nodiscard]] bool defers_signals() const override { return true; }
   [[nodiscard]] std::uint32_t family() const override { return family_; }
   [[nodiscard]] bool acquires_ownership() const override { return true; }
 
   [[nodiscard]] VkQueue handle() const noexcept { return queue_; }
+  [[nodiscard]] std::uint64_t driver_submits() const override {
+    return driver_submits_.load(std::memory_order_relaxed);
+  }
 
  private:
   struct Batch {
@@ -188,6 +198,16 @@ class VulkanQueue final : public BackendQueue {
     VkDescriptorPool descriptors = VK_NULL_HANDLE;  // created on the first synthetic_compute
     std::uint32_t sets_used = 0;
     std::uint64_t done = 0;  // progress value that marks this batch complete
+  };
+  using SemaphoreValue = std::pair<VkSemaphore, std::uint64_t>;
+  /// One submission of the next vkQueueSubmit2 call: waits, then a batch (optional), then
+  /// signals (one per semaphore, its greatest value: a timeline that reaches it has reached
+  /// every smaller one).
+  struct Submission {
+    std::vector<SemaphoreValue> waits;
+    bool has_batch = false;
+    Batch batch;
+    std::vector<SemaphoreValue> signals;
   };
   struct Access {
     VkBuffer buffer;
@@ -204,7 +224,11 @@ class VulkanQueue final : public BackendQueue {
   void ownership_barrier(DeviceRef range, std::uint64_t bytes, std::uint32_t src_family,
                          std::uint32_t dst_family, bool release);
   VkDescriptorSet allocate_set();
-  void submit(VulkanSemaphore* signal, std::uint64_t value);
+  /// Ends the batch being recorded (if any) with the open submission's waits and signals
+  /// and queues it for the next flush. Waits alone stay open: they attach to what comes next.
+  void close();
+  /// Submits the closed submissions (caller holds mutex_).
+  void submit_closed();
 
   VulkanDevice& device_;
   VkQueue queue_;
@@ -214,18 +238,26 @@ class VulkanQueue final : public BackendQueue {
   VkCommandPool pool_ = VK_NULL_HANDLE;
   VkSemaphore progress_ = VK_NULL_HANDLE;  // private timeline: value n = n-th submission done
   std::uint64_t submitted_ = 0;
+  std::atomic<std::uint64_t> driver_submits_{0};
   bool recording_ = false;
   bool batch_empty_ = true;  // no command recorded in the current batch yet
   bool writes_host_ = false;
   Batch current_;
+  Submission open_;  // the waits and signals of the submission being built (batch: current_)
+  std::vector<Submission> closed_;  // [0, closed_count_) await the next flush; the rest are spare
+  std::size_t closed_count_ = 0;
   std::vector<Batch> idle_, in_flight_;
   std::vector<Access> accesses_;  // of the current batch since its last full barrier
-  std::vector<std::pair<VkSemaphore, std::uint64_t>> waits_;  // for the next submission
-  // Scratch for submit(), reused.
+  // Scratch for submit_closed(), reused.
   std::vector<VkSemaphore> sems_;
   std::vector<std::uint64_t> values_;
   std::vector<VkPipelineStageFlags> stages_;
   std::vector<VkSemaphoreSubmitInfo> infos_;
+  std::vector<VkCommandBufferSubmitInfo> commands_;
+  std::vector<VkSubmitInfo2> submits2_;
+  std::vector<VkTimelineSemaphoreSubmitInfo> timelines_;
+  std::vector<VkSubmitInfo> submits_;
+  std::vector<VkCommandBuffer> buffers_;
 };
 
 /// The synthetic-compute pipeline, created on first use.

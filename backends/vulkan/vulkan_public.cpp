@@ -50,7 +50,60 @@ NativeHandles native_handles(const Device& device, std::source_location where) {
   h.device = vk->handle();
   h.compute_family = vk->compute_family();
   h.transfer_family = vk->transfer_family();
+  auto* backend = const_cast<detail::VulkanDevice*>(vk);  // the queues are the device's own
+  h.compute_queue = static_cast<detail::VulkanQueue&>(backend->default_queue(QueueRole::compute)).handle();
+  h.transfer_queue = static_cast<detail::VulkanQueue&>(backend->default_queue(QueueRole::transfer)).handle();
+  h.submit_mutex = &backend->submit_mutex();
+  h.synchronization2 = vk->vk().vkQueueSubmit2 != nullptr;  // loaded only with the feature on
   return h;
+}
+
+EngineAcquire engine_acquire(const DeviceBuffer& buffer, const TimelinePoint& ready, std::source_location where) {
+  constexpr const char* fn = "vulkan::engine_acquire";
+  FERRY_REQUIRE(static_cast<bool>(detail::access::state(buffer)), fn, "null or moved-from device buffer", where);
+  detail::BlockState& b = *detail::access::state(buffer);
+  const auto device = detail::lock_device(b.device, fn, where);
+  FERRY_REQUIRE(!b.released, fn, "the device buffer was released", where);
+  auto* vk = dynamic_cast<detail::VulkanDevice*>(device->backend.get());
+  FERRY_REQUIRE(vk != nullptr, fn,
+                "the buffer's device is not a Vulkan device (backend " + std::string(to_string(device->options.backend)) +
+                    ")",
+                where);
+  FERRY_REQUIRE(!ready.empty(), fn, "empty ready point: pass the point of the buffer's latest copy", where);
+  const TimelinePoint& latest = b.last_access;
+  FERRY_REQUIRE(detail::access::semaphore(ready) == detail::access::semaphore(latest) && ready.value == latest.value,
+                fn,
+                "the ready point (value " + std::to_string(ready.value) +
+                    ") is not the point of the buffer's latest copy (value " + std::to_string(latest.value) +
+                    "): pass the point that call returned",
+                where);
+  detail::SemaphoreState& s = *detail::access::semaphore(ready);
+  detail::ensure_submitted(s, ready.value);  // the engine waits for it where ferry cannot see
+  EngineAcquire out;
+  {
+    std::lock_guard lock(s.mutex);
+    FERRY_REQUIRE(s.backend != nullptr, fn, "the device is closed", where);
+    out.semaphore = static_cast<detail::VulkanSemaphore&>(*s.backend).handle();
+  }
+  out.value = ready.value;
+  const std::shared_ptr<detail::OwedAcquire>& owed = b.owed;
+  if (!owed || owed->to != b.owner->backend || owed->taken.load(std::memory_order_acquire)) return out;
+  const std::uint32_t src = owed->from->family(), dst = owed->to->family();
+  // The rules of VulkanQueue::ownership_barrier: no barrier within a family, none for a
+  // CONCURRENT buffer between ferry's own families.
+  if (src == dst || vk->concurrent_sharing(owed->range.segment)) return out;
+  if (owed->taken.exchange(true, std::memory_order_acq_rel)) return out;  // ferry took it meanwhile
+  out.barrier_needed = true;
+  out.barrier.srcStageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
+  out.barrier.srcAccessMask = VK_ACCESS_2_NONE;
+  out.barrier.dstStageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
+  out.barrier.dstAccessMask = VK_ACCESS_2_MEMORY_READ_BIT | VK_ACCESS_2_MEMORY_WRITE_BIT;
+  out.barrier.srcQueueFamilyIndex = src;
+  out.barrier.dstQueueFamilyIndex = dst;
+  out.barrier.buffer = detail::buffer_of(owed->range.segment);
+  out.barrier.offset = owed->range.offset;
+  out.barrier.size = owed->bytes;
+  return out;
 }
 
 }  // namespace ferry::vulkan

@@ -32,8 +32,14 @@ VulkanQueue::VulkanQueue(VulkanDevice& device, VkQueue queue, std::uint32_t fami
 VulkanQueue::~VulkanQueue() {
   const auto& vk = device_.vk();
   const VkDevice dev = device_.handle();
-  // Recorded but unflushed commands are dropped (the front end flushes after every call);
-  // submitted batches must complete before their command buffers are freed.
+  // Work recorded but not flushed still carries signals that someone may wait for.
+  try {
+    flush();
+  } catch (const Error& err) {
+    std::fprintf(stderr, "ferry: Vulkan queue teardown: submitting the recorded work failed: %s\n",
+                 err.what());
+  }
+  // Submitted batches must complete before their command buffers are freed.
   if (submitted_ > 0) {
     VkSemaphoreWaitInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
     info.semaphoreCount = 1;
@@ -44,7 +50,8 @@ VulkanQueue::~VulkanQueue() {
       std::fprintf(stderr, "ferry: Vulkan queue teardown: vkWaitSemaphores: %s\n", vk_describe(result).c_str());
     }
   }
-  if (recording_) idle_.push_back(current_);
+  if (recording_) idle_.push_back(current_);  // only after a failed flush
+  for (std::size_t i = 0; i < closed_count_; ++i) idle_.push_back(closed_[i].batch);
   for (const auto* list : {&idle_, &in_flight_}) {
     for (const Batch& b : *list) vk.vkDestroyDescriptorPool(dev, b.descriptors, nullptr);
   }
@@ -119,91 +126,139 @@ void VulkanQueue::order(std::initializer_list<Access> next) {
   batch_empty_ = false;
 }
 
-// Ends and submits the current batch (if any) with the pending waits, signalling this queue's
-// progress timeline and, if given, `signal` = `value`. All of one device's submissions are
-// serialized (NVIDIA's driver has failed under concurrent vkQueueSubmit on two queues).
-void VulkanQueue::submit(VulkanSemaphore* signal, std::uint64_t value) {
+void VulkanQueue::close() {
+  if (!recording_ && open_.signals.empty()) return;
   const auto& vk = device_.vk();
-  try {
-    VkCommandBuffer cmd = VK_NULL_HANDLE;
-    if (recording_) {
-      if (writes_host_) {  // device writes to host memory become visible to host reads
-        VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-        mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
-        mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-        vk.vkCmdPipelineBarrier(current_.commands, kAllCommands, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
-                                nullptr, 0, nullptr);
-      }
-      FERRY_VK_CHECK(vk.vkEndCommandBuffer(current_.commands));
-      cmd = current_.commands;
+  if (recording_) {
+    if (writes_host_) {  // device writes to host memory become visible to host reads
+      VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+      mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
+      mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+      vk.vkCmdPipelineBarrier(current_.commands, kAllCommands, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
+                              nullptr, 0, nullptr);
     }
-    const std::uint64_t progress = submitted_ + 1;
+    const VkResult ended = vk.vkEndCommandBuffer(current_.commands);
+    if (ended != VK_SUCCESS) {
+      // The batch's commands are lost with the failure; keep the queue consistent.
+      idle_.push_back(current_);
+      recording_ = false;
+      open_.signals.clear();
+      FERRY_VK_CHECK(ended);
+    }
+  }
+  if (closed_count_ == closed_.size()) closed_.emplace_back();
+  Submission& next = closed_[closed_count_++];
+  next.waits.swap(open_.waits);
+  next.signals.swap(open_.signals);
+  open_.waits.clear();
+  open_.signals.clear();
+  next.has_batch = recording_;
+  if (recording_) next.batch = current_;
+  recording_ = false;
+}
+
+// All closed submissions in one vkQueueSubmit2 (or vkQueueSubmit) call, each signalling this
+// queue's progress timeline for its batch's recycling. All of one device's submissions are
+// serialized (NVIDIA's driver has failed under concurrent vkQueueSubmit on two queues).
+void VulkanQueue::submit_closed() {
+  if (closed_count_ == 0) return;
+  const auto& vk = device_.vk();
+  const std::size_t n = closed_count_;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) total += closed_[i].waits.size() + closed_[i].signals.size() + 1;
+  try {
     sems_.clear();
     values_.clear();
-    for (const auto& [s, v] : waits_) {
-      sems_.push_back(s);
-      values_.push_back(v);
-    }
-    const auto waits = static_cast<std::uint32_t>(waits_.size());
-    stages_.assign(waits, kAllCommands);
-    sems_.push_back(progress_);
-    values_.push_back(progress);
-    if (signal != nullptr) {
-      sems_.push_back(signal->handle());
-      values_.push_back(value);
-    }
-    const auto signals = static_cast<std::uint32_t>(sems_.size()) - waits;
-    if (vk.vkQueueSubmit2 != nullptr) {
-      infos_.clear();
-      for (std::size_t i = 0; i < sems_.size(); ++i) {
-        VkSemaphoreSubmitInfo si{VK_STRUCTURE_TYPE_SEMAPHORE_SUBMIT_INFO};
-        si.semaphore = sems_[i];
-        si.value = values_[i];
-        si.stageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
-        infos_.push_back(si);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Submission& sub = closed_[i];
+      for (const auto& [s, v] : sub.waits) {
+        sems_.push_back(s);
+        values_.push_back(v);
       }
-      VkCommandBufferSubmitInfo ci{VK_STRUCTURE_TYPE_COMMAND_BUFFER_SUBMIT_INFO};
-      ci.commandBuffer = cmd;
-      VkSubmitInfo2 info{VK_STRUCTURE_TYPE_SUBMIT_INFO_2};
-      info.waitSemaphoreInfoCount = waits;
-      info.pWaitSemaphoreInfos = infos_.data();
-      info.commandBufferInfoCount = cmd != VK_NULL_HANDLE ? 1 : 0;
-      info.pCommandBufferInfos = &ci;
-      info.signalSemaphoreInfoCount = signals;
-      info.pSignalSemaphoreInfos = infos_.data() + waits;
-      std::lock_guard lock(device_.submit_mutex());
-      FERRY_VK_CHECK(vk.vkQueueSubmit2(queue_, 1, &info, VK_NULL_HANDLE));
-    } else {
-      VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
-      timeline.waitSemaphoreValueCount = waits;
-      timeline.pWaitSemaphoreValues = values_.data();
-      timeline.signalSemaphoreValueCount = signals;
-      timeline.pSignalSemaphoreValues = values_.data() + waits;
-      VkSubmitInfo info{VK_STRUCTURE_TYPE_SUBMIT_INFO, &timeline};
-      info.waitSemaphoreCount = waits;
-      info.pWaitSemaphores = sems_.data();
-      info.pWaitDstStageMask = stages_.data();
-      info.commandBufferCount = cmd != VK_NULL_HANDLE ? 1 : 0;
-      info.pCommandBuffers = &cmd;
-      info.signalSemaphoreCount = signals;
-      info.pSignalSemaphores = sems_.data() + waits;
-      std::lock_guard lock(device_.submit_mutex());
-      FERRY_VK_CHECK(vk.vkQueueSubmit(queue_, 1, &info, VK_NULL_HANDLE));
+      for (const auto& [s, v] : sub.signals) {
+        sems_.push_back(s);
+        values_.push_back(v);
+      }
+      sems_.push_back(progress_);
+      values_.push_back(submitted_ + i + 1);
     }
-    submitted_ = progress;
+    if (vk.vkQueueSubmit2 != nullptr) {
+      infos_.resize(total);
+      commands_.resize(n);
+      submits2_.resize(n);
+      std::size_t at = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const Submission& sub = closed_[i];
+        const std::size_t waits = sub.waits.size(), signals = sub.signals.size() + 1;
+        for (std::size_t k = at; k < at + waits + signals; ++k) {
+          infos_[k] = VkSemaphoreSubmitInfo{VK_STRUCTURE_TYPE_SEMAPHORE_SUBMIT_INFO};
+          infos_[k].semaphore = sems_[k];
+          infos_[k].value = values_[k];
+          infos_[k].stageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
+        }
+        commands_[i] = VkCommandBufferSubmitInfo{VK_STRUCTURE_TYPE_COMMAND_BUFFER_SUBMIT_INFO};
+        commands_[i].commandBuffer = sub.batch.commands;
+        VkSubmitInfo2& info = submits2_[i];
+        info = VkSubmitInfo2{VK_STRUCTURE_TYPE_SUBMIT_INFO_2};
+        info.waitSemaphoreInfoCount = static_cast<std::uint32_t>(waits);
+        info.pWaitSemaphoreInfos = infos_.data() + at;
+        info.commandBufferInfoCount = sub.has_batch ? 1 : 0;
+        info.pCommandBufferInfos = &commands_[i];
+        info.signalSemaphoreInfoCount = static_cast<std::uint32_t>(signals);
+        info.pSignalSemaphoreInfos = infos_.data() + at + waits;
+        at += waits + signals;
+      }
+      std::lock_guard lock(device_.submit_mutex());
+      FERRY_VK_CHECK(vk.vkQueueSubmit2(queue_, static_cast<std::uint32_t>(n), submits2_.data(), VK_NULL_HANDLE));
+    } else {
+      stages_.assign(total, kAllCommands);
+      timelines_.resize(n);
+      submits_.resize(n);
+      buffers_.resize(n);
+      std::size_t at = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const Submission& sub = closed_[i];
+        const auto waits = static_cast<std::uint32_t>(sub.waits.size());
+        const auto signals = static_cast<std::uint32_t>(sub.signals.size() + 1);
+        buffers_[i] = sub.batch.commands;
+        VkTimelineSemaphoreSubmitInfo& timeline = timelines_[i];
+        timeline = VkTimelineSemaphoreSubmitInfo{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+        timeline.waitSemaphoreValueCount = waits;
+        timeline.pWaitSemaphoreValues = values_.data() + at;
+        timeline.signalSemaphoreValueCount = signals;
+        timeline.pSignalSemaphoreValues = values_.data() + at + waits;
+        VkSubmitInfo& info = submits_[i];
+        info = VkSubmitInfo{VK_STRUCTURE_TYPE_SUBMIT_INFO, &timeline};
+        info.waitSemaphoreCount = waits;
+        info.pWaitSemaphores = sems_.data() + at;
+        info.pWaitDstStageMask = stages_.data() + at;
+        info.commandBufferCount = sub.has_batch ? 1 : 0;
+        info.pCommandBuffers = &buffers_[i];
+        info.signalSemaphoreCount = signals;
+        info.pSignalSemaphores = sems_.data() + at + waits;
+        at += waits + signals;
+      }
+      std::lock_guard lock(device_.submit_mutex());
+      FERRY_VK_CHECK(vk.vkQueueSubmit(queue_, static_cast<std::uint32_t>(n), submits_.data(), VK_NULL_HANDLE));
+    }
   } catch (...) {
-    // The batch is lost with the failure (typically device loss); keep the queue consistent.
-    if (recording_) idle_.push_back(current_);
-    recording_ = false;
-    waits_.clear();
+    // The submissions are lost with the failure (typically device loss); keep the queue
+    // consistent: their command buffers are recycled, nothing counts as submitted.
+    for (std::size_t i = 0; i < n; ++i) {
+      if (closed_[i].has_batch) idle_.push_back(closed_[i].batch);
+    }
+    closed_count_ = 0;
     throw;
   }
-  waits_.clear();
-  if (recording_) {
-    current_.done = submitted_;
-    in_flight_.push_back(current_);
-    recording_ = false;
+  driver_submits_.fetch_add(1, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (closed_[i].has_batch) {
+      closed_[i].batch.done = submitted_ + i + 1;
+      in_flight_.push_back(closed_[i].batch);
+    }
   }
+  submitted_ += n;
+  closed_count_ = 0;
 }
 
 void VulkanQueue::copy(VkBuffer dst, VkDeviceSize dst_offset, VkBuffer src, VkDeviceSize src_offset,
@@ -231,21 +286,28 @@ void VulkanQueue::signal(BackendSemaphore& sem, std::uint64_t value) {
   auto& s = static_cast<VulkanSemaphore&>(sem);
   std::lock_guard lock(mutex_);
   s.mark_queued();
-  submit(&s, value);
+  for (auto& [handle, v] : open_.signals) {
+    if (handle == s.handle()) {  // front end: values of one semaphore only grow
+      v = std::max(v, value);
+      return;
+    }
+  }
+  open_.signals.emplace_back(s.handle(), value);
 }
 
 void VulkanQueue::wait(BackendSemaphore& sem, std::uint64_t value) {
   auto& s = static_cast<VulkanSemaphore&>(sem);
   std::lock_guard lock(mutex_);
   s.mark_queued();
-  if (recording_) submit(nullptr, 0);  // a wait covers a whole submission: start a new batch
-  waits_.emplace_back(s.handle(), value);
+  close();  // a wait covers a whole submission: what was recorded before it goes first
+  open_.waits.emplace_back(s.handle(), value);
 }
 
 void VulkanQueue::flush() {
   std::lock_guard lock(mutex_);
-  if (recording_) submit(nullptr, 0);
-  // Pending waits without commands stay pending: they attach to the next submission.
+  close();
+  submit_closed();
+  // Pending waits without commands stay open: they attach to the next submission.
 }
 
 // Queue-family ownership transfer of an EXCLUSIVE buffer range (Vulkan spec "Queue Family
@@ -293,7 +355,7 @@ void VulkanQueue::acquire_ownership(DeviceRef range, std::uint64_t bytes, Backen
 // valid until the batch completes, then the pool is reset with the batch).
 VkDescriptorSet VulkanQueue::allocate_set() {
   const auto& vk = device_.vk();
-  if (recording_ && current_.sets_used == kSetsPerBatch) submit(nullptr, 0);
+  if (recording_ && current_.sets_used == kSetsPerBatch) close();
   Batch& b = recording();
   if (b.descriptors == VK_NULL_HANDLE) {
     const VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * kSetsPerBatch};

@@ -336,6 +336,11 @@ class FERRY_API Device {
   /// is undefined behaviour in the driver. What can be checked is: a null handle is
   /// `invalid_argument`, and on Vulkan the family and index must exist on the device and the
   /// family must support the role (`invalid_argument` naming them).
+  /// The engine may keep enqueueing its own work on the native queue: since ferry cannot see
+  /// it, every ordering point ferry takes on an adopted queue (an access ordered after "the
+  /// owner's work so far", a release, `mark()`) is a fresh mark enqueued on it, never an older
+  /// mark reused because ferry enqueued nothing since (one event record on CUDA, one
+  /// submission on Vulkan).
   Queue adopt_queue(QueueRole role, const NativeQueue& native, std::string name = {},
                     std::source_location where = std::source_location::current());
   /// @brief Adopt an engine's own device memory (its allocator's: VMA, CUDA pools, PyTorch's
@@ -407,6 +412,11 @@ class FERRY_API Device {
   /// not yet reached. Waits on reached points do not count. Lets a loop check that its steady
   /// state never stalls the host. Readable after `close()`.
   [[nodiscard]] std::uint64_t host_waits(std::source_location where = std::source_location::current()) const;
+  /// @brief Driver submissions ferry has made on this device's queues so far (Vulkan:
+  /// vkQueueSubmit2 or vkQueueSubmit calls), to see deferred submission at work
+  /// (transfer.hpp). 0 on backends whose work starts when enqueued (CUDA, HIP, host, null):
+  /// they have no submission step. Thread-safety: like every Device method.
+  [[nodiscard]] std::uint64_t submissions(std::source_location where = std::source_location::current()) const;
   /// @brief Wait for all work, free everything, invalidate handles. Idempotent.
   /// Like vkDeviceWaitIdle, it waits for every queue: a queue blocked on a semaphore value
   /// that nobody will signal keeps it waiting. Signal or abandon such waits first.

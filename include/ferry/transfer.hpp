@@ -81,6 +81,29 @@
 ///    completes and its source is kept alive as usual); that signal and the later ones of the
 ///    list are not enqueued.
 ///
+/// ## Deferred submission
+/// On Vulkan a queue submission costs the host several microseconds (a driver call, and on
+/// most drivers a kernel round trip), more than recording a small copy. So the executor
+/// records consecutive calls into one submission and submits them together (one
+/// vkQueueSubmit2, however many waits and signals they carry):
+///  - when `TransferOptions::submit_batch` calls are pending, or a call brings the pending
+///    copies to `TransferOptions::submit_bytes` (default 16 calls, 1 MiB: a large copy starts
+///    at once, so its DMA overlaps the host's next work; small ones share a submission);
+///  - at `Transfer::flush()`;
+///  - before any wait on a point of the executor: a host wait (`TimelinePoint::wait`,
+///    `reached()`, `synchronize()`), another queue made to wait (`Queue::wait`,
+///    `UploadOptions::owner_waits`, a wait list), an engine handed the point to wait on
+///    (`vulkan::engine_acquire`). Nothing ever waits on a point whose work was never
+///    submitted;
+///  - when a call signals a semaphore of its signal list (an engine may wait on it where
+///    ferry cannot see the wait), and before the Transfer or the device goes away.
+/// So with `owner_waits` (the default) every upload is submitted in its own call, as the
+/// owner's wait requires; calls with `owner_waits = false` whose points nobody waits for yet
+/// share submissions. A pending copy has not started: a caller that wants a small copy under
+/// way while the host does other work calls `flush()`, or sets `submit_batch = 1`. CUDA, HIP
+/// and the host backend start every copy when it is enqueued; there the options change
+/// nothing and `flush()` is a no-op.
+///
 /// Lifetime: source host memory is kept alive by the transfer until the copy completes.
 /// Destroying a Transfer waits for its in-flight copies.
 ///
@@ -142,6 +165,12 @@ struct TransferOptions {
   /// -1 = one less than the hardware threads, at most 15; 0 = pack on the calling thread.
   /// Any other negative value is refused (`invalid_argument` from the constructor).
   int staging_threads = -1;
+  /// Deferred submission (see "Deferred submission" in the file comment; Vulkan): at most
+  /// this many calls share one submission of the executor. 1 submits every call. Must be >= 1.
+  std::uint32_t submit_batch = 16;
+  /// Deferred submission: pending copies are submitted once they reach this many bytes (a
+  /// call at least this large is submitted at once). Must be >= 1.
+  std::uint64_t submit_bytes = 1ull << 20;
 };
 
 /// @brief A range of host memory (pageable or pinned) to upload as part of a batch.
@@ -333,6 +362,11 @@ class FERRY_API Transfer {
   /// for, and the host memory they use stays alive until they complete.
   void synchronize(std::chrono::nanoseconds timeout = std::chrono::seconds(60),
                    std::source_location where = std::source_location::current());
+  /// @brief Submit the copies recorded and not submitted yet (see "Deferred submission" in
+  /// the file comment), so that they start; does not wait. Errors: `invalid_argument` for a
+  /// moved-from Transfer or a closed device; the backend's error when the submission fails.
+  /// Thread-safety: like every call; it submits other threads' pending calls too.
+  void flush(std::source_location where = std::source_location::current());
 
  private:
   std::unique_ptr<detail::TransferState> state_;

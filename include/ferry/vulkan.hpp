@@ -32,6 +32,7 @@
 
 #include "ferry/api.hpp"
 #include "ferry/device.hpp"
+#include "ferry/pool.hpp"
 
 namespace ferry::vulkan {
 
@@ -98,12 +99,84 @@ struct NativeHandles {
   VkDevice device = VK_NULL_HANDLE;
   std::uint32_t compute_family = 0;   ///< the default compute (owner) queue's family
   std::uint32_t transfer_family = 0;  ///< the default transfer (executor) queue's family
+  VkQueue compute_queue = VK_NULL_HANDLE;   ///< the default compute queue
+  VkQueue transfer_queue = VK_NULL_HANDLE;  ///< the default transfer queue (may equal compute_queue)
+  /// ferry's queue-submission lock for this device's `VkQueue`s (the engine's
+  /// `AdoptInfo::submit_mutex` on an adopted device): hold it around every vkQueueSubmit* the
+  /// engine makes on `compute_queue` or `transfer_queue` (Vulkan requires external
+  /// synchronization of a queue). Valid until the device closes.
+  std::mutex* submit_mutex = nullptr;
+  /// The device was created with `synchronization2` (Vulkan 1.3): `vkCmdPipelineBarrier2`
+  /// records an `EngineAcquire::barrier` as is; without it, use
+  /// `EngineAcquire::legacy_barrier()` with `vkCmdPipelineBarrier`.
+  bool synchronization2 = false;
 };
 
 /// @brief The handles of `device`. Errors: `invalid_argument` for a null or closed device, or
 /// a device of another backend (interop pairs included); `unsupported` in a build without the
 /// Vulkan backend. Thread-safety: like every Device method.
 FERRY_API NativeHandles native_handles(const Device& device,
+                                       std::source_location where = std::source_location::current());
+
+/// @brief What an engine's own submission needs to use an upload's destination, so that
+/// ferry submits nothing on the engine's queue (see `engine_acquire`).
+struct EngineAcquire {
+  /// Whether the engine must record `barrier` (a queue-family ownership acquire) in its
+  /// command buffer before its first access to the range. False when no transfer of
+  /// ownership is needed (one queue family, a `CONCURRENT` buffer, or ferry already recorded
+  /// the acquire on the owner).
+  bool barrier_needed = false;
+  /// The acquire: source family the executor's, destination family the owner's, the range of
+  /// the buffer; stages ALL_COMMANDS on both sides (chaining with the semaphore wait), access
+  /// none before and memory read and write after. Record it with `vkCmdPipelineBarrier2`
+  /// (one `VkDependencyInfo` with this one buffer barrier).
+  VkBufferMemoryBarrier2 barrier{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER_2, nullptr, 0, 0, 0, 0, 0, 0,
+                                 VK_NULL_HANDLE, 0, 0};
+  /// The engine's submission waits for `semaphore` to reach `value` (a `VkSemaphoreSubmitInfo`
+  /// with stage ALL_COMMANDS, or a timeline wait of `vkQueueSubmit`) before the barrier and
+  /// its use of the range. The semaphore is ferry's (the executor's progress timeline): wait on
+  /// it, never signal or destroy it. It lives until the device closes.
+  VkSemaphore semaphore = VK_NULL_HANDLE;
+  std::uint64_t value = 0;
+
+  /// `barrier` as a Vulkan 1.0 `VkBufferMemoryBarrier`, for `vkCmdPipelineBarrier` with
+  /// `VK_PIPELINE_STAGE_ALL_COMMANDS_BIT` as both stage masks (devices without
+  /// synchronization2).
+  [[nodiscard]] VkBufferMemoryBarrier legacy_barrier() const noexcept {
+    return VkBufferMemoryBarrier{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
+                                 nullptr,
+                                 0,
+                                 VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT,
+                                 barrier.srcQueueFamilyIndex,
+                                 barrier.dstQueueFamilyIndex,
+                                 barrier.buffer,
+                                 barrier.offset,
+                                 barrier.size};
+  }
+};
+
+/// @brief Hand the acquire and the wait of a copy into `buffer` to the engine, which records
+/// them in its own submission on the owner's `VkQueue`: ferry then submits nothing on that
+/// queue for the copy.
+///
+/// `ready` is the point of the latest ferry call that wrote or read `buffer` (an
+/// `Upload::ready`, `UploadBatch::ready`, the point `upload_into` or `copy` returned), made
+/// with `UploadOptions::owner_waits = false` (with `owner_waits` ferry already made the owner
+/// wait and recorded the acquire: `barrier_needed` is then false, and waiting again is
+/// harmless). The call submits the executor's pending work (deferred submission,
+/// transfer.hpp), so the engine's wait is on a signal already submitted, and records that the
+/// engine performs the acquire: ferry's later operations on the buffer treat the range as the
+/// owner family's, as after its own acquire. Call it once per copy, before the engine submits;
+/// when `barrier_needed`, the engine must record the barrier exactly once, in a submission on
+/// a queue of the owner's family that waits for `semaphore` / `value`.
+///
+/// Ownership of the result: plain values; nothing to free.
+/// Thread-safety: not concurrently with another ferry call that uses `buffer`.
+/// Errors (`invalid_argument`, naming the argument, at the caller's `where`): a null,
+/// released or moved-from buffer; a device that is not a Vulkan device (interop pairs
+/// included) or is closed; an empty `ready`, or one that is not the buffer's latest copy
+/// point. `unsupported` in a build without the Vulkan backend.
+FERRY_API EngineAcquire engine_acquire(const DeviceBuffer& buffer, const TimelinePoint& ready,
                                        std::source_location where = std::source_location::current());
 
 /// @brief Describe a range of an engine's `VkBuffer` for `Device::adopt_memory`: `offset`

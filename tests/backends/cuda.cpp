@@ -116,3 +116,46 @@ std::unique_ptr<conformance::ForeignMemory> cuda_foreign_memory(Device& device, 
   m->free = [p] { (void)cudaFree(p); };
   return m;
 }
+
+// ---- An engine's own work on an adopted stream ----------------------------------------
+
+namespace {
+void CUDART_CB sleep_on_stream(void* ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(ms)));
+}
+}  // namespace
+
+CONFORMANCE_CASE("cuda: a copy out of adopted memory waits for the engine's own work on its stream") {
+  // The engine writes its memory with work ferry never saw (a memset on its stream, held back
+  // by a host function): a download ordered after "the owner's work so far" must see it.
+  Device dev = conformance::open_device();
+  REQUIRE(cudaSetDevice(conformance::options().ordinal) == cudaSuccess);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  Queue engine = dev.adopt_queue(QueueRole::compute, NativeQueue{.handle = stream}, "engine");
+  constexpr std::size_t n = 1 << 20;
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, n) == cudaSuccess);
+  REQUIRE(cudaMemset(p, 0x11, n) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  {
+    Transfer xfer(dev);
+    DeviceBuffer adopted = dev.adopt_memory(NativeMemory::from_pointer(p), n, engine);
+    for (int round = 0; round < 2; ++round) {  // before and after ferry marked the stream once
+      CAPTURE(round);
+      static int delay_ms = 200;
+      const auto value = static_cast<int>(0x40 + round);
+      REQUIRE(cudaLaunchHostFunc(stream, sleep_on_stream, &delay_ms) == cudaSuccess);
+      REQUIRE(cudaMemsetAsync(p, value, n, stream) == cudaSuccess);
+      HostBuffer back = dev.host_pool().allocate(n);
+      xfer.download(adopted, back).wait(std::chrono::seconds(30));
+      std::size_t stale = 0;
+      for (std::size_t i = 0; i < n; ++i) stale += back.data()[i] != static_cast<std::byte>(value);
+      CHECK_MESSAGE(stale == 0, stale << " bytes read before the engine's write on its stream");
+    }
+    adopted.release().wait(std::chrono::seconds(30));
+  }
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(cudaFree(p) == cudaSuccess);
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+}

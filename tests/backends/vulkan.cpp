@@ -460,6 +460,160 @@ std::unique_ptr<conformance::ForeignMemory> allocate_foreign(Device& dev, std::u
 
 }  // namespace
 
+namespace {
+
+/// The engine's side of `vulkan::engine_acquire`: one command buffer on ferry's compute queue
+/// that records the acquire (when needed) and copies `range` of `src` into `dst`, submitted
+/// with the wait ferry handed out, under ferry's submit lock; then a host wait on a fence.
+void engine_copy(Device& dev, const vulkan::EngineAcquire& acquire, const DeviceView& src, VkBuffer dst,
+                 VkDeviceSize dst_offset, VkDeviceSize bytes) {
+  static void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+  const vulkan::NativeHandles h = vulkan::native_handles(dev);
+  auto gdpa = reinterpret_cast<PFN_vkGetDeviceProcAddr>(gipa(h.instance, "vkGetDeviceProcAddr"));
+  REQUIRE((gdpa != nullptr && h.compute_queue != VK_NULL_HANDLE && h.submit_mutex != nullptr));
+  const VkDevice d = h.device;
+  auto fn = [&](const char* name) {
+    auto f = gdpa(d, name);
+    REQUIRE_MESSAGE((f != nullptr), name);
+    return f;
+  };
+  auto create_pool = reinterpret_cast<PFN_vkCreateCommandPool>(fn("vkCreateCommandPool"));
+  auto destroy_pool = reinterpret_cast<PFN_vkDestroyCommandPool>(fn("vkDestroyCommandPool"));
+  auto allocate = reinterpret_cast<PFN_vkAllocateCommandBuffers>(fn("vkAllocateCommandBuffers"));
+  auto begin = reinterpret_cast<PFN_vkBeginCommandBuffer>(fn("vkBeginCommandBuffer"));
+  auto end = reinterpret_cast<PFN_vkEndCommandBuffer>(fn("vkEndCommandBuffer"));
+  auto copy = reinterpret_cast<PFN_vkCmdCopyBuffer>(fn("vkCmdCopyBuffer"));
+  auto barrier1 = reinterpret_cast<PFN_vkCmdPipelineBarrier>(fn("vkCmdPipelineBarrier"));
+  auto create_fence = reinterpret_cast<PFN_vkCreateFence>(fn("vkCreateFence"));
+  auto destroy_fence = reinterpret_cast<PFN_vkDestroyFence>(fn("vkDestroyFence"));
+  auto wait_fences = reinterpret_cast<PFN_vkWaitForFences>(fn("vkWaitForFences"));
+  auto submit1 = reinterpret_cast<PFN_vkQueueSubmit>(fn("vkQueueSubmit"));
+
+  VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pi.queueFamilyIndex = h.compute_family;
+  VkCommandPool pool = VK_NULL_HANDLE;
+  REQUIRE(create_pool(d, &pi, nullptr, &pool) == VK_SUCCESS);
+  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  ai.commandPool = pool;
+  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ai.commandBufferCount = 1;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  REQUIRE(allocate(d, &ai, &cmd) == VK_SUCCESS);
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  REQUIRE(begin(cmd, &bi) == VK_SUCCESS);
+  if (acquire.barrier_needed) {
+    if (h.synchronization2) {
+      auto barrier2 = reinterpret_cast<PFN_vkCmdPipelineBarrier2>(fn("vkCmdPipelineBarrier2"));
+      VkDependencyInfo dep{VK_STRUCTURE_TYPE_DEPENDENCY_INFO};
+      dep.bufferMemoryBarrierCount = 1;
+      dep.pBufferMemoryBarriers = &acquire.barrier;
+      barrier2(cmd, &dep);
+    } else {
+      const VkBufferMemoryBarrier b = acquire.legacy_barrier();
+      barrier1(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 0, nullptr, 1, &b, 0,
+               nullptr);
+    }
+  }
+  const VkBufferCopy region{src.offset, dst_offset, bytes};
+  copy(cmd, reinterpret_cast<VkBuffer>(src.native), dst, 1, &region);
+  VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  to_host.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+  to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  barrier1(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0, nullptr, 0, nullptr);
+  REQUIRE(end(cmd) == VK_SUCCESS);
+  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VkFence fence = VK_NULL_HANDLE;
+  REQUIRE(create_fence(d, &fi, nullptr, &fence) == VK_SUCCESS);
+  {
+    std::lock_guard lock(*h.submit_mutex);
+    if (h.synchronization2) {
+      auto submit2 = reinterpret_cast<PFN_vkQueueSubmit2>(fn("vkQueueSubmit2"));
+      VkSemaphoreSubmitInfo wait{VK_STRUCTURE_TYPE_SEMAPHORE_SUBMIT_INFO};
+      wait.semaphore = acquire.semaphore;
+      wait.value = acquire.value;
+      wait.stageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
+      VkCommandBufferSubmitInfo ci{VK_STRUCTURE_TYPE_COMMAND_BUFFER_SUBMIT_INFO};
+      ci.commandBuffer = cmd;
+      VkSubmitInfo2 si{VK_STRUCTURE_TYPE_SUBMIT_INFO_2};
+      si.waitSemaphoreInfoCount = 1;
+      si.pWaitSemaphoreInfos = &wait;
+      si.commandBufferInfoCount = 1;
+      si.pCommandBufferInfos = &ci;
+      REQUIRE(submit2(h.compute_queue, 1, &si, fence) == VK_SUCCESS);
+    } else {
+      VkTimelineSemaphoreSubmitInfo ti{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+      ti.waitSemaphoreValueCount = 1;
+      ti.pWaitSemaphoreValues = &acquire.value;
+      const VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+      VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO, &ti};
+      si.waitSemaphoreCount = 1;
+      si.pWaitSemaphores = &acquire.semaphore;
+      si.pWaitDstStageMask = &stage;
+      si.commandBufferCount = 1;
+      si.pCommandBuffers = &cmd;
+      REQUIRE(submit1(h.compute_queue, 1, &si, fence) == VK_SUCCESS);
+    }
+  }
+  CHECK(wait_fences(d, 1, &fence, VK_TRUE, 30'000'000'000ull) == VK_SUCCESS);
+  destroy_fence(d, fence, nullptr);
+  destroy_pool(d, pool, nullptr);
+}
+
+}  // namespace
+
+CONFORMANCE_CASE("vulkan: an engine records the acquire and the wait in its own submission") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  constexpr std::uint64_t n = (1 << 20) + 12;
+  auto out = allocate_foreign(dev, n);
+  if (out->host == nullptr) {
+    MESSAGE("not supported: no host-visible device memory to read the engine's copy back");
+    return;
+  }
+  const VkBuffer out_buffer = reinterpret_cast<VkBuffer>(static_cast<std::uintptr_t>(out->native.vulkan_buffer));
+  for (const std::uint32_t batch : {1u, 16u}) {  // submitted at once, and deferred
+    CAPTURE(batch);
+    Transfer xfer(dev, {.submit_batch = batch, .submit_bytes = 1ull << 40});
+    HostBuffer src = dev.host_pool().allocate(n);
+    for (std::uint64_t i = 0; i < n; ++i) src.data()[i] = static_cast<std::byte>(i * 13 + batch);
+    Upload up = xfer.upload(src, owner, {.owner_waits = false});
+    const vulkan::EngineAcquire acquire = vulkan::engine_acquire(up.buffer, up.ready);
+    CHECK(acquire.semaphore != VK_NULL_HANDLE);
+    CHECK(acquire.value == up.ready.value);
+    CHECK(acquire.barrier_needed == dev.capabilities().ownership_transfer);
+    if (acquire.barrier_needed) {
+      CHECK(acquire.barrier.srcQueueFamilyIndex == vulkan::native_handles(dev).transfer_family);
+      CHECK(acquire.barrier.dstQueueFamilyIndex == vulkan::native_handles(dev).compute_family);
+      CHECK(acquire.barrier.size >= n);
+    }
+    // Handed to the engine once: a second call finds the acquire taken.
+    CHECK_FALSE(vulkan::engine_acquire(up.buffer, up.ready).barrier_needed);
+    engine_copy(dev, acquire, up.buffer.view(), out_buffer, out->native.vulkan_offset, n);
+    std::uint64_t wrong = 0;
+    for (std::uint64_t i = 0; i < n; ++i) wrong += out->host[i] != src.data()[i];
+    CHECK_MESSAGE(wrong == 0, wrong << " bytes differ in the engine's copy");
+    // ferry's later use of the buffer treats the range as the owner's: a download is intact.
+    HostBuffer back = dev.host_pool().allocate(n);
+    xfer.download(up.buffer, back).wait(std::chrono::seconds(30));
+    CHECK(std::memcmp(back.data(), src.data(), n) == 0);
+
+    // Bad input: an older point, an empty one, a released buffer.
+    const TimelinePoint stale = up.ready;
+    (void)xfer.upload_into(src, up.buffer, {.owner_waits = false});
+    conformance::expect_error(ErrorCode::invalid_argument, [&] { (void)vulkan::engine_acquire(up.buffer, stale); },
+                              "engine_acquire(an older point)");
+    conformance::expect_error(ErrorCode::invalid_argument,
+                              [&] { (void)vulkan::engine_acquire(up.buffer, TimelinePoint{}); },
+                              "engine_acquire(empty point)");
+    up.buffer.release();
+    conformance::expect_error(ErrorCode::invalid_argument, [&] { (void)vulkan::engine_acquire(up.buffer, stale); },
+                              "engine_acquire(released buffer)");
+  }
+}
+
 int main(int argc, char** argv) {
   const Backend backend = Backend::vulkan;
   if (int skip = conformance::presence_check(backend)) return skip;
