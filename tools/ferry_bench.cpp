@@ -28,11 +28,13 @@ Run plan(const Options& options, const DeviceFactory& factory) {
     ferry::Device probe = factory.open();
     run.backend = std::string(ferry::to_string(probe.backend()));
     run.device_name = probe.capabilities().name;
+    run.is_gpu = probe.capabilities().is_gpu;
   }
   run.sizes = options.sizes;
   if (run.sizes.empty()) {
-    // The seed's 64 MB / 512 MB; the CPU reference runs smaller so it stays quick.
-    run.sizes = run.backend == "host" ? std::vector<std::uint64_t>{16ull << 20, 64ull << 20}
+    // The seed's 64 MB / 512 MB; the CPU reference runs smaller so that both workloads stay
+    // quick on a small machine (its compute is a memcpy-speed loop on the host's cores).
+    run.sizes = run.backend == "host" ? std::vector<std::uint64_t>{8ull << 20, 16ull << 20}
                                       : std::vector<std::uint64_t>{64ull << 20, 512ull << 20};
   }
   return run;
@@ -78,7 +80,7 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
       r.overlap = bound > 0 ? r.step_ms / bound : 0;
     }
   }
-  const std::uint64_t batch_bytes = o.batch_bytes.value_or(run.backend == "host" ? 256ull << 20 : 1ull << 30);
+  const std::uint64_t batch_bytes = o.batch_bytes.value_or(run.backend == "host" ? 64ull << 20 : 1ull << 30);
   if (batch_bytes > 0) {
     // The pinned-DMA side of the ceiling: the vendor's raw copy where measured, else ferry's.
     double dma = 0, dma_d2h = 0;

@@ -199,6 +199,7 @@ struct Run {
   Options options;
   std::string backend;
   std::string device_name;
+  bool is_gpu = false;  ///< GPU bars apply (a CPU Vulkan driver such as lavapipe is not a GPU)
   std::vector<std::uint64_t> sizes;
   std::vector<Result> results;
   std::vector<RawCopy> raw;

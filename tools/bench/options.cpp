@@ -86,7 +86,7 @@ usage: ferry-bench [options]
   --backend NAME        host | cuda | vulkan | hip | vulkan_cuda | cuda_vulkan | auto (default
                         auto: the best GPU present,
                         else the CPU reference backend)
-  --sizes LIST          batch sizes, K/M/G binary units (default 64M,512M; host backend 16M,64M)
+  --sizes LIST          batch sizes, K/M/G binary units (default 64M,512M; host backend 8M,16M)
   --steps N             steps per footprint run (default 30)
   --compute-units N     passes of synthetic compute per step (default 20)
   --inflight N          steps the host lets run ahead before waiting (default 2)
@@ -101,7 +101,7 @@ usage: ferry-bench [options]
   --quiet               no progress on stderr
   --batch-study SIZE|off  whole-batch study: 4096 x 16K scattered pageable buffers and one SIZE
                         pageable buffer, against the host-staging ceiling measured in the same
-                        run (default 1G; host backend 256M)
+                        run (default 1G; host backend 64M)
   --host-cost N|off     host cost per upload call: N uploads of one small pinned range to the
                         owner queue, each released right after, each call timed (default 4096);
                         on CUDA beside a bare cudaMemcpyAsync of the same size

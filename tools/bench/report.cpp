@@ -46,9 +46,12 @@ bool has_workload(const Run& run, Workload w) {
   return false;
 }
 
-// The bars (docs/benchmarks.md, "Bars"). Bandwidth and overlap bars are GPU bars; elsewhere informational.
-// Interop pairs are judged by their executing API's bar (Vulkan copies: 95%, CUDA: 98%).
-double bandwidth_bar(const std::string& backend) {
+// The bars (docs/benchmarks.md, "Bars"). Bandwidth and overlap bars are GPU bars; elsewhere
+// (the host backend, a CPU Vulkan driver) informational. Interop pairs are judged by their
+// executing API's bar (Vulkan copies: 95%, CUDA: 98%).
+double bandwidth_bar(const Run& run) {
+  if (!run.is_gpu) return 0;
+  const std::string& backend = run.backend;
   if (backend == "cuda" || backend == "hip" || backend == "cuda_vulkan") return 0.98;
   if (backend == "vulkan" || backend == "vulkan_cuda") return 0.95;
   return 0;
@@ -80,7 +83,7 @@ std::string bar_note(bool applies, const std::string& bar) {
 }
 
 void seed_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& out) {
-  const bool gpu_bars = bandwidth_bar(run.backend) > 0;
+  const bool gpu_bars = bandwidth_bar(run) > 0;
   const Result* blocking = find(run, Workload::seed, ferry::CopyMode::blocking, bytes);
   const Result* owner = find(run, Workload::seed, ferry::CopyMode::owner_owned, bytes);
   const Result* executor = find(run, Workload::seed, ferry::CopyMode::executor_owned, bytes);
@@ -105,7 +108,7 @@ void seed_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& ou
 }
 
 void pipeline_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& out) {
-  const bool gpu_bars = bandwidth_bar(run.backend) > 0;
+  const bool gpu_bars = bandwidth_bar(run) > 0;
   const Result* blocking = find(run, Workload::pipeline, ferry::CopyMode::blocking, bytes);
   const Result* owner = find(run, Workload::pipeline, ferry::CopyMode::owner_owned, bytes);
   const Result* overlap = find(run, Workload::pipeline, ferry::CopyMode::owner_owned, bytes, true);
@@ -147,16 +150,16 @@ void pipeline_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>
 
 // The copy path alone: one workload's copy-only passes (the pipeline's where it ran).
 void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& out) {
-  const bool gpu_bars = bandwidth_bar(run.backend) > 0;
+  const bool gpu_bars = bandwidth_bar(run) > 0;
   // Against the vendor's own copy: the backend's bar, CUDA's where the backend has none.
-  const double vendor_bar = gpu_bars ? bandwidth_bar(run.backend) : 0.98;
+  const double vendor_bar = gpu_bars ? bandwidth_bar(run) : 0.98;
   const Workload w = has_workload(run, Workload::pipeline) ? Workload::pipeline : Workload::seed;
   const Result* owner = find(run, w, ferry::CopyMode::owner_owned, bytes);
   const RawCopy* raw = find_raw(run, bytes);
   const std::string size = size_label(bytes);
   if (owner && raw && raw->gbps > 0) {
     const double v = owner->copy_gbps / raw->gbps;
-    const double bar = bandwidth_bar(run.backend);
+    const double bar = bandwidth_bar(run);
     out.push_back({bytes, "", "owner_owned_bandwidth_vs_raw", v, bar, false,
                    size + ": owner_owned copy bandwidth = " + fmt("%.1f", v * 100) + "% of the raw copy (" +
                        fmt("%.2f", raw->gbps) + " GB/s)" +
@@ -180,36 +183,36 @@ void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& ou
     const VulkanAnchor& a = raw->vulkan;
     if (owner && a.h2d_gbps > 0) {
       const double v = owner->copy_gbps / a.h2d_gbps;
-      out.push_back({bytes, "", "owner_owned_h2d_vs_raw_vulkan", v, vulkan_anchor_bandwidth_bar, false,
+      out.push_back({bytes, "", "owner_owned_h2d_vs_raw_vulkan", v, gpu_bars ? vulkan_anchor_bandwidth_bar : 0, false,
                      size + ": owner_owned upload = " + fmt("%.1f", v * 100) + "% of the raw Vulkan loop (" +
-                         fmt("%.2f", a.h2d_gbps) + " GB/s) (bar >= 98%)"});
+                         fmt("%.2f", a.h2d_gbps) + " GB/s)" + bar_note(gpu_bars, ">= 98%")});
     }
     if (a.d2h_gbps > 0) {
       const double v = raw->d2h_gbps / a.d2h_gbps;
-      out.push_back({bytes, "", "download_vs_raw_vulkan", v, vulkan_anchor_bandwidth_bar, false,
+      out.push_back({bytes, "", "download_vs_raw_vulkan", v, gpu_bars ? vulkan_anchor_bandwidth_bar : 0, false,
                      size + ": download = " + fmt("%.1f", v * 100) + "% of the raw Vulkan loop (" +
-                         fmt("%.2f", a.d2h_gbps) + " GB/s) (bar >= 98%)"});
+                         fmt("%.2f", a.d2h_gbps) + " GB/s)" + bar_note(gpu_bars, ">= 98%")});
     }
     const Result* seed_owner = find(run, Workload::seed, ferry::CopyMode::owner_owned, bytes);
     if (seed_owner && seed_owner->overlap > 0 && a.seed.overlap > 0) {
       const double bar = a.seed.overlap + vulkan_anchor_overlap_slack;
-      out.push_back({bytes, "seed", "owner_owned_step_vs_raw_vulkan", seed_owner->overlap, bar, true,
+      out.push_back({bytes, "seed", "owner_owned_step_vs_raw_vulkan", seed_owner->overlap, gpu_bars ? bar : 0, true,
                      size + ": owner_owned step/bound " + fmt("%.3f", seed_owner->overlap) + " vs the raw Vulkan loop's " +
-                         fmt("%.3f", a.seed.overlap) + " (bar <= raw + 0.03)"});
+                         fmt("%.3f", a.seed.overlap) + bar_note(gpu_bars, "<= raw + 0.03")});
     }
     const Result* pipe_overlap = find(run, Workload::pipeline, ferry::CopyMode::owner_owned, bytes, true);
     if (pipe_overlap && pipe_overlap->overlap > 0 && a.pipeline.overlap > 0) {
       const double bar = a.pipeline.overlap + vulkan_anchor_overlap_slack;
-      out.push_back({bytes, "pipeline", "overlap_step_vs_raw_vulkan", pipe_overlap->overlap, bar, true,
+      out.push_back({bytes, "pipeline", "overlap_step_vs_raw_vulkan", pipe_overlap->overlap, gpu_bars ? bar : 0, true,
                      size + ": owner_owned+overlap step/bound " + fmt("%.3f", pipe_overlap->overlap) +
-                         " vs the raw Vulkan loop's " + fmt("%.3f", a.pipeline.overlap) + " (bar <= raw + 0.03)"});
+                         " vs the raw Vulkan loop's " + fmt("%.3f", a.pipeline.overlap) + bar_note(gpu_bars, "<= raw + 0.03")});
     }
   }
 }
 
 std::vector<Verdict> verdicts(const Run& run) {
   std::vector<Verdict> out;
-  const bool gpu_bars = bandwidth_bar(run.backend) > 0;
+  const bool gpu_bars = bandwidth_bar(run) > 0;
   for (auto bytes : run.sizes) {
     if (has_workload(run, Workload::seed)) seed_verdicts(run, bytes, out);
     if (has_workload(run, Workload::pipeline)) pipeline_verdicts(run, bytes, out);
@@ -217,7 +220,7 @@ std::vector<Verdict> verdicts(const Run& run) {
   }
   if (run.host_cost.ran) {
     const HostCost& h = run.host_cost;
-    const double bar = run.backend == "cuda" ? upload_host_us_bar : 0;
+    const double bar = run.backend == "cuda" && run.is_gpu ? upload_host_us_bar : 0;
     std::string text = size_label(h.bytes) + " upload call: median " + fmt("%.2f", h.upload.median) +
                        " us of host time (p90 " + fmt("%.2f", h.upload.p90) + ")";
     if (h.vendor.measured) {
@@ -428,6 +431,7 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
   o << ferry::detail::json_string(run.backend);
   o << ",\n  \"device\": ";
   o << ferry::detail::json_string(run.device_name);
+  o << ",\n  \"is_gpu\": " << (run.is_gpu ? "true" : "false");
   o << ",\n  \"config\": {\"sizes\": [";
   for (std::size_t i = 0; i < run.sizes.size(); ++i) o << (i ? ", " : "") << run.sizes[i];
   o << "], \"steps\": " << opt.steps << ", \"compute_units\": " << opt.compute_units
