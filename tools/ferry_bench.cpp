@@ -33,8 +33,10 @@ Run plan(const Options& options, const DeviceFactory& factory) {
   run.sizes = options.sizes;
   if (run.sizes.empty()) {
     // The seed's 64 MB / 512 MB; the CPU reference runs smaller so that both workloads stay
-    // quick on a small machine (its compute is a memcpy-speed loop on the host's cores).
-    run.sizes = run.backend == "host" ? std::vector<std::uint64_t>{8ull << 20, 16ull << 20}
+    // quick on a small machine (its compute is a memcpy-speed loop on the host's cores). Both
+    // stay above the pool's 10 MiB small-request class, so that every batch gets a segment of
+    // its own as at the seed's sizes and the footprint bars compare batches, not segments.
+    run.sizes = run.backend == "host" ? std::vector<std::uint64_t>{12ull << 20, 16ull << 20}
                                       : std::vector<std::uint64_t>{64ull << 20, 512ull << 20};
   }
   return run;

@@ -86,7 +86,7 @@ usage: ferry-bench [options]
   --backend NAME        host | cuda | vulkan | hip | vulkan_cuda | cuda_vulkan | auto (default
                         auto: the best GPU present,
                         else the CPU reference backend)
-  --sizes LIST          batch sizes, K/M/G binary units (default 64M,512M; host backend 8M,16M)
+  --sizes LIST          batch sizes, K/M/G binary units (default 64M,512M; host backend 12M,16M)
   --steps N             steps per footprint run (default 30)
   --compute-units N     passes of synthetic compute per step (default 20)
   --inflight N          steps the host lets run ahead before waiting (default 2)
