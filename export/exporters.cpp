@@ -555,7 +555,7 @@ body { font-family: Helvetica, Arial, sans-serif; margin: 16px; color: #222; }
 h1 { font-size: 20px; }
 h2 { font-size: 16px; margin: 4px 0; }
 p.note { font-size: 12px; color: #555; max-width: 70em; }
-.columns { display: flex; flex-wrap: nowrap; gap: 18px; overflow-x: auto; }
+.columns { display: flex; flex-wrap: wrap; gap: 18px; }
 .column { flex: 0 0 auto; border: 1px solid #ddd; padding: 8px; }
 table { font-size: 12px; border-collapse: collapse; margin-bottom: 4px; }
 th { text-align: left; font-weight: normal; color: #555; padding-right: 10px; }

@@ -2,8 +2,10 @@
 # The main job: build ferry and run the benchmark on the best device present (CUDA, then
 # Vulkan on a GPU, then HIP, then Vulkan on a CPU driver, then the host backend).
 #   bash tools/bench.sh [program arguments...]
-# Runs build/tools/ferry-bench (every copy strategy side by side: footprint, bandwidth, host
-# cost); its options pass through, e.g. --sizes 64M --snapshot out/. See --help.
+# Runs build/tools/ferry-bench (every copy strategy side by side in the seed and the pipeline
+# workload, each with its bars: footprint, bandwidth, host cost, step time); its options pass
+# through, e.g. --sizes 64M --snapshot out/ --out out/. See --help.
+# Only the bench and what it links are built, so a fresh clone gets to the bench quickly.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -12,9 +14,9 @@ ferry_install_deps
 
 build=${FERRY_BUILD_DIR:-build}
 [ -f "$build/build.ninja" ] || meson setup "$build"
-ninja -C "$build"
-if [ ! -x "$build/tools/ferry-bench" ]; then
-  echo "ferry: $build/tools/ferry-bench was not built (configured with -Dtools=false?)" >&2
+if ! ninja -C "$build" tools/ferry-bench; then
+  [ -f "$build/tools/ferry-bench" ] ||
+    echo "ferry: $build/tools/ferry-bench was not built (configured with -Dtools=false?)" >&2
   exit 1
 fi
 exec "$build/tools/ferry-bench" "$@"

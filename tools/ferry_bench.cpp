@@ -2,11 +2,12 @@
 // ferry-bench: the seed's copy-strategy study on any ferry backend.
 //
 //   ferry-bench [--backend auto] [--sizes 64M,512M] [--steps 30] [--compute-units 20]
-//               [--inflight 2] [--strategies ...] [--out DIR] [--snapshot DIR] [--quiet]
+//               [--inflight 2] [--workloads seed,pipeline] [--strategies ...] [--out DIR]
+//               [--snapshot DIR] [--quiet]
 //
-// Prints a table (footprint, bandwidth, host cost, step time, overlap per strategy and size),
-// a raw-copy reference row per size and verdict lines against the bars (docs/benchmarks.md,
-// "Bars").
+// Prints, per workload (seed, pipeline), a table (footprint, bandwidth, host cost, step time,
+// overlap per strategy and size), a raw-copy reference row per size and verdict lines against
+// each workload's bars (docs/benchmarks.md, "Bars").
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,11 +28,15 @@ Run plan(const Options& options, const DeviceFactory& factory) {
     ferry::Device probe = factory.open();
     run.backend = std::string(ferry::to_string(probe.backend()));
     run.device_name = probe.capabilities().name;
+    run.is_gpu = probe.capabilities().is_gpu;
   }
   run.sizes = options.sizes;
   if (run.sizes.empty()) {
-    // The seed's 64 MB / 512 MB; the CPU reference runs smaller so it stays quick.
-    run.sizes = run.backend == "host" ? std::vector<std::uint64_t>{16ull << 20, 64ull << 20}
+    // The seed's 64 MB / 512 MB; the CPU reference runs smaller so that both workloads stay
+    // quick on a small machine (its compute is a memcpy-speed loop on the host's cores). Both
+    // stay above the pool's 10 MiB small-request class, so that every batch gets a segment of
+    // its own as at the seed's sizes and the footprint bars compare batches, not segments.
+    run.sizes = run.backend == "host" ? std::vector<std::uint64_t>{12ull << 20, 16ull << 20}
                                       : std::vector<std::uint64_t>{64ull << 20, 512ull << 20};
   }
   return run;
@@ -47,11 +52,14 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
     return;
   }
   std::vector<Scenario> per_size;
-  for (auto mode : o.strategies) {
-    per_size.push_back({.mode = mode, .steps = o.steps, .units = o.compute_units, .inflight = o.inflight});
-    if (mode == ferry::CopyMode::owner_owned && o.overlap_variant) {
-      per_size.push_back(per_size.back());
-      per_size.back().overlap = true;
+  for (auto workload : o.workloads) {
+    for (auto mode : o.strategies) {
+      per_size.push_back(
+          {.workload = workload, .mode = mode, .steps = o.steps, .units = o.compute_units, .inflight = o.inflight});
+      if (mode == ferry::CopyMode::owner_owned && o.overlap_variant) {
+        per_size.push_back(per_size.back());
+        per_size.back().overlap = true;
+      }
     }
   }
   const std::size_t total = run.sizes.size() * (per_size.size() + 1);
@@ -60,11 +68,11 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
     for (Scenario sc : per_size) {
       sc.bytes = bytes;
       const std::string label = "[" + std::to_string(++k) + "/" + std::to_string(total) + "] " +
-                                strategy_name(sc) + " " + size_label(bytes);
+                                workload_name(sc.workload) + " " + strategy_name(sc) + " " + size_label(bytes);
       run.results.push_back(run_scenario(factory, sc, progress, label));
     }
     progress.phase("[" + std::to_string(++k) + "/" + std::to_string(total) + "] raw copy " + size_label(bytes));
-    run.raw.push_back(run_raw_copy(factory, bytes, std::clamp(o.steps, 3, 20)));
+    run.raw.push_back(run_raw_copy(factory, bytes, std::clamp(o.steps, 3, 20), o.steps, o.compute_units, o.inflight));
     // Overlap = step time / max(compute, copy), the copy being the raw copy of one batch: the
     // time a step cannot beat whatever the strategy.
     const double raw_copy_ms = run.raw.back().gbps > 0 ? static_cast<double>(bytes) / (run.raw.back().gbps * 1e6) : 0;
@@ -74,7 +82,7 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
       r.overlap = bound > 0 ? r.step_ms / bound : 0;
     }
   }
-  const std::uint64_t batch_bytes = o.batch_bytes.value_or(run.backend == "host" ? 256ull << 20 : 1ull << 30);
+  const std::uint64_t batch_bytes = o.batch_bytes.value_or(run.backend == "host" ? 64ull << 20 : 1ull << 30);
   if (batch_bytes > 0) {
     // The pinned-DMA side of the ceiling: the vendor's raw copy where measured, else ferry's.
     double dma = 0, dma_d2h = 0;
@@ -82,7 +90,7 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
       dma = std::max(dma, r.vendor.measured ? r.vendor.h2d_gbps : r.gbps);
       dma_d2h = std::max(dma_d2h, r.vendor.measured ? r.vendor.d2h_gbps : r.d2h_gbps);
     }
-    run.batch = run_batch_study(factory, batch_bytes, dma, dma_d2h, progress);
+    run.batch = run_batch_study(factory, batch_bytes, dma, dma_d2h, o.batch_rounds, progress);
   }
   progress.done();
 }

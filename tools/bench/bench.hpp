@@ -14,6 +14,21 @@
 
 namespace ferry_bench {
 
+/// What a step's compute does with the batch (docs/benchmarks.md, "Workloads").
+enum class Workload {
+  /// The seed's step: compute that does not read the batch (the synthetic compute over an
+  /// unrelated buffer, standing for the seed's matmuls) runs while the batch is copied, then a
+  /// short pass reads the batch (the seed's `d.sum()`). Footprint and overlap are both
+  /// reachable: the copy of batch i+1 waits only for the short pass of step i.
+  seed,
+  /// The compute reads the whole batch; the copy of batch i+1 overlaps it (TorchRec's
+  /// TrainPipelineSparseDist). Overlap needs one more batch live than a blocking copy.
+  pipeline,
+};
+
+/// "seed", "pipeline".
+const char* workload_name(Workload workload);
+
 /// Command-line options (see `usage()`).
 struct Options {
   std::string backend = "auto";              ///< host|cuda|vulkan|hip|auto
@@ -21,6 +36,7 @@ struct Options {
   int steps = 30;                            ///< steps per footprint run
   std::uint32_t compute_units = 20;          ///< passes of synthetic compute per step
   int inflight = 2;                          ///< steps the host lets run ahead
+  std::vector<Workload> workloads{Workload::seed, Workload::pipeline};
   std::vector<ferry::CopyMode> strategies{ferry::CopyMode::blocking, ferry::CopyMode::executor_owned,
                                           ferry::CopyMode::preallocated, ferry::CopyMode::owner_owned};
   std::optional<std::filesystem::path> out;       ///< results.json folder
@@ -35,6 +51,8 @@ struct Options {
   std::uint64_t host_cost_bytes = 64ull << 10;
   /// Run only the host-cost measurement (no strategies, raw copies or batch study).
   bool host_cost_only = false;
+  /// Whole-batch study: rounds of (ceiling, ferry) measured alternately.
+  int batch_rounds = 5;
 };
 
 /// Parse argv; throws std::invalid_argument with a message on bad input. Returns nullopt for
@@ -48,6 +66,7 @@ std::string size_label(std::uint64_t bytes);
 
 /// One (strategy, size) measurement.
 struct Scenario {
+  Workload workload = Workload::pipeline;
   ferry::CopyMode mode = ferry::CopyMode::owner_owned;
   std::uint64_t bytes = 0;
   int steps = 30;
@@ -72,7 +91,7 @@ struct Result {
   double copy_gbps = 0;              ///< copy-only pass, host-timed
   double host_us_per_call = 0;       ///< median host time of one upload call (footprint run)
   double step_ms = 0;                ///< footprint run: wall time / steps
-  double compute_ms = 0;             ///< compute-only pass, per step
+  double compute_ms = 0;             ///< compute-only pass, per step (the step's kernels, no copy)
   double copy_ms = 0;                ///< copy-only pass, per upload
   double overlap = 0;                ///< step_ms / max(compute_ms, raw copy time of the batch)
   ferry::MemorySnapshot snapshot;    ///< pool snapshot after the footprint run
@@ -85,6 +104,7 @@ struct RawCopy {
   double d2h_gbps = 0;         ///< ferry download into pinned memory, host-timed
   double timeline_pair_us = 0; ///< host time of one queue signal + other-queue wait pair
   VendorCopy vendor;           ///< the vendor's raw copy (CUDA builds with a device)
+  VulkanAnchor vulkan;         ///< the raw Vulkan loop (Vulkan backend)
 };
 
 /// Opens a fresh device of the chosen backend.
@@ -108,28 +128,43 @@ struct Progress {
 
 Result run_scenario(const DeviceFactory& factory, const Scenario& scenario, const Progress& progress,
                     const std::string& label);
-RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations);
+/// The references of one size; on the Vulkan backend also the raw Vulkan loop with the
+/// footprint runs' shape (`steps`, `units`, `inflight`).
+RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations, int steps,
+                     std::uint32_t units, int inflight);
+
+/// Spread of a measurement repeated over rounds: median, min and max.
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
 
 /// Whole-batch study: scattered and pageable uploads against the ceiling
-/// min(parallel host memcpy, pinned DMA) measured in the same run. GB/s, host-timed medians.
+/// min(parallel host memcpy, pinned DMA). The host memcpy side of the ceiling is measured in
+/// rounds alternating with ferry's calls (ceiling, ferry, ceiling, ferry, ...), so a host
+/// whose speed drifts moves both sides of a ratio alike; each ratio is taken within its round
+/// and the verdicts use the median ratio. GB/s, host-timed.
 struct BatchStudy {
   bool ran = false;
+  int rounds = 0;
   unsigned memcpy_threads = 0;
-  double memcpy_gbps = 0;        ///< pageable -> pinned, all threads
+  Spread memcpy_gbps;            ///< pageable -> pinned, all threads
   double dma_gbps = 0;           ///< pinned DMA (vendor raw copy, else ferry's raw upload)
-  double ceiling_gbps = 0;       ///< min of the two
+  Spread ceiling_gbps;           ///< min of the two, per round
   std::uint64_t scattered_count = 0, scattered_each = 0;
-  double scattered_gbps = 0;     ///< one Transfer::upload(span<HostView>) of the scattered buffers
+  Spread scattered_gbps;         ///< one Transfer::upload(span<HostView>) of the scattered buffers
+  Spread scattered_ratio;        ///< scattered / ceiling of the same round
   std::uint64_t pageable_bytes = 0;
-  double pageable_gbps = 0;      ///< one Transfer::upload(span<const std::byte>)
+  Spread pageable_gbps;          ///< one Transfer::upload(span<const std::byte>)
+  Spread pageable_ratio;
   /// Downloads: ceiling min(parallel memcpy pinned -> pageable, pinned D2H DMA).
-  double memcpy_out_gbps = 0;    ///< pinned -> pageable, all threads
+  Spread memcpy_out_gbps;        ///< pinned -> pageable, all threads
   double dma_d2h_gbps = 0;       ///< pinned D2H DMA (vendor where measured, else ferry's); 0 = unknown
-  double ceiling_down_gbps = 0;
-  double scattered_down_gbps = 0;  ///< one Transfer::download(buffer, span<DownloadView>) into the scattered buffers
+  Spread ceiling_down_gbps;
+  Spread scattered_down_gbps;    ///< one Transfer::download(buffer, span<DownloadView>) into the scattered buffers
+  Spread scattered_down_ratio;
 };
 BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_bytes, double dma_gbps,
-                           double dma_d2h_gbps, const Progress& progress);
+                           double dma_d2h_gbps, int rounds, const Progress& progress);
 
 /// Median and 90th percentile of a set of samples (nearest rank).
 struct Percentiles {
@@ -155,6 +190,7 @@ struct HostCost {
   };
   std::vector<Variant> variants;
   VendorCallCost vendor;  ///< the vendor's bare async copy of the same size (CUDA builds)
+  VulkanCallCost vulkan;  ///< one raw vkQueueSubmit per copy of the same size (Vulkan backend)
 };
 HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int calls, const Progress& progress);
 
@@ -163,6 +199,7 @@ struct Run {
   Options options;
   std::string backend;
   std::string device_name;
+  bool is_gpu = false;  ///< GPU bars apply (a CPU Vulkan driver such as lavapipe is not a GPU)
   std::vector<std::uint64_t> sizes;
   std::vector<Result> results;
   std::vector<RawCopy> raw;

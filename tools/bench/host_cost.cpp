@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // ferry-bench: the host cost of one upload call. A loader with many small tensors:
 // `calls` uploads of one small pinned range to the owner queue, each released right after,
-// every call host-timed on its own. The vendor anchor is the host time of a bare async copy
-// of the same size from pinned memory (vendor.hpp), measured the same way.
+// every call host-timed on its own. The vendor anchors are the host time of a bare async copy
+// of the same size from pinned memory on CUDA, and of one raw vkQueueSubmit per copy (copy +
+// timeline signal) on Vulkan (vendor.hpp), measured the same way.
 //
 // Rounds: the host waits for the device every `kRound` calls, outside the timed region, so the
 // device's command queue never fills up (a full queue makes an enqueue block, which would
@@ -104,6 +105,10 @@ HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int ca
     r.variants.push_back({"record_events = false", t.upload, t.pair});
   }
   r.vendor = measure_vendor_call_cost(bytes, calls, kRound);
+  {
+    ferry::Device dev = factory.open();
+    if (dev.backend() == ferry::Backend::vulkan) r.vulkan = measure_vulkan_call_cost(dev, bytes, calls, kRound);
+  }
   r.ran = true;
   return r;
 }

@@ -40,6 +40,13 @@ ferry::CopyMode parse_strategy(const std::string& name) {
                               "' (blocking, executor_owned, preallocated, owner_owned)");
 }
 
+Workload parse_workload(const std::string& name) {
+  for (auto w : {Workload::seed, Workload::pipeline}) {
+    if (name == workload_name(w)) return w;
+  }
+  throw std::invalid_argument("--workloads: unknown workload '" + name + "' (seed, pipeline)");
+}
+
 }  // namespace
 
 std::uint64_t parse_size(const std::string& text) {
@@ -79,10 +86,14 @@ usage: ferry-bench [options]
   --backend NAME        host | cuda | vulkan | hip | vulkan_cuda | cuda_vulkan | auto (default
                         auto: the best GPU present,
                         else the CPU reference backend)
-  --sizes LIST          batch sizes, K/M/G binary units (default 64M,512M; host backend 16M,64M)
+  --sizes LIST          batch sizes, K/M/G binary units (default 64M,512M; host backend 12M,16M)
   --steps N             steps per footprint run (default 30)
   --compute-units N     passes of synthetic compute per step (default 20)
   --inflight N          steps the host lets run ahead before waiting (default 2)
+  --workloads LIST      any of seed,pipeline (default: both, each with its own bars)
+                        seed: compute on an unrelated buffer while the batch is copied, then a
+                        short pass reading the batch (the seed's matmuls, then d.sum());
+                        pipeline: compute reads the whole batch while the next batch is copied
   --strategies LIST     any of blocking,executor_owned,preallocated,owner_owned (default: all)
   --out DIR             write DIR/results.json
   --snapshot DIR        write per strategy and size: .pickle (PyTorch memory_viz), .json,
@@ -90,17 +101,20 @@ usage: ferry-bench [options]
   --quiet               no progress on stderr
   --batch-study SIZE|off  whole-batch study: 4096 x 16K scattered pageable buffers and one SIZE
                         pageable buffer, against the host-staging ceiling measured in the same
-                        run (default 1G; host backend 256M)
+                        run (default 1G; host backend 64M)
   --host-cost N|off     host cost per upload call: N uploads of one small pinned range to the
                         owner queue, each released right after, each call timed (default 4096);
                         on CUDA beside a bare cudaMemcpyAsync of the same size
+  --batch-rounds N      whole-batch study: rounds of ceiling and ferry measured alternately
+                        (default 5); verdicts use the median ratio of each round
   --host-cost-size SIZE size of each of those uploads (default 64K)
   --host-cost-only      run only the host-cost measurement
   --help                this text
 
 Each step: pinned host batch -> device (strategy), allocate the owner's temporary from the
-pool, synthetic compute on the owner queue, release both (stream-ordered), host waits for the
-step `inflight` steps back. Bandwidths are host-timed (N uploads, one host wait at the end).
+pool, the workload's synthetic compute on the owner queue, release both (stream-ordered), host
+waits for the step `inflight` steps back. Bandwidths are host-timed (N uploads, one host wait
+at the end).
 )";
 }
 
@@ -136,6 +150,12 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.strategies.clear();
       for (const auto& s : split(value(i, "--strategies"), ',')) o.strategies.push_back(parse_strategy(s));
       if (o.strategies.empty()) throw std::invalid_argument("--strategies: empty list");
+    } else if (key == "--workloads") {
+      o.workloads.clear();
+      for (const auto& s : split(value(i, "--workloads"), ',')) o.workloads.push_back(parse_workload(s));
+      if (o.workloads.empty()) throw std::invalid_argument("--workloads: empty list");
+    } else if (key == "--batch-rounds") {
+      o.batch_rounds = static_cast<int>(parse_int(value(i, "--batch-rounds"), "--batch-rounds", 1, 1000));
     } else if (key == "--out") {
       o.out = value(i, "--out");
     } else if (key == "--snapshot") {

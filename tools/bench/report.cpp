@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // ferry-bench output: header, table, verdicts, results.json and snapshot exports.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -20,9 +21,13 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-const Result* find(const Run& run, ferry::CopyMode mode, std::uint64_t bytes, bool overlap = false) {
+const Result* find(const Run& run, Workload workload, ferry::CopyMode mode, std::uint64_t bytes,
+                   bool overlap = false) {
   for (const auto& r : run.results) {
-    if (r.scenario.mode == mode && r.scenario.bytes == bytes && r.scenario.overlap == overlap) return &r;
+    if (r.scenario.workload == workload && r.scenario.mode == mode && r.scenario.bytes == bytes &&
+        r.scenario.overlap == overlap) {
+      return &r;
+    }
   }
   return nullptr;
 }
@@ -34,9 +39,19 @@ const RawCopy* find_raw(const Run& run, std::uint64_t bytes) {
   return nullptr;
 }
 
-// The bars (docs/benchmarks.md, "Bars"). Bandwidth and overlap bars are GPU bars; elsewhere informational.
-// Interop pairs are judged by their executing API's bar (Vulkan copies: 95%, CUDA: 98%).
-double bandwidth_bar(const std::string& backend) {
+bool has_workload(const Run& run, Workload w) {
+  for (auto x : run.options.workloads) {
+    if (x == w) return true;
+  }
+  return false;
+}
+
+// The bars (docs/benchmarks.md, "Bars"). Bandwidth and overlap bars are GPU bars; elsewhere
+// (the host backend, a CPU Vulkan driver) informational. Interop pairs are judged by their
+// executing API's bar (Vulkan copies: 95%, CUDA: 98%).
+double bandwidth_bar(const Run& run) {
+  if (!run.is_gpu) return 0;
+  const std::string& backend = run.backend;
   if (backend == "cuda" || backend == "hip" || backend == "cuda_vulkan") return 0.98;
   if (backend == "vulkan" || backend == "vulkan_cuda") return 0.95;
   return 0;
@@ -45,9 +60,13 @@ constexpr double reserved_bar = 1.02;
 /// Host time of one upload call (median), CUDA backend on the H200.
 constexpr double upload_host_us_bar = 5.0;
 constexpr double overlap_bar = 1.05;
+/// Against the hand-written raw Vulkan loop of the same run.
+constexpr double vulkan_anchor_bandwidth_bar = 0.98;
+constexpr double vulkan_anchor_overlap_slack = 0.03;
 
 struct Verdict {
   std::uint64_t bytes = 0;
+  std::string workload;  // "seed", "pipeline"; empty for a bar of the copy path alone
   std::string name;
   double value = 0;
   double bar = 0;        // 0 = informational
@@ -57,101 +76,178 @@ struct Verdict {
   [[nodiscard]] bool pass() const { return !checked() || (less_is_better ? value <= bar : value >= bar); }
 };
 
+double ratio(std::uint64_t a, std::uint64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0; }
+
+std::string bar_note(bool applies, const std::string& bar) {
+  return applies ? " (bar " + bar + ")" : " (bar " + bar + " applies to GPU backends)";
+}
+
+void seed_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& out) {
+  const bool gpu_bars = bandwidth_bar(run) > 0;
+  const Result* blocking = find(run, Workload::seed, ferry::CopyMode::blocking, bytes);
+  const Result* owner = find(run, Workload::seed, ferry::CopyMode::owner_owned, bytes);
+  const Result* executor = find(run, Workload::seed, ferry::CopyMode::executor_owned, bytes);
+  const std::string size = size_label(bytes);
+  if (blocking && owner && blocking->peak_reserved > 0) {
+    const double v = ratio(owner->peak_reserved, blocking->peak_reserved);
+    out.push_back({bytes, "seed", "owner_owned_reserved_vs_blocking", v, reserved_bar, true,
+                   size + ": owner_owned peak reserved / blocking = " + fmt("%.3f", v) + " (bar <= 1.02)"});
+  }
+  if (owner && owner->overlap > 0) {
+    out.push_back({bytes, "seed", "owner_owned_step_vs_bound", owner->overlap, gpu_bars ? overlap_bar : 0, true,
+                   size + ": owner_owned step time = " + fmt("%.3f", owner->overlap) +
+                       " x max(compute-only step, copy)" + bar_note(gpu_bars, "<= 1.05") +
+                       "; in the same run as the footprint bar above"});
+  }
+  if (blocking && executor && blocking->peak_reserved > 0) {
+    const double v = ratio(executor->peak_reserved, blocking->peak_reserved);
+    out.push_back({bytes, "seed", "executor_owned_reserved_vs_blocking", v, 0, true,
+                   size + ": executor_owned peak reserved / blocking = " + fmt("%.3f", v) +
+                       " (the side-queue stranding; PyTorch measured 3.16 at 64 MB on the H200)"});
+  }
+}
+
+void pipeline_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& out) {
+  const bool gpu_bars = bandwidth_bar(run) > 0;
+  const Result* blocking = find(run, Workload::pipeline, ferry::CopyMode::blocking, bytes);
+  const Result* owner = find(run, Workload::pipeline, ferry::CopyMode::owner_owned, bytes);
+  const Result* overlap = find(run, Workload::pipeline, ferry::CopyMode::owner_owned, bytes, true);
+  const Result* executor = find(run, Workload::pipeline, ferry::CopyMode::executor_owned, bytes);
+  const std::string size = size_label(bytes);
+  // Every overlapping schedule holds one batch more than a blocking copy: that is the minimum.
+  const std::uint64_t minimum = blocking ? blocking->peak_reserved + bytes : 0;
+  if (overlap && minimum > 0) {
+    const double v = ratio(overlap->peak_reserved, minimum);
+    out.push_back({bytes, "pipeline", "overlap_reserved_vs_blocking_plus_batch", v, reserved_bar, true,
+                   size + ": owner_owned+overlap peak reserved / (blocking + one batch) = " + fmt("%.3f", v) +
+                       " (bar <= 1.02)"});
+  }
+  if (overlap && overlap->overlap > 0) {
+    out.push_back({bytes, "pipeline", "overlap_step_vs_bound", overlap->overlap, gpu_bars ? overlap_bar : 0, true,
+                   size + ": owner_owned+overlap step time = " + fmt("%.3f", overlap->overlap) +
+                       " x max(compute-only step, copy)" + bar_note(gpu_bars, "<= 1.05")});
+  }
+  if (executor && minimum > 0) {
+    const double v = ratio(executor->peak_reserved, minimum);
+    const double beyond = (static_cast<double>(executor->peak_reserved) - static_cast<double>(minimum)) / gib;
+    out.push_back({bytes, "pipeline", "executor_owned_reserved_vs_blocking_plus_batch", v, 0, true,
+                   size + ": executor_owned peak reserved / (blocking + one batch) = " + fmt("%.3f", v) + " (" +
+                       fmt("%+.3f", beyond) + " GiB stranded beyond the schedule's minimum)"});
+  }
+  if (blocking && owner && blocking->peak_reserved > 0) {
+    const double v = ratio(owner->peak_reserved, blocking->peak_reserved);
+    out.push_back({bytes, "pipeline", "owner_owned_reserved_vs_blocking", v, reserved_bar, true,
+                   size + ": owner_owned (footprint first) peak reserved / blocking = " + fmt("%.3f", v) +
+                       " (bar <= 1.02)"});
+  }
+  if (owner && owner->overlap > 0) {
+    out.push_back({bytes, "pipeline", "owner_owned_step_vs_bound", owner->overlap, 0, true,
+                   size + ": owner_owned (footprint first) step time = " + fmt("%.3f", owner->overlap) +
+                       " x max(compute-only step, copy): the copy of batch i+1 reuses, so waits for, the block "
+                       "compute i reads"});
+  }
+}
+
+// The copy path alone: one workload's copy-only passes (the pipeline's where it ran).
+void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& out) {
+  const bool gpu_bars = bandwidth_bar(run) > 0;
+  // Against the vendor's own copy: the backend's bar, CUDA's where the backend has none.
+  const double vendor_bar = gpu_bars ? bandwidth_bar(run) : 0.98;
+  const Workload w = has_workload(run, Workload::pipeline) ? Workload::pipeline : Workload::seed;
+  const Result* owner = find(run, w, ferry::CopyMode::owner_owned, bytes);
+  const RawCopy* raw = find_raw(run, bytes);
+  const std::string size = size_label(bytes);
+  if (owner && raw && raw->gbps > 0) {
+    const double v = owner->copy_gbps / raw->gbps;
+    const double bar = bandwidth_bar(run);
+    out.push_back({bytes, "", "owner_owned_bandwidth_vs_raw", v, bar, false,
+                   size + ": owner_owned copy bandwidth = " + fmt("%.1f", v * 100) + "% of the raw copy (" +
+                       fmt("%.2f", raw->gbps) + " GB/s)" +
+                       (bar > 0 ? " (bar >= " + fmt("%.0f", bar * 100) + "%)" : " (bar applies to GPU backends)")});
+  }
+  if (owner && raw && raw->vendor.measured && raw->vendor.h2d_gbps > 0) {
+    const double v = owner->copy_gbps / raw->vendor.h2d_gbps;
+    out.push_back({bytes, "", "owner_owned_h2d_vs_vendor", v, bytes >= (16u << 20) ? vendor_bar : 0, false,
+                   size + ": owner_owned upload = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " (" +
+                       fmt("%.2f", raw->vendor.h2d_gbps) + " GB/s)" +
+                       (bytes >= (16u << 20) ? " (bar >= " + fmt("%.0f", vendor_bar * 100) + "%)" : "")});
+  }
+  if (raw && raw->vendor.measured && raw->vendor.d2h_gbps > 0) {
+    const double v = raw->d2h_gbps / raw->vendor.d2h_gbps;
+    out.push_back({bytes, "", "download_d2h_vs_vendor", v, bytes >= (16u << 20) ? vendor_bar : 0, false,
+                   size + ": download = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " d2h (" +
+                       fmt("%.2f", raw->vendor.d2h_gbps) + " GB/s)" +
+                       (bytes >= (16u << 20) ? " (bar >= " + fmt("%.0f", vendor_bar * 100) + "%)" : "")});
+  }
+  if (raw && raw->vulkan.measured) {
+    const VulkanAnchor& a = raw->vulkan;
+    if (owner && a.h2d_gbps > 0) {
+      const double v = owner->copy_gbps / a.h2d_gbps;
+      out.push_back({bytes, "", "owner_owned_h2d_vs_raw_vulkan", v, gpu_bars ? vulkan_anchor_bandwidth_bar : 0, false,
+                     size + ": owner_owned upload = " + fmt("%.1f", v * 100) + "% of the raw Vulkan loop (" +
+                         fmt("%.2f", a.h2d_gbps) + " GB/s)" + bar_note(gpu_bars, ">= 98%")});
+    }
+    if (a.d2h_gbps > 0) {
+      const double v = raw->d2h_gbps / a.d2h_gbps;
+      out.push_back({bytes, "", "download_vs_raw_vulkan", v, gpu_bars ? vulkan_anchor_bandwidth_bar : 0, false,
+                     size + ": download = " + fmt("%.1f", v * 100) + "% of the raw Vulkan loop (" +
+                         fmt("%.2f", a.d2h_gbps) + " GB/s)" + bar_note(gpu_bars, ">= 98%")});
+    }
+    const Result* seed_owner = find(run, Workload::seed, ferry::CopyMode::owner_owned, bytes);
+    if (seed_owner && seed_owner->overlap > 0 && a.seed.overlap > 0) {
+      const double bar = a.seed.overlap + vulkan_anchor_overlap_slack;
+      out.push_back({bytes, "seed", "owner_owned_step_vs_raw_vulkan", seed_owner->overlap, gpu_bars ? bar : 0, true,
+                     size + ": owner_owned step/bound " + fmt("%.3f", seed_owner->overlap) + " vs the raw Vulkan loop's " +
+                         fmt("%.3f", a.seed.overlap) + bar_note(gpu_bars, "<= raw + 0.03")});
+    }
+    const Result* pipe_overlap = find(run, Workload::pipeline, ferry::CopyMode::owner_owned, bytes, true);
+    if (pipe_overlap && pipe_overlap->overlap > 0 && a.pipeline.overlap > 0) {
+      const double bar = a.pipeline.overlap + vulkan_anchor_overlap_slack;
+      out.push_back({bytes, "pipeline", "overlap_step_vs_raw_vulkan", pipe_overlap->overlap, gpu_bars ? bar : 0, true,
+                     size + ": owner_owned+overlap step/bound " + fmt("%.3f", pipe_overlap->overlap) +
+                         " vs the raw Vulkan loop's " + fmt("%.3f", a.pipeline.overlap) + bar_note(gpu_bars, "<= raw + 0.03")});
+    }
+  }
+}
+
 std::vector<Verdict> verdicts(const Run& run) {
   std::vector<Verdict> out;
-  const bool gpu_bars = bandwidth_bar(run.backend) > 0;
-  // Against the vendor's own copy: the backend's bar, CUDA's where the backend has none.
-  const double vendor_bar = gpu_bars ? bandwidth_bar(run.backend) : 0.98;
+  const bool gpu_bars = bandwidth_bar(run) > 0;
   for (auto bytes : run.sizes) {
-    const Result* blocking = find(run, ferry::CopyMode::blocking, bytes);
-    const Result* owner = find(run, ferry::CopyMode::owner_owned, bytes);
-    const Result* executor = find(run, ferry::CopyMode::executor_owned, bytes);
-    const RawCopy* raw = find_raw(run, bytes);
-    const std::string size = size_label(bytes);
-    if (blocking && owner && blocking->peak_reserved > 0) {
-      const double v = static_cast<double>(owner->peak_reserved) / static_cast<double>(blocking->peak_reserved);
-      out.push_back({bytes, "owner_owned_reserved_vs_blocking", v, reserved_bar, true,
-                     size + ": owner_owned peak reserved / blocking = " + fmt("%.3f", v) + " (bar <= 1.02)"});
-    }
-    if (blocking && executor && blocking->peak_reserved > 0) {
-      const double v = static_cast<double>(executor->peak_reserved) / static_cast<double>(blocking->peak_reserved);
-      out.push_back({bytes, "executor_owned_reserved_vs_blocking", v, 0, true,
-                     size + ": executor_owned peak reserved / blocking = " + fmt("%.3f", v) +
-                         " (the side-queue stranding; PyTorch measured 3.16 at 64 MB on the H200)"});
-    }
-    if (owner && raw && raw->gbps > 0) {
-      const double v = owner->copy_gbps / raw->gbps;
-      const double bar = bandwidth_bar(run.backend);
-      out.push_back({bytes, "owner_owned_bandwidth_vs_raw", v, bar, false,
-                     size + ": owner_owned copy bandwidth = " + fmt("%.1f", v * 100) + "% of the raw copy (" +
-                         fmt("%.2f", raw->gbps) + " GB/s)" +
-                         (bar > 0 ? " (bar >= " + fmt("%.0f", bar * 100) + "%)" : " (bar applies to GPU backends)")});
-    }
-    if (owner && raw && raw->vendor.measured && raw->vendor.h2d_gbps > 0) {
-      const double v = owner->copy_gbps / raw->vendor.h2d_gbps;
-      out.push_back({bytes, "owner_owned_h2d_vs_vendor", v, bytes >= (16u << 20) ? vendor_bar : 0, false,
-                     size + ": owner_owned upload = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " (" +
-                         fmt("%.2f", raw->vendor.h2d_gbps) + " GB/s)" +
-                         (bytes >= (16u << 20) ? " (bar >= " + fmt("%.0f", vendor_bar * 100) + "%)" : "")});
-    }
-    if (raw && raw->vendor.measured && raw->vendor.d2h_gbps > 0) {
-      const double v = raw->d2h_gbps / raw->vendor.d2h_gbps;
-      out.push_back({bytes, "download_d2h_vs_vendor", v, bytes >= (16u << 20) ? vendor_bar : 0, false,
-                     size + ": download = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " d2h (" +
-                         fmt("%.2f", raw->vendor.d2h_gbps) + " GB/s)" +
-                         (bytes >= (16u << 20) ? " (bar >= " + fmt("%.0f", vendor_bar * 100) + "%)" : "")});
-    }
-    if (owner && owner->overlap > 0) {
-      out.push_back({bytes, "owner_owned_step_vs_bound", owner->overlap, gpu_bars ? overlap_bar : 0, true,
-                     size + ": owner_owned step time = " + fmt("%.3f", owner->overlap) +
-                         " x max(compute, copy)" + (gpu_bars ? " (bar <= 1.05)" : " (bar applies to GPU backends)") +
-                         "; footprint first: the copy of batch i+1 reuses, so waits for, the block compute i reads"});
-    }
-    const Result* overlap = find(run, ferry::CopyMode::owner_owned, bytes, true);
-    if (overlap && overlap->overlap > 0) {
-      out.push_back({bytes, "owner_overlap_step_vs_bound", overlap->overlap, gpu_bars ? overlap_bar : 0, true,
-                     size + ": owner_owned+overlap step time = " + fmt("%.3f", overlap->overlap) +
-                         " x max(compute, copy)" + (gpu_bars ? " (bar <= 1.05)" : " (bar applies to GPU backends)")});
-    }
-    if (overlap && blocking && blocking->peak_reserved > 0) {
-      const double v = static_cast<double>(overlap->peak_reserved) / static_cast<double>(blocking->peak_reserved);
-      out.push_back({bytes, "owner_overlap_reserved_vs_blocking", v, 0, true,
-                     size + ": owner_owned+overlap peak reserved / blocking = " + fmt("%.3f", v) +
-                         (executor ? " (executor_owned: " +
-                                         fmt("%.3f", static_cast<double>(executor->peak_reserved) /
-                                                         static_cast<double>(blocking->peak_reserved)) +
-                                         "); one more batch per batch in flight buys the overlap"
-                                   : std::string())});
-    }
+    if (has_workload(run, Workload::seed)) seed_verdicts(run, bytes, out);
+    if (has_workload(run, Workload::pipeline)) pipeline_verdicts(run, bytes, out);
+    copy_verdicts(run, bytes, out);
   }
   if (run.host_cost.ran) {
     const HostCost& h = run.host_cost;
-    const double bar = run.backend == "cuda" ? upload_host_us_bar : 0;
+    const double bar = run.backend == "cuda" && run.is_gpu ? upload_host_us_bar : 0;
     std::string text = size_label(h.bytes) + " upload call: median " + fmt("%.2f", h.upload.median) +
                        " us of host time (p90 " + fmt("%.2f", h.upload.p90) + ")";
     if (h.vendor.measured) {
       text += "; " + h.vendor.what + ": median " + fmt("%.2f", h.vendor.median_us) + " us; " + h.vendor.ordered_what +
               ": median " + fmt("%.2f", h.vendor.ordered_upload_median_us) + " us";
     }
+    if (h.vulkan.measured) {
+      text += "; " + h.vulkan.what + ": median " + fmt("%.2f", h.vulkan.median_us) + " us";
+    }
     text += bar > 0 ? " (bar <= " + fmt("%.0f", bar) + " us)" : " (bar applies to the CUDA backend)";
-    out.push_back({h.bytes, "upload_host_us", h.upload.median, bar, true, text});
+    out.push_back({h.bytes, "", "upload_host_us", h.upload.median, bar, true, text});
   }
-  if (run.batch.ran && run.batch.ceiling_gbps > 0) {
+  if (run.batch.ran && run.batch.ceiling_gbps.median > 0) {
     const BatchStudy& b = run.batch;
     const double bar = gpu_bars ? 0.80 : 0;
     const std::string bar_text = gpu_bars ? " (bar >= 80%)" : " (bar applies to GPU backends)";
-    out.push_back({0, "scattered_vs_ceiling", b.scattered_gbps / b.ceiling_gbps, bar, false,
-                   "4096 x 16K scattered pageable upload = " + fmt("%.1f", 100 * b.scattered_gbps / b.ceiling_gbps) +
-                       "% of the host-staging ceiling (" + fmt("%.2f", b.ceiling_gbps) + " GB/s)" + bar_text});
-    out.push_back({b.pageable_bytes, "pageable_vs_ceiling", b.pageable_gbps / b.ceiling_gbps, bar, false,
-                   size_label(b.pageable_bytes) + " pageable upload = " +
-                       fmt("%.1f", 100 * b.pageable_gbps / b.ceiling_gbps) + "% of the host-staging ceiling" +
-                       bar_text});
-    if (b.ceiling_down_gbps > 0) {
-      out.push_back({0, "scattered_download_vs_ceiling", b.scattered_down_gbps / b.ceiling_down_gbps, bar, false,
-                     "4096 x 16K scattered pageable download = " +
-                         fmt("%.1f", 100 * b.scattered_down_gbps / b.ceiling_down_gbps) +
-                         "% of the host-staging ceiling (" + fmt("%.2f", b.ceiling_down_gbps) + " GB/s)" + bar_text});
+    auto spread_text = [&](const Spread& r) {
+      return fmt("%.1f", 100 * r.median) + "% of the host-staging ceiling (median of " + std::to_string(b.rounds) +
+             " alternating rounds, " + fmt("%.1f", 100 * r.min) + "-" + fmt("%.1f", 100 * r.max) + "%)";
+    };
+    out.push_back({0, "", "scattered_vs_ceiling", b.scattered_ratio.median, bar, false,
+                   "4096 x 16K scattered pageable upload = " + spread_text(b.scattered_ratio) + bar_text});
+    out.push_back({b.pageable_bytes, "", "pageable_vs_ceiling", b.pageable_ratio.median, bar, false,
+                   size_label(b.pageable_bytes) + " pageable upload = " + spread_text(b.pageable_ratio) + bar_text});
+    if (b.ceiling_down_gbps.median > 0) {
+      out.push_back({0, "", "scattered_download_vs_ceiling", b.scattered_down_ratio.median, bar, false,
+                     "4096 x 16K scattered pageable download = " + spread_text(b.scattered_down_ratio) + bar_text});
     }
   }
   return out;
@@ -176,23 +272,51 @@ void print_header(const Run& run) {
   std::cout << ", " << o.steps << " steps, " << o.compute_units << " compute units/step, " << o.inflight
             << " steps in flight\n";
   std::cout << "GiB = 2^30 bytes; GB/s = 1e9 bytes/s, host-timed (N uploads, at most `inflight` ahead)\n"
-               "overlap = step ms / max(compute ms, raw copy time of one batch)\n\n";
+               "overlap = step ms / max(compute-only step ms, raw copy time of one batch)\n\n";
 }
 
 namespace {
 
-void print_strategy_table(const Run& run) {
+const char* workload_text(Workload w) {
+  return w == Workload::seed
+             ? "workload seed: compute on an unrelated buffer while the batch is copied, then a short pass "
+               "reading the batch (the seed's matmuls, then d.sum())"
+             : "workload pipeline: compute reads the whole batch while the next batch is copied (TorchRec "
+               "TrainPipelineSparseDist)";
+}
+
+void print_row_header() {
   std::printf("%-28s %6s %10s %10s %10s %8s %8s %10s %9s %9s %9s %8s\n", "strategy", "size", "alloc GiB",
               "resv GiB", "strand GiB", "RSS GiB", "copy GB/s", "host us", "step ms", "comp ms", "copy ms", "overlap");
-  for (auto bytes : run.sizes) {
-    for (const auto& r : run.results) {
-      if (r.scenario.bytes != bytes) continue;
-      std::printf("%-28s %6s %10.3f %10.3f %10.3f %8.3f %8.2f %10.1f %9.3f %9.3f %9.3f %8.3f\n",
-                  strategy_name(r.scenario).c_str(), size_label(bytes).c_str(),
-                  static_cast<double>(r.peak_allocated) / gib, static_cast<double>(r.peak_reserved) / gib,
-                  static_cast<double>(r.peak_stranded) / gib, static_cast<double>(r.rss_peak) / gib, r.copy_gbps,
-                  r.host_us_per_call, r.step_ms, r.compute_ms, r.copy_ms, r.overlap);
+}
+
+void print_strategy_table(const Run& run) {
+  for (auto w : run.options.workloads) {
+    std::printf("%s\n", workload_text(w));
+    print_row_header();
+    for (auto bytes : run.sizes) {
+      for (const auto& r : run.results) {
+        if (r.scenario.bytes != bytes || r.scenario.workload != w) continue;
+        std::printf("%-28s %6s %10.3f %10.3f %10.3f %8.3f %8.2f %10.1f %9.3f %9.3f %9.3f %8.3f\n",
+                    strategy_name(r.scenario).c_str(), size_label(bytes).c_str(),
+                    static_cast<double>(r.peak_allocated) / gib, static_cast<double>(r.peak_reserved) / gib,
+                    static_cast<double>(r.peak_stranded) / gib, static_cast<double>(r.rss_peak) / gib, r.copy_gbps,
+                    r.host_us_per_call, r.step_ms, r.compute_ms, r.copy_ms, r.overlap);
+      }
+      for (const auto& raw : run.raw) {
+        if (raw.bytes != bytes || !raw.vulkan.measured) continue;
+        const VulkanAnchor::Loop& l = w == Workload::seed ? raw.vulkan.seed : raw.vulkan.pipeline;
+        std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10.1f %9.3f %9.3f %9.3f %8.3f\n", "raw Vulkan loop",
+                    size_label(bytes).c_str(), "-", "-", "-", "-", raw.vulkan.h2d_gbps, raw.vulkan.copy_us, l.step_ms,
+                    l.compute_ms, raw.vulkan.h2d_gbps > 0 ? static_cast<double>(bytes) / (raw.vulkan.h2d_gbps * 1e6) : 0,
+                    l.overlap);
+      }
     }
+    std::printf("\n");
+  }
+  std::printf("copy references (no compute)\n");
+  print_row_header();
+  for (auto bytes : run.sizes) {
     if (const RawCopy* raw = find_raw(run, bytes)) {
       std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "raw copy (upload_into loop)",
                   size_label(bytes).c_str(), "-", "-", "-", "-", raw->gbps, "-", "-", "-", "-", "-");
@@ -206,26 +330,49 @@ void print_strategy_table(const Run& run) {
         std::printf("%-28s %6s (GPU-timed per copy: h2d %.2f GB/s, d2h %.2f GB/s)\n", "", size_label(bytes).c_str(),
                     raw->vendor.h2d_gpu_gbps, raw->vendor.d2h_gpu_gbps);
       }
+      if (raw->vulkan.measured) {
+        const VulkanAnchor& a = raw->vulkan;
+        std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10.1f %9s %9s %9s %8s\n", "raw Vulkan vkCmdCopyBuffer h2d",
+                    size_label(bytes).c_str(), "-", "-", "-", "-", a.h2d_gbps, a.copy_us, "-", "-", "-", "-");
+        std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10s %9s %9s %9s %8s\n", "raw Vulkan vkCmdCopyBuffer d2h",
+                    size_label(bytes).c_str(), "-", "-", "-", "-", a.d2h_gbps, "-", "-", "-", "-", "-");
+        std::printf("%-28s %6s (%s; host us per vkQueueSubmit %.2f, per copy recorded + submitted %.2f)\n", "",
+                    size_label(bytes).c_str(), a.what.c_str(), a.submit_us, a.copy_us);
+      } else if (!raw->vulkan.skipped.empty() && run.backend == "vulkan") {
+        std::printf("%-28s %6s raw Vulkan loop not measured: %s\n", "", size_label(bytes).c_str(),
+                    raw->vulkan.skipped.c_str());
+      }
       std::printf("%-28s %6s timeline signal+wait pair: %.3f us of host time\n", "", size_label(bytes).c_str(),
                   raw->timeline_pair_us);
     }
   }
 }
 
+std::string spread_gbps(const Spread& s) {
+  return fmt("%.2f", s.median) + " GB/s [" + fmt("%.2f", s.min) + "-" + fmt("%.2f", s.max) + "]";
+}
+
+std::string spread_pct(const Spread& s) {
+  return fmt("%.1f", 100 * s.median) + "% [" + fmt("%.1f", 100 * s.min) + "-" + fmt("%.1f", 100 * s.max) + "%]";
+}
+
 void print_batch_study(const BatchStudy& b) {
-  std::printf("\nwhole batches (host-timed medians):\n");
-  std::printf("  ceiling: min(host memcpy %.2f GB/s with %u threads, pinned DMA %.2f GB/s) = %.2f GB/s\n",
-              b.memcpy_gbps, b.memcpy_threads, b.dma_gbps, b.ceiling_gbps);
-  std::printf("  %llu x %s scattered pageable buffers, one call: %.2f GB/s (%.1f%% of the ceiling)\n",
+  std::printf("\nwhole batches (host-timed; median [min-max] of %d rounds, ceiling and ferry alternating; ratios "
+              "within each round):\n",
+              b.rounds);
+  std::printf("  ceiling: min(host memcpy %s with %u threads, pinned DMA %.2f GB/s) = %s\n",
+              spread_gbps(b.memcpy_gbps).c_str(), b.memcpy_threads, b.dma_gbps, spread_gbps(b.ceiling_gbps).c_str());
+  std::printf("  %llu x %s scattered pageable buffers, one call: %s, %s of the ceiling\n",
               static_cast<unsigned long long>(b.scattered_count), size_label(b.scattered_each).c_str(),
-              b.scattered_gbps, b.ceiling_gbps > 0 ? 100 * b.scattered_gbps / b.ceiling_gbps : 0);
-  std::printf("  one %s pageable buffer: %.2f GB/s (%.1f%% of the ceiling)\n", size_label(b.pageable_bytes).c_str(),
-              b.pageable_gbps, b.ceiling_gbps > 0 ? 100 * b.pageable_gbps / b.ceiling_gbps : 0);
-  std::printf("  download ceiling: min(host memcpy out %.2f GB/s with %u threads, pinned D2H DMA %.2f GB/s) = %.2f GB/s\n",
-              b.memcpy_out_gbps, b.memcpy_threads, b.dma_d2h_gbps, b.ceiling_down_gbps);
-  std::printf("  %llu x %s scattered pageable buffers, one batch download: %.2f GB/s (%.1f%% of the ceiling)\n",
+              spread_gbps(b.scattered_gbps).c_str(), spread_pct(b.scattered_ratio).c_str());
+  std::printf("  one %s pageable buffer: %s, %s of the ceiling\n", size_label(b.pageable_bytes).c_str(),
+              spread_gbps(b.pageable_gbps).c_str(), spread_pct(b.pageable_ratio).c_str());
+  std::printf("  download ceiling: min(host memcpy out %s with %u threads, pinned D2H DMA %.2f GB/s) = %s\n",
+              spread_gbps(b.memcpy_out_gbps).c_str(), b.memcpy_threads, b.dma_d2h_gbps,
+              spread_gbps(b.ceiling_down_gbps).c_str());
+  std::printf("  %llu x %s scattered pageable buffers, one batch download: %s, %s of the ceiling\n",
               static_cast<unsigned long long>(b.scattered_count), size_label(b.scattered_each).c_str(),
-              b.scattered_down_gbps, b.ceiling_down_gbps > 0 ? 100 * b.scattered_down_gbps / b.ceiling_down_gbps : 0);
+              spread_gbps(b.scattered_down_gbps).c_str(), spread_pct(b.scattered_down_ratio).c_str());
 }
 
 }  // namespace
@@ -249,6 +396,9 @@ void print_table(const Run& run) {
                   h.vendor.ordered_upload_median_us, h.vendor.ordered_upload_p90_us, h.vendor.ordered_pair_median_us,
                   h.vendor.ordered_pair_p90_us);
     }
+    if (h.vulkan.measured) {
+      std::printf("  %-44s %8.2f / %8.2f\n", h.vulkan.what.c_str(), h.vulkan.median_us, h.vulkan.p90_us);
+    }
   }
   if (run.batch.ran) print_batch_study(run.batch);
   std::printf("\n");
@@ -256,10 +406,20 @@ void print_table(const Run& run) {
 
 bool print_verdicts(const Run& run) {
   bool ok = true;
-  for (const auto& v : verdicts(run)) {
-    const char* tag = !v.checked() ? "info" : (v.pass() ? "PASS" : "FAIL");
-    std::printf("[%s] %s\n", tag, v.text.c_str());
-    ok = ok && v.pass();
+  const auto all = verdicts(run);
+  for (const char* group : {"seed", "pipeline", ""}) {
+    bool first = true;
+    for (const auto& v : all) {
+      if (v.workload != group) continue;
+      if (first) {
+        std::printf("%s\n", *group == 0 ? "bars of the copy path, host cost and whole batches:"
+                                          : (std::string("bars of workload ") + group + ":").c_str());
+        first = false;
+      }
+      const char* tag = !v.checked() ? "info" : (v.pass() ? "PASS" : "FAIL");
+      std::printf("[%s] %s\n", tag, v.text.c_str());
+      ok = ok && v.pass();
+    }
   }
   return ok;
 }
@@ -271,13 +431,19 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
   o << ferry::detail::json_string(run.backend);
   o << ",\n  \"device\": ";
   o << ferry::detail::json_string(run.device_name);
+  o << ",\n  \"is_gpu\": " << (run.is_gpu ? "true" : "false");
   o << ",\n  \"config\": {\"sizes\": [";
   for (std::size_t i = 0; i < run.sizes.size(); ++i) o << (i ? ", " : "") << run.sizes[i];
   o << "], \"steps\": " << opt.steps << ", \"compute_units\": " << opt.compute_units
-    << ", \"inflight\": " << opt.inflight << ", \"timing\": \"host\"},\n  \"results\": [";
+    << ", \"inflight\": " << opt.inflight << ", \"workloads\": [";
+  for (std::size_t i = 0; i < opt.workloads.size(); ++i) {
+    o << (i ? ", " : "") << "\"" << workload_name(opt.workloads[i]) << "\"";
+  }
+  o << "], \"timing\": \"host\"},\n  \"results\": [";
   for (std::size_t i = 0; i < run.results.size(); ++i) {
     const auto& r = run.results[i];
-    o << (i ? ",\n" : "\n") << "    {\"strategy\": " << ferry::detail::json_string(strategy_name(r.scenario))
+    o << (i ? ",\n" : "\n") << "    {\"workload\": \"" << workload_name(r.scenario.workload)
+      << "\", \"strategy\": " << ferry::detail::json_string(strategy_name(r.scenario))
       << ", \"size_bytes\": " << r.scenario.bytes << ", \"peak_allocated_bytes\": " << r.peak_allocated
       << ", \"peak_reserved_bytes\": " << r.peak_reserved << ", \"peak_stranded_bytes\": " << r.peak_stranded
       << ", \"segment_allocations\": " << r.segment_allocations << ", \"pending_reuses\": " << r.pending_reuses
@@ -296,18 +462,39 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
                                                       num(r.vendor.h2d_gpu_gbps) + ", \"d2h_gpu_timed_gbps\": " +
                                                       num(r.vendor.d2h_gpu_gbps) + "}"
                                                 : std::string("null"))
-      << "}";
+      << ", \"raw_vulkan\": ";
+    if (r.vulkan.measured) {
+      const VulkanAnchor& a = r.vulkan;
+      auto loop = [&](const VulkanAnchor::Loop& l) {
+        return "{\"step_ms\": " + num(l.step_ms) + ", \"compute_ms\": " + num(l.compute_ms) +
+               ", \"overlap\": " + num(l.overlap) + "}";
+      };
+      o << "{\"what\": " << ferry::detail::json_string(a.what) << ", \"compute_family\": " << a.compute_family
+        << ", \"transfer_family\": " << a.transfer_family << ", \"h2d_gbps\": " << num(a.h2d_gbps)
+        << ", \"d2h_gbps\": " << num(a.d2h_gbps) << ", \"submit_us_median\": " << num(a.submit_us)
+        << ", \"copy_us_median\": " << num(a.copy_us) << ", \"seed\": " << loop(a.seed)
+        << ", \"pipeline\": " << loop(a.pipeline) << "}";
+    } else {
+      o << "null";
+    }
+    o << "}";
   }
   o << "],\n  \"batch_study\": ";
   if (run.batch.ran) {
     const BatchStudy& b = run.batch;
-    o << "{\"memcpy_threads\": " << b.memcpy_threads << ", \"memcpy_gbps\": " << num(b.memcpy_gbps)
-      << ", \"dma_gbps\": " << num(b.dma_gbps) << ", \"ceiling_gbps\": " << num(b.ceiling_gbps)
-      << ", \"scattered_count\": " << b.scattered_count << ", \"scattered_each_bytes\": " << b.scattered_each
-      << ", \"scattered_gbps\": " << num(b.scattered_gbps) << ", \"pageable_bytes\": " << b.pageable_bytes
-      << ", \"pageable_gbps\": " << num(b.pageable_gbps) << ", \"memcpy_out_gbps\": " << num(b.memcpy_out_gbps)
-      << ", \"dma_d2h_gbps\": " << num(b.dma_d2h_gbps) << ", \"ceiling_down_gbps\": " << num(b.ceiling_down_gbps)
-      << ", \"scattered_down_gbps\": " << num(b.scattered_down_gbps) << "}";
+    auto sp = [](const Spread& x) {
+      return "{\"median\": " + num(x.median) + ", \"min\": " + num(x.min) + ", \"max\": " + num(x.max) + "}";
+    };
+    o << "{\"rounds\": " << b.rounds << ", \"memcpy_threads\": " << b.memcpy_threads
+      << ", \"memcpy_gbps\": " << sp(b.memcpy_gbps) << ", \"dma_gbps\": " << num(b.dma_gbps)
+      << ", \"ceiling_gbps\": " << sp(b.ceiling_gbps) << ", \"scattered_count\": " << b.scattered_count
+      << ", \"scattered_each_bytes\": " << b.scattered_each << ", \"scattered_gbps\": " << sp(b.scattered_gbps)
+      << ", \"scattered_ratio\": " << sp(b.scattered_ratio) << ", \"pageable_bytes\": " << b.pageable_bytes
+      << ", \"pageable_gbps\": " << sp(b.pageable_gbps) << ", \"pageable_ratio\": " << sp(b.pageable_ratio)
+      << ", \"memcpy_out_gbps\": " << sp(b.memcpy_out_gbps) << ", \"dma_d2h_gbps\": " << num(b.dma_d2h_gbps)
+      << ", \"ceiling_down_gbps\": " << sp(b.ceiling_down_gbps)
+      << ", \"scattered_down_gbps\": " << sp(b.scattered_down_gbps)
+      << ", \"scattered_down_ratio\": " << sp(b.scattered_down_ratio) << "}";
   } else {
     o << "null";
   }
@@ -340,6 +527,13 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
     } else {
       o << "null";
     }
+    o << ", \"raw_vulkan\": ";
+    if (h.vulkan.measured) {
+      o << "{\"what\": " << ferry::detail::json_string(h.vulkan.what) << ", \"us_median\": " << num(h.vulkan.median_us)
+        << ", \"us_p90\": " << num(h.vulkan.p90_us) << "}";
+    } else {
+      o << "null";
+    }
     o << "}";
   } else {
     o << "null";
@@ -348,7 +542,9 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
   const auto vs = verdicts(run);
   for (std::size_t i = 0; i < vs.size(); ++i) {
     const auto& v = vs[i];
-    o << (i ? ",\n" : "\n") << "    {\"size_bytes\": " << v.bytes << ", \"name\": " << ferry::detail::json_string(v.name)
+    o << (i ? ",\n" : "\n") << "    {\"size_bytes\": " << v.bytes << ", \"workload\": "
+      << (v.workload.empty() ? std::string("null") : "\"" + v.workload + "\"")
+      << ", \"name\": " << ferry::detail::json_string(v.name)
       << ", \"value\": " << num(v.value) << ", \"bar\": " << (v.checked() ? num(v.bar) : "null")
       << ", \"pass\": " << (v.checked() ? (v.pass() ? "true" : "false") : "null") << ", \"text\": ";
     o << ferry::detail::json_string(v.text);
@@ -361,14 +557,30 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
 void write_snapshots(const Run& run, const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
   for (auto bytes : run.sizes) {
+    // One column per (strategy, workload), strategy-major: each strategy's workloads side by side.
     std::vector<std::pair<std::string, ferry::MemorySnapshot>> columns;
+    std::vector<const Result*> order;
     for (const auto& r : run.results) {
       if (r.scenario.bytes != bytes) continue;
-      const std::string stem = strategy_name(r.scenario) + "-" + size_label(bytes);
+      const std::string stem = std::string(workload_name(r.scenario.workload)) + "-" + strategy_name(r.scenario) +
+                               "-" + size_label(bytes);
       ferry::write_memory_viz_pickle(r.snapshot, dir / (stem + ".pickle"));
       ferry::write_json(r.snapshot, dir / (stem + ".json"));
       ferry::write_chrome_trace(r.snapshot, dir / (stem + ".trace.json"));
-      columns.emplace_back(strategy_name(r.scenario), r.snapshot);
+      order.push_back(&r);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](const Result* a, const Result* b) {
+      auto rank = [&](const Result* r) {
+        for (std::size_t i = 0; i < run.results.size(); ++i) {
+          const Scenario& s = run.results[i].scenario;
+          if (s.mode == r->scenario.mode && s.overlap == r->scenario.overlap) return i;  // first appearance
+        }
+        return run.results.size();
+      };
+      return rank(a) < rank(b);
+    });
+    for (const Result* r : order) {
+      columns.emplace_back(strategy_name(r->scenario) + " / " + workload_name(r->scenario.workload), r->snapshot);
     }
     if (!columns.empty()) ferry::write_html_report(columns, dir / ("report-" + size_label(bytes) + ".html"));
   }

@@ -63,16 +63,37 @@ struct StepInput {
   ferry::TimelinePoint ready;
 };
 
+// The seed workload places the owner's wait itself, right before the batch's first use, so
+// the compute enqueued between the upload and that use is not ordered behind the copy (the
+// seed's side stream + wait_stream).
 StepInput upload_once(ferry::Transfer& xfer, const ferry::HostBuffer& source, ferry::Queue& owner,
                       const Scenario& sc, const ferry::DeviceBuffer& destination) {
   StepInput in;
+  const bool owner_waits = sc.workload != Workload::seed;
   if (sc.mode == ferry::CopyMode::preallocated) {
-    in.ready = xfer.upload_into(source, destination, {.mode = sc.mode, .tag = "input"});
+    in.ready = xfer.upload_into(source, destination, {.mode = sc.mode, .tag = "input", .owner_waits = owner_waits});
   } else {
-    in.upload = xfer.upload(source, owner, {.mode = sc.mode, .tag = "input", .overlap = sc.overlap});
+    in.upload = xfer.upload(source, owner,
+                            {.mode = sc.mode, .tag = "input", .overlap = sc.overlap, .owner_waits = owner_waits});
     in.ready = in.upload.ready;
   }
   return in;
+}
+
+// The step's compute on the owner, after the batch `input` was uploaded (`ready`).
+//  - pipeline: `units` passes reading the batch into the step's temporary.
+//  - seed: `units` passes over the unrelated `weights` into the temporary, then the owner
+//    waits for the copy and one short pass reads the batch.
+void step_compute(ferry::Queue& compute, const Scenario& sc, const ferry::DeviceBuffer& input,
+                  const ferry::TimelinePoint& ready, const ferry::DeviceBuffer& weights,
+                  const ferry::DeviceBuffer& tmp) {
+  if (sc.workload == Workload::pipeline) {
+    ferry::run_synthetic_compute(compute, input, tmp, sc.units);
+    return;
+  }
+  ferry::run_synthetic_compute(compute, weights, tmp, sc.units);
+  if (!ready.empty()) compute.wait(ready);
+  ferry::run_synthetic_compute(compute, input, tmp, 1);
 }
 
 struct Context {
@@ -80,6 +101,7 @@ struct Context {
   ferry::Queue compute;
   ferry::Transfer xfer;
   std::vector<ferry::HostBuffer> ring;
+  ferry::DeviceBuffer weights;  ///< the seed workload's unrelated compute input
 };
 
 // The footprint run: the loader-like loop whose pool peaks and snapshot are the result.
@@ -91,6 +113,10 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
   ferry::DeviceBuffer destination;
   if (sc.mode == ferry::CopyMode::preallocated) {
     destination = pool.allocate(sc.bytes, c.compute, {.tag = "preallocated input"});
+  }
+  if (sc.workload == Workload::seed) {
+    // The model's weights: live for the whole run, the same in every strategy's footprint.
+    c.weights = pool.allocate(sc.bytes, c.compute, {.tag = "weights"});
   }
   std::vector<ferry::TimelinePoint> marks(static_cast<std::size_t>(sc.steps));
   std::vector<double> host_us;
@@ -105,7 +131,7 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
     host_us.push_back(ms_since(u0) * 1e3);
     const ferry::DeviceBuffer& input = sc.mode == ferry::CopyMode::preallocated ? destination : in.upload.buffer;
     ferry::DeviceBuffer tmp = pool.allocate(sc.bytes, c.compute, {.tag = "temporary"});
-    ferry::run_synthetic_compute(c.compute, input, tmp, sc.units);
+    step_compute(c.compute, sc, input, in.ready, c.weights, tmp);
     tmp.release();
     if (in.upload.buffer) in.upload.buffer.release();
     marks[static_cast<std::size_t>(i)] = c.compute.mark();
@@ -127,16 +153,19 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
 
 int pass_count(const Scenario& sc) { return std::clamp(sc.steps, 3, 20); }
 
-// Compute only: the same kernel on buffers allocated once.
+// Compute only: the step's kernels on buffers allocated once, no copy.
 double compute_only_ms(Context& c, const Scenario& sc) {
   auto& pool = c.dev.pool();
   ferry::DeviceBuffer in = pool.allocate(sc.bytes, c.compute, {.tag = "compute-only input"});
   ferry::DeviceBuffer out = pool.allocate(sc.bytes, c.compute, {.tag = "compute-only output"});
-  ferry::run_synthetic_compute(c.compute, in, out, sc.units);  // warm-up
+  if (sc.workload == Workload::seed && !c.weights) {
+    c.weights = pool.allocate(sc.bytes, c.compute, {.tag = "weights"});
+  }
+  step_compute(c.compute, sc, in, {}, c.weights, out);  // warm-up
   c.compute.synchronize(std::chrono::minutes(10));
   const int n = pass_count(sc);
   const auto t0 = clock_type::now();
-  for (int i = 0; i < n; ++i) ferry::run_synthetic_compute(c.compute, in, out, sc.units);
+  for (int i = 0; i < n; ++i) step_compute(c.compute, sc, in, {}, c.weights, out);
   c.compute.synchronize(std::chrono::minutes(10));
   return ms_since(t0) / n;
 }
@@ -170,6 +199,8 @@ double copy_only_ms(Context& c, const Scenario& sc, int n) {
 double gbps(std::uint64_t bytes, double ms) { return ms > 0 ? static_cast<double>(bytes) / (ms * 1e6) : 0; }
 
 }  // namespace
+
+const char* workload_name(Workload workload) { return workload == Workload::seed ? "seed" : "pipeline"; }
 
 std::string strategy_name(const Scenario& scenario) {
   return std::string(ferry::to_string(scenario.mode)) + (scenario.overlap ? "+overlap" : "");
@@ -213,7 +244,7 @@ Result run_scenario(const DeviceFactory& factory, const Scenario& sc, const Prog
   Result r;
   r.scenario = sc;
   ferry::Device dev = factory.open();
-  Context c{dev, dev.queue(ferry::QueueRole::compute), ferry::Transfer(dev), {}};
+  Context c{dev, dev.queue(ferry::QueueRole::compute), ferry::Transfer(dev), {}, {}};
   progress.phase(label + ": pinning " + std::to_string(sc.inflight + 1) + " host batches");
   c.ring = host_ring(dev, sc.bytes, sc.inflight + 1);
 
@@ -230,11 +261,12 @@ Result run_scenario(const DeviceFactory& factory, const Scenario& sc, const Prog
   return r;  // overlap is set once the raw copy of this size is known (measure())
 }
 
-RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations) {
+RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations, int steps,
+                     std::uint32_t units, int inflight) {
   ferry::Device dev = factory.open();
   // Same run-ahead as the strategies' copy-only passes, so the rows compare like for like.
   Scenario sc{.mode = ferry::CopyMode::preallocated, .bytes = bytes, .steps = iterations, .units = 1, .inflight = 2};
-  Context c{dev, dev.queue(ferry::QueueRole::compute), ferry::Transfer(dev), host_ring(dev, bytes, 1)};
+  Context c{dev, dev.queue(ferry::QueueRole::compute), ferry::Transfer(dev), host_ring(dev, bytes, 1), {}};
   RawCopy raw;
   raw.bytes = bytes;
   raw.gbps = gbps(bytes, copy_only_ms(c, sc, iterations));
@@ -264,6 +296,11 @@ RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iter
     c.compute.synchronize(std::chrono::minutes(1));
   }
   raw.vendor = measure_vendor_copy(bytes, iterations);
+  if (dev.backend() == ferry::Backend::vulkan) {
+    c.ring.clear();
+    dev.pool().trim();
+    raw.vulkan = measure_vulkan_anchor(dev, bytes, iterations, steps, units, inflight);
+  }
   return raw;
 }
 

@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: MIT
 // The vendor's own copy, measured beside ferry in the same run (the bars in docs/benchmarks.md are
-// relative to it). Built from vendor_cuda.cpp when ferry has CUDA, else vendor_none.cpp.
+// relative to it). The CUDA anchors are built from vendor_cuda.cpp when ferry has CUDA, else
+// vendor_none.cpp; the Vulkan anchors from vendor_vulkan.cpp when ferry has Vulkan, else
+// vendor_vulkan_none.cpp.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+namespace ferry {
+class Device;
+}
 
 namespace ferry_bench {
 
@@ -43,5 +49,49 @@ struct VendorCallCost {
 /// host-timed on its own; the host waits for the stream every `round` calls, untimed, so the
 /// command queue never fills. `measured` is false without a device.
 VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int round);
+
+/// A hand-written Vulkan loop doing what an engine would do by hand, on its own VkDevice
+/// created on the physical device and queue families of a ferry Vulkan device:
+/// `vkCmdCopyBuffer` on the transfer family from a host-visible staging buffer into a
+/// device-local buffer, queue-family ownership release/acquire barriers when the families
+/// differ, timeline semaphores both ways (the copy waits for compute's free point, compute
+/// waits for the copy), and ferry's synthetic shader on the compute family.
+struct VulkanAnchor {
+  bool measured = false;
+  std::string what;     ///< e.g. "raw Vulkan: vkCmdCopyBuffer on family 1, ..."
+  std::string skipped;  ///< why not measured (empty when measured)
+  std::uint64_t bytes = 0;
+  std::uint32_t compute_family = 0, transfer_family = 0;
+  double h2d_gbps = 0;      ///< staging -> device-local, back to back, one host wait, host-timed
+  double d2h_gbps = 0;      ///< device-local -> staging, the same way
+  double submit_us = 0;     ///< median host time of one vkQueueSubmit of a recorded copy
+  double copy_us = 0;       ///< median host time of one copy: record the command buffer + submit
+  /// Step loops with ferry-bench's shape (30 steps, `units` passes, `inflight` ahead), in ms.
+  struct Loop {
+    double step_ms = 0;     ///< wall time / steps
+    double compute_ms = 0;  ///< the step's dispatches alone
+    double overlap = 0;     ///< step_ms / max(compute_ms, one back-to-back copy)
+  };
+  Loop seed;      ///< compute over an unrelated buffer during the copy, then one pass on the batch
+  Loop pipeline;  ///< compute reads the batch; the copy of batch i+1 into a second buffer overlaps it
+};
+
+/// Measure the raw Vulkan loop on `device`'s physical device and families (a ferry device of
+/// the Vulkan backend; others give `measured = false` with the reason in `skipped`). Every
+/// Vulkan call's result is checked: a failure throws std::runtime_error naming the call.
+VulkanAnchor measure_vulkan_anchor(const ferry::Device& device, std::uint64_t bytes, int iterations, int steps,
+                                   std::uint32_t units, int inflight);
+
+/// Host time of one raw Vulkan submit per small copy: a command buffer holding one
+/// `vkCmdCopyBuffer` of `bytes` (host-visible -> device-local) on the transfer family,
+/// submitted `calls` times, one `vkQueueSubmit` each with a timeline signal, each submit
+/// host-timed; the host waits for the timeline every `round` calls, untimed.
+struct VulkanCallCost {
+  bool measured = false;
+  std::string what;
+  double median_us = 0;
+  double p90_us = 0;
+};
+VulkanCallCost measure_vulkan_call_cost(const ferry::Device& device, std::uint64_t bytes, int calls, int round);
 
 }  // namespace ferry_bench
