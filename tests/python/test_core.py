@@ -197,3 +197,10 @@ def test_dlpack_export_keeps_the_buffer_until_the_consumer_drops_it(dev):
     del x
     q.synchronize()
     assert dev.pool.budget().active_bytes == active - (1 << 16)  # released, stream-ordered
+
+
+def test_the_type_stub_names_every_binding():
+    import os
+    stub = open(os.path.join(os.path.dirname(ferry.__file__), "_ferry.pyi")).read()
+    missing = [n for n in dir(ferry._ferry) if not n.startswith("__") and f" {n}" not in stub]
+    assert missing == []
