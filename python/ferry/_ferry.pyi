@@ -1,0 +1,527 @@
+"""
+ferry's C++ core: devices, queues, timelines, pools, transfers and snapshots. Import the `ferry` package rather than this module.
+"""
+
+from collections.abc import Sequence
+import enum
+
+
+class Backend(enum.Enum):
+    """The backends ferry can be built with."""
+
+    host = 0
+
+    cuda = 1
+
+    hip = 2
+
+    vulkan = 3
+
+    vulkan_cuda = 4
+
+    cuda_vulkan = 5
+
+    null = 6
+
+class QueueRole(enum.Enum):
+    """compute (owner) or transfer (executing)."""
+
+    compute = 0
+
+    transfer = 1
+
+class CopyMode(enum.Enum):
+    """The copy strategies of an upload (see ferry/transfer.hpp)."""
+
+    blocking = 0
+
+    executor_owned = 1
+
+    preallocated = 2
+
+    owner_owned = 3
+
+class Capabilities:
+    """Device capabilities and limits, filled at open."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def is_gpu(self) -> bool: ...
+
+    @property
+    def device_memory_bytes(self) -> int: ...
+
+    @property
+    def copy_engines(self) -> int: ...
+
+    @property
+    def dedicated_transfer_queue(self) -> bool: ...
+
+    @property
+    def host_memory_registration(self) -> bool: ...
+
+    @property
+    def timeline_export(self) -> bool: ...
+
+    @property
+    def min_alignment(self) -> int: ...
+
+    @property
+    def max_allocation_bytes(self) -> int: ...
+
+    @property
+    def uuid(self) -> list[int]: ...
+
+    @property
+    def notes(self) -> str: ...
+
+    def __repr__(self) -> str: ...
+
+class TimelinePoint:
+    """
+    A point on a timeline: all work up to here. An empty point counts as reached.
+    """
+
+    @property
+    def value(self) -> int: ...
+
+    @property
+    def empty(self) -> bool: ...
+
+    def reached(self) -> bool:
+        """Non-blocking query: has the point been reached?"""
+
+    def wait(self, timeout: float = 60.0) -> None:
+        """
+        Block until reached (the GIL is released); ferry.Error('timeout') after `timeout` seconds.
+        """
+
+class TimelineSemaphore:
+    """A monotonic 64-bit counter; host and queues signal and wait on it."""
+
+    @property
+    def value(self) -> int: ...
+
+    def signal(self, value: int) -> None:
+        """Signal from the host; the value must exceed the current one."""
+
+    def wait(self, value: int, timeout: float = 60.0) -> None:
+        """Block until the value is >= `value` (the GIL is released)."""
+
+    def at(self, value: int) -> TimelinePoint:
+        """The point (this, value)."""
+
+class Queue:
+    """A queue of ordered work, with a role and a private timeline."""
+
+    @property
+    def role(self) -> QueueRole: ...
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def wait(self, point: TimelinePoint) -> None:
+        """
+        Make later work on this queue wait for `point` (on the device; the host is not blocked).
+        """
+
+    def signal(self, point: TimelinePoint) -> None:
+        """Signal `point` after all work enqueued so far."""
+
+    def mark(self) -> TimelinePoint:
+        """A point reached once all work enqueued so far has completed."""
+
+    def synchronize(self, timeout: float = 60.0) -> None:
+        """
+        Block until all work enqueued so far has completed (the GIL is released).
+        """
+
+    def __eq__(self, arg: Queue, /) -> bool: ...
+
+    def __repr__(self) -> str: ...
+
+class QueueBudget:
+    """Per-owner pool statistics."""
+
+    @property
+    def queue_id(self) -> int: ...
+
+    @property
+    def queue_name(self) -> str: ...
+
+    @property
+    def active_bytes(self) -> int: ...
+
+    @property
+    def free_bytes(self) -> int: ...
+
+    @property
+    def peak_active_bytes(self) -> int: ...
+
+class PoolBudget:
+    """Cheap pool statistics (every step of a loop may read them)."""
+
+    @property
+    def reserved_bytes(self) -> int: ...
+
+    @property
+    def active_bytes(self) -> int: ...
+
+    @property
+    def requested_bytes(self) -> int: ...
+
+    @property
+    def peak_reserved_bytes(self) -> int: ...
+
+    @property
+    def peak_active_bytes(self) -> int: ...
+
+    @property
+    def stranded_bytes(self) -> int: ...
+
+    @property
+    def peak_stranded_bytes(self) -> int: ...
+
+    @property
+    def segment_count(self) -> int: ...
+
+    @property
+    def allocations(self) -> int: ...
+
+    @property
+    def segment_allocations(self) -> int: ...
+
+    @property
+    def pending_reuses(self) -> int: ...
+
+    @property
+    def immediate_reuses(self) -> int: ...
+
+    @property
+    def queues(self) -> list[QueueBudget]: ...
+
+class PoolDetailedStatistics:
+    """Slow statistics (walks every block)."""
+
+    @property
+    def budget(self) -> PoolBudget: ...
+
+    @property
+    def free_blocks(self) -> int: ...
+
+    @property
+    def allocated_blocks(self) -> int: ...
+
+    @property
+    def pending_free_blocks(self) -> int: ...
+
+    @property
+    def largest_free_block(self) -> int: ...
+
+    @property
+    def idle_segments(self) -> int: ...
+
+class MemorySnapshot:
+    """Segments, blocks and the trace of pool events, copied out of the pool."""
+
+    @property
+    def device_name(self) -> str: ...
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def segment_count(self) -> int: ...
+
+    @property
+    def event_count(self) -> int: ...
+
+    def to_json(self) -> str:
+        """The documented JSON form (tools/snapshot.schema.json)."""
+
+    def write_json(self, path: str) -> None: ...
+
+    def to_memory_viz_pickle(self) -> bytes:
+        """
+        The pickle PyTorch's memory_viz reads (torch.cuda.memory._snapshot()'s format).
+        """
+
+    def write_memory_viz_pickle(self, path: str) -> None: ...
+
+    def write_chrome_trace(self, path: str) -> None:
+        """Chrome trace-event JSON of the queues' activity (opens in Perfetto)."""
+
+    def write_html_report(self, path: str) -> None:
+        """A self-contained HTML report of the footprint timelines."""
+
+class BufferView:
+    """
+    A byte range of a DeviceBuffer (a batch input). Exports DLPack like the buffer.
+    """
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def address(self) -> int: ...
+
+    def __dlpack__(self, *, stream: object | None = None, max_version: object | None = None, dl_device: object | None = None, copy: object | None = None) -> object:
+        """DLPack export of the range as 1-D uint8 (see DeviceBuffer.__dlpack__)."""
+
+    def __dlpack_device__(self) -> tuple: ...
+
+class DeviceBuffer:
+    """
+    Device memory with an owner queue: a pool block, or an engine's memory adopted with Device.adopt_memory (never freed by ferry). Dropping the last reference (the handle, every DLPack export) releases it, stream-ordered on the owner.
+    """
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def owner(self) -> Queue: ...
+
+    @property
+    def address(self) -> int:
+        """Device pointer (CUDA/HIP), host pointer (host backend); 0 on Vulkan."""
+
+    @property
+    def adopted(self) -> bool: ...
+
+    @property
+    def valid(self) -> bool: ...
+
+    @property
+    def ready_after(self) -> TimelinePoint: ...
+
+    def release(self) -> TimelinePoint:
+        """
+        Stream-ordered free on the owner queue; returns the free point (adopted memory: the point after which the engine may reuse it). Refused while DLPack exports are alive.
+        """
+
+    def release_after(self, point: TimelinePoint) -> TimelinePoint:
+        """Stream-ordered free once the owner has waited for `point`."""
+
+    def view(self, offset: int, size: int) -> BufferView:
+        """A byte range of the buffer."""
+
+    def __dlpack__(self, *, stream: object | None = None, max_version: object | None = None, dl_device: object | None = None, copy: object | None = None) -> object:
+        """
+        DLPack export (versioned when the consumer asks with max_version >= (1, 0)) of the whole buffer as 1-D uint8. `stream` (CUDA/HIP) waits on the device for the owner's work so far and the last copy into the buffer; None or a default stream waits on the host; -1 skips synchronization. On the host backend the host waits. The export shares the buffer: it is released, stream-ordered on the owner, when the handle and every export are gone.
+        """
+
+    def __dlpack_device__(self) -> tuple: ...
+
+class HostBuffer:
+    """
+    Pinned (DMA-able) host memory, or Python memory registered with the device. Supports the buffer protocol (memoryview(h), numpy.frombuffer(h, ...)) for filling and reading. The memory stays alive while a copy uses it, even after the handle is dropped.
+    """
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def address(self) -> int: ...
+
+    @property
+    def registered(self) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def memoryview(self) -> object:
+        """A writable memoryview of the bytes (keeps the buffer alive)."""
+
+class DevicePool:
+    """The device's stream-ordered memory pool (Device.pool)."""
+
+    def allocate(self, nbytes: int, owner: Queue, tag: str = '') -> DeviceBuffer:
+        """Allocate `nbytes` (> 0) owned by `owner`."""
+
+    def budget(self) -> PoolBudget:
+        """Cheap statistics."""
+
+    def statistics(self) -> PoolDetailedStatistics:
+        """Slow statistics (walks every block)."""
+
+    def reset_peaks(self) -> None: ...
+
+    def trim(self) -> int:
+        """Return idle segments to the backend; returns the bytes returned."""
+
+    def validate(self) -> None:
+        """
+        Check every invariant (ferry.Error('internal_error') names a broken one).
+        """
+
+    def snapshot(self) -> MemorySnapshot: ...
+
+    def clear_events(self) -> None: ...
+
+class HostPool:
+    """Pinned host memory of a device (Device.host_pool)."""
+
+    def allocate(self, nbytes: int) -> HostBuffer:
+        """Allocate `nbytes` (> 0) of pinned host memory."""
+
+    def register(self, memory: object) -> HostBuffer:
+        """
+        Register a writable contiguous Python buffer for DMA; the result keeps it alive. ferry.Error('unsupported') where the backend cannot register memory.
+        """
+
+    @property
+    def pinned_bytes(self) -> int: ...
+
+class Device:
+    """One device opened through one backend."""
+
+    @staticmethod
+    def open(backend: Backend = Backend.host, ordinal: int = 0, host_latency_us: int = -1, record_events: bool = True) -> Device:
+        """
+        Open a device. ferry.Error('unsupported') when the backend was not built or has no device.
+        """
+
+    @staticmethod
+    def open_default() -> Device:
+        """Open the best device present (GPUs first, the host backend last)."""
+
+    @staticmethod
+    def count(backend: Backend) -> int:
+        """Number of devices a backend sees."""
+
+    @staticmethod
+    def built_with(backend: Backend) -> bool:
+        """Whether the backend was compiled into this build."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def ordinal(self) -> int: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def queue(self, role: QueueRole) -> Queue:
+        """The device's default queue of a role."""
+
+    def create_queue(self, role: QueueRole, name: str = '', priority: int = 0) -> Queue: ...
+
+    def adopt_queue(self, stream: object, role: QueueRole = QueueRole.compute, name: str = '') -> Queue:
+        """
+        Adopt an engine's stream (an int cudaStream_t/hipStream_t, an object with __cuda_stream__ such as torch.cuda.Stream). ferry never destroys it; keep it alive while ferry uses the queue. The same handle gives the same Queue.
+        """
+
+    def adopt_memory(self, pointer: int, size: int, owner: Queue, ready_after: TimelinePoint = ..., tag: str = '') -> DeviceBuffer:
+        """
+        Adopt an engine's memory (a host pointer on the host backend, a device pointer on CUDA/HIP) as a DeviceBuffer owned by `owner`. ferry never frees it; the engine keeps it allocated until the buffer's release point is reached.
+        """
+
+    def create_semaphore(self, initial: int = 0) -> TimelineSemaphore: ...
+
+    @property
+    def pool(self) -> DevicePool: ...
+
+    @property
+    def host_pool(self) -> HostPool: ...
+
+    @property
+    def host_waits(self) -> int: ...
+
+    @property
+    def is_open(self) -> bool: ...
+
+    def close(self) -> None:
+        """Wait for all work, free everything, invalidate handles. Idempotent."""
+
+    def __eq__(self, arg: Device, /) -> bool: ...
+
+    def __repr__(self) -> str: ...
+
+class Upload:
+    """An upload's destination and the point it is ready at."""
+
+    @property
+    def buffer(self) -> DeviceBuffer: ...
+
+    @property
+    def ready(self) -> TimelinePoint: ...
+
+class UploadBatch:
+    """
+    A batch upload: one owner-owned buffer holding every input at 256-aligned offsets.
+    """
+
+    @property
+    def buffer(self) -> DeviceBuffer: ...
+
+    @property
+    def offsets(self) -> list[int]: ...
+
+    @property
+    def sizes(self) -> list[int]: ...
+
+    @property
+    def ready(self) -> TimelinePoint: ...
+
+    @property
+    def views(self) -> list[BufferView]:
+        """Input i's range of the buffer, as a BufferView (DLPack-exportable)."""
+
+class Transfer:
+    """
+    The transfer engine: copies on an executing queue into memory owned by other queues. Calls are serialized internally and may come from several threads.
+    """
+
+    def __init__(self, device: Device, executor: object | None = None, staging_chunk_bytes: int = 16777216, staging_chunks: int = 4, staging: bool = True, staging_threads: int = -1) -> None: ...
+
+    @property
+    def executor(self) -> Queue: ...
+
+    def upload(self, source: object, owner: Queue, *, mode: object = CopyMode.owner_owned, tag: str = '', overlap: bool = False, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> Upload:
+        """
+        Copy host memory to a new device buffer owned by `owner`: a HostBuffer (pinned: DMA from it, kept alive until the copy completes) or any contiguous buffer (pageable: staged through the pinned ring before the call returns). Keyword options (every upload): mode (CopyMode or its name; default owner_owned), tag (label of pool events), overlap (grow the pool rather than wait for the owner's pending free), owner_waits (enqueue owner.wait(ready) in the call; default True), wait (points the copy waits for), signal (user points signalled once the copy is complete).
+        """
+
+    def upload_batch(self, sources: Sequence[object], owner: Queue, *, mode: object = CopyMode.owner_owned, tag: str = '', overlap: bool = False, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> UploadBatch:
+        """
+        Upload many contiguous buffers (empty ones allowed) in one call into one owner-owned allocation, staged through the pinned ring; the sources may be reused when it returns.
+        """
+
+    def upload_into(self, source: object, destination: DeviceBuffer, offsets: object | None = None, *, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> TimelinePoint:
+        """
+        Copy into a caller-supplied destination: a HostBuffer (pinned), or a list of contiguous buffers placed at `offsets` (staged; none may be empty). The executor waits for the destination owner's work so far; the owner waits for the copy when owner_waits. Returns the point at which every byte is in place.
+        """
+
+    def download(self, source: DeviceBuffer, destination: object, offset: int = 0, *, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> object:
+        """
+        Copy a device buffer to host memory. A HostBuffer (pinned) destination returns the point to wait for before reading; any writable contiguous buffer (pageable) blocks until the bytes are there (the GIL is released) and returns None.
+        """
+
+    def download_batch(self, batch: UploadBatch, destinations: Sequence[object]) -> None:
+        """
+        Download a batch's inputs into writable buffers of their sizes (blocking).
+        """
+
+    def copy(self, source: DeviceBuffer, destination: DeviceBuffer, nbytes: int = 0) -> TimelinePoint:
+        """Device-to-device copy (0 = all of source)."""
+
+    def synchronize(self, timeout: float = 60.0) -> None:
+        """Host wait for every copy enqueued so far (the GIL is released)."""
+
+    def close(self) -> None:
+        """Wait for the in-flight copies and free the staging ring. Idempotent."""
+
+def backend_name(backend: Backend) -> str: ...
+
+def parse_backend(name: str) -> Backend: ...

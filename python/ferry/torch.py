@@ -1,0 +1,338 @@
+# SPDX-License-Identifier: MIT
+"""ferry.torch: move a PyTorch structure to a device in one ferry transfer.
+
+``ferry.torch.to(obj, "cuda")`` is ``obj.to("cuda", non_blocking=True)`` for a whole
+structure, with the destination memory owned by the stream that will use it:
+
+- **One allocation.** The CPU tensors of the structure are laid out in one byte range
+  (each leaf at a 256-byte aligned offset, which satisfies every dtype's alignment). With
+  ``mode="torch"`` (the default) that range is ``torch.empty(total, dtype=torch.uint8)``
+  from PyTorch's caching allocator, allocated on ``target_stream``, so PyTorch's counters,
+  snapshots and temporaries see one pool; the leaves are views into it. ferry adopts it
+  (``Device.adopt_memory``, owner = the adopted target stream) and fills it with one batch
+  ``upload_into`` on its transfer stream, which waits on the GPU for the target stream's
+  work enqueued before the call (a reused block is never overwritten while earlier work on
+  the target stream still reads it). With ``mode="ferry"`` the range comes from ferry's
+  stream-ordered pool with the target stream as owner and reaches PyTorch through DLPack;
+  freeing the tensors releases it, stream-ordered on the target stream.
+- **No host sync.** The target stream waits on the GPU for ferry's copy: work enqueued on
+  it after the call sees the data. Nobody calls ``record_stream``. Using the results on
+  another stream needs the usual PyTorch care (``wait_stream``/``record_stream``).
+- **Sources.** CPU tensors, pageable or pinned, go through ferry's pinned staging ring and
+  may be modified once the call returns. Non-contiguous tensors are made contiguous first.
+  Tensors already on the target device are returned as they are (as ``Tensor.to`` does);
+  tensors on another GPU move with ``Tensor.to``.
+- **device="cpu"** runs the same packing on ferry's host backend into CPU tensors allocated
+  by PyTorch, and waits for the copy before returning (the host reads the results at once).
+  Unlike ``Tensor.to("cpu")`` it always copies: the results never alias the sources.
+- On ROCm builds of PyTorch (``torch.version.hip``) ferry's HIP backend is used.
+
+Structures (walked recursively; empty tensors are leaves like any other):
+
+- ``torch.Tensor``: a leaf. Results carry the source's dtype and shape, are contiguous, and
+  are not part of an autograd graph (as if detached).
+- ``dict`` (and ``OrderedDict``, ``defaultdict``), ``list``, ``tuple``, namedtuples,
+  dataclass instances (a shallow copy with every field converted), and types registered with
+  ``torch.utils._pytree``.
+- Any other object with a ``.to`` method (TorchRec's ``KeyedJaggedTensor``, a
+  ``ModelInput``-like class): ferry calls ``obj.to(device, non_blocking=True)`` twice under a
+  ``torch.overrides.TorchFunctionMode``. The first call records the tensors that it moves
+  with ``Tensor.to`` (handing each back unmoved); those tensors join the batch; the second
+  call hands back the uploaded views in the same order, so the object builds its result from
+  ferry's tensors. Its ``.to`` must therefore move the same tensors in the same order on both
+  calls (a ``ferry.Error`` says so otherwise). A ``Tensor.to`` that also converts the dtype
+  gets the converted view (converted on the target stream).
+- Anything else (ints, strings, None, ...) is returned unchanged.
+
+Errors raise ``ferry.Error`` with the caller's file and line.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy as _copy
+import dataclasses
+import threading
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from . import _ferry
+from ._error import Error
+
+__all__ = ["to", "engine", "ALIGNMENT"]
+
+#: Offset alignment of every leaf inside the structure's allocation, in bytes.
+ALIGNMENT = 256
+
+_lock = threading.Lock()
+_engines: dict[tuple[Any, int], tuple[_ferry.Device, _ferry.Transfer]] = {}
+
+
+def engine(backend: _ferry.Backend, ordinal: int = 0) -> tuple[_ferry.Device, _ferry.Transfer]:
+    """The process's ferry device and transfer engine for a backend and ordinal, opened on
+    first use and shared by every ``to`` call (a Transfer serializes its calls)."""
+    key = (backend, ordinal)
+    with _lock:
+        e = _engines.get(key)
+        if e is None:
+            dev = _ferry.Device.open(backend, ordinal)
+            e = (dev, _ferry.Transfer(dev))
+            _engines[key] = e
+        return e
+
+
+def _target(device: Any) -> torch.device:
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise Error("invalid_argument", f"ferry.torch.to: device {device!r} is not a torch device: {exc}") from None
+    if d.type == "cuda":
+        if d.index is None:
+            d = torch.device("cuda", torch.cuda.current_device())
+        return d
+    if d.type == "cpu":
+        return torch.device("cpu")
+    raise Error("unsupported", f"ferry.torch.to: device type '{d.type}' is not supported (cuda or cpu)")
+
+
+class _ToCapture(TorchFunctionMode):
+    """Intercepts ``Tensor.to`` calls that name a device: records the tensor (first pass) or
+    hands back its uploaded view (second pass)."""
+
+    def __init__(self, replacements: list[torch.Tensor] | None = None, seen: list[torch.Tensor] | None = None):
+        super().__init__()
+        self.seen: list[torch.Tensor] = [] if seen is None else seen
+        self.replacements = replacements
+        self.next = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.to and args and isinstance(args[0], torch.Tensor):
+            dev, dtype, _, _ = torch._C._nn._parse_to(*args[1:], **kwargs)
+            if dev is not None:
+                t = args[0]
+                if self.replacements is None:
+                    self.seen.append(t)
+                    return t
+                i = self.next
+                if i >= len(self.seen) or self.seen[i] is not t:
+                    raise Error("invalid_argument",
+                                f"ferry.torch.to: {type(t).__name__}.to moved different tensors on its second call "
+                                f"(tensor {i}): an object's .to must move the same tensors in the same order")
+                self.next += 1
+                r = self.replacements[i]
+                if dtype is not None and dtype != r.dtype:
+                    r = r.to(dtype)
+                return r
+        return func(*args, **kwargs)
+
+
+def _is_namedtuple(obj: Any) -> bool:
+    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+
+
+def _flatten(obj: Any, leaves: list[torch.Tensor], device: torch.device):
+    """Append the tensors of `obj` to `leaves`; return `rebuild(results)`, which builds the
+    same structure from the converted leaves."""
+    if isinstance(obj, torch.Tensor):
+        i = len(leaves)
+        leaves.append(obj)
+        return lambda out: out[i]
+    if _is_namedtuple(obj):
+        parts = [_flatten(v, leaves, device) for v in obj]
+        return lambda out: type(obj)(*(p(out) for p in parts))
+    if isinstance(obj, (list, tuple)):
+        parts = [_flatten(v, leaves, device) for v in obj]
+        kind = type(obj)
+
+        def rebuild_seq(out):
+            items = [p(out) for p in parts]
+            if kind in (list, tuple):
+                return kind(items)
+            try:
+                return kind(items)
+            except TypeError:
+                return list(items) if isinstance(obj, list) else tuple(items)
+        return rebuild_seq
+    if isinstance(obj, dict):
+        keys = list(obj.keys())
+        parts = [_flatten(obj[k], leaves, device) for k in keys]
+
+        def rebuild_dict(out):
+            items = [(k, p(out)) for k, p in zip(keys, parts)]
+            if isinstance(obj, collections.defaultdict):
+                return collections.defaultdict(obj.default_factory, items)
+            if type(obj) is dict:
+                return dict(items)
+            try:
+                return type(obj)(items)
+            except TypeError:
+                return dict(items)
+        return rebuild_dict
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = [f.name for f in dataclasses.fields(obj)]
+        parts = [_flatten(getattr(obj, n), leaves, device) for n in names]
+
+        def rebuild_dataclass(out):
+            r = _copy.copy(obj)
+            for n, p in zip(names, parts):
+                object.__setattr__(r, n, p(out))
+            return r
+        return rebuild_dataclass
+    node = _pytree_node(type(obj))
+    if node is not None:
+        children, context = node.flatten_fn(obj)
+        parts = [_flatten(c, leaves, device) for c in children]
+        return lambda out: node.unflatten_fn([p(out) for p in parts], context)
+    to = getattr(obj, "to", None)
+    if callable(to) and not isinstance(obj, type):
+        capture = _ToCapture()
+        with capture:
+            to(device, non_blocking=True)
+        first = len(leaves)
+        leaves.extend(capture.seen)
+        count = len(capture.seen)
+
+        def rebuild_to(out):
+            second = _ToCapture(replacements=list(out[first:first + count]), seen=capture.seen)
+            with second:
+                result = to(device, non_blocking=True)
+            if second.next != count:
+                raise Error("invalid_argument",
+                            f"ferry.torch.to: {type(obj).__name__}.to moved {second.next} tensors on its second "
+                            f"call and {count} on its first: it must move the same tensors both times")
+            return result
+        return rebuild_to
+    return lambda out: obj
+
+
+def _pytree_node(kind: type):
+    try:
+        from torch.utils import _pytree
+    except ImportError:  # pragma: no cover - every supported torch has it
+        return None
+    return _pytree.SUPPORTED_NODES.get(kind)
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def _views(whole: torch.Tensor, sources: list[torch.Tensor], offsets: list[int]) -> list[torch.Tensor]:
+    return [whole[o:o + s.nbytes].view(s.dtype).view(s.shape) for s, o in zip(sources, offsets)]
+
+
+def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, mode: str = "torch") -> Any:
+    """Move every CPU tensor of `obj` (a tensor or any nested structure) to `device` in one
+    ferry transfer; see the module documentation for the rules.
+
+    Args:
+        obj: a tensor or a structure of them.
+        device: "cuda", "cuda:N", a torch.device, or "cpu" (ferry's host backend).
+        target_stream: the torch.cuda.Stream that will use the results (default: the current
+            stream of `device`). It waits on the GPU for ferry's copy; the host does not.
+        mode: "torch" (destination from PyTorch's caching allocator on target_stream) or
+            "ferry" (from ferry's pool, owned by target_stream, handed over through DLPack).
+
+    Returns:
+        The same structure with device tensors.
+    """
+    if mode not in ("torch", "ferry"):
+        raise Error("invalid_argument", f"ferry.torch.to: mode {mode!r} is not 'torch' or 'ferry'")
+    dev_t = _target(device)
+    leaves: list[torch.Tensor] = []
+    rebuild = _flatten(obj, leaves, dev_t)
+    results: list[torch.Tensor | None] = [None] * len(leaves)
+
+    cpu = dev_t.type == "cpu"
+    if cpu:
+        if target_stream is not None:
+            raise Error("invalid_argument", "ferry.torch.to: target_stream is for a cuda device, not 'cpu'")
+        backend = _ferry.Backend.host
+        ordinal = 0
+    else:
+        backend = _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
+        ordinal = dev_t.index
+        if target_stream is None:
+            target_stream = torch.cuda.current_stream(dev_t)
+        elif torch.device(target_stream.device) != dev_t:
+            raise Error("invalid_argument",
+                        f"ferry.torch.to: target_stream is a stream of {target_stream.device}, not of {dev_t}")
+
+    packed: list[int] = []  # indices into leaves
+    sources: list[torch.Tensor] = []
+    for i, t in enumerate(leaves):
+        if t.device.type == "cpu":
+            packed.append(i)
+            sources.append(t.detach().contiguous())
+        elif not cpu and t.device == dev_t:
+            results[i] = t
+        else:
+            with torch.cuda.stream(target_stream) if not cpu else _nullcontext():
+                results[i] = t.to(dev_t, non_blocking=True)
+
+    if sources:
+        dev, xfer = engine(backend, ordinal)
+        offsets: list[int] = []
+        total = 0
+        for s in sources:
+            total = _align(total)
+            offsets.append(total)
+            total += s.nbytes
+        if cpu:
+            owner = dev.queue(_ferry.QueueRole.compute)
+        else:
+            owner = dev.adopt_queue(target_stream, _ferry.QueueRole.compute, "torch target stream")
+        if mode == "torch":
+            views = _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_stream)
+        else:
+            views = _upload_ferry(xfer, owner, sources, dev_t, target_stream)
+        for i, v in zip(packed, views):
+            results[i] = v
+    return rebuild(results)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_stream):
+    """mode="torch": one torch allocation on the target stream, adopted and filled by ferry."""
+    if total == 0:
+        whole = torch.empty(0, dtype=torch.uint8, device=dev_t)
+        return _views(whole, sources, offsets)
+    if dev_t.type == "cpu":
+        whole = torch.empty(total, dtype=torch.uint8)
+    else:
+        with torch.cuda.stream(target_stream):
+            whole = torch.empty(total, dtype=torch.uint8, device=dev_t)
+    adopted = dev.adopt_memory(whole.data_ptr(), total, owner, tag="ferry.torch.to")
+    nonempty = [(s, o) for s, o in zip(sources, offsets) if s.nbytes > 0]
+    try:
+        if nonempty:
+            xfer._upload_into_raw([s.data_ptr() for s, _ in nonempty], [s.nbytes for s, _ in nonempty], adopted,
+                                  [o for _, o in nonempty], owner_waits=True)
+    finally:
+        # Ends ferry's use: the owner (target stream) already waits for the copy, so the
+        # caching allocator's stream-ordered reuse of `whole` comes after it.
+        done = adopted.release()
+    if dev_t.type == "cpu":
+        done.wait()
+    return _views(whole, sources, offsets)
+
+
+def _upload_ferry(xfer, owner, sources, dev_t, target_stream):
+    """mode="ferry": one block of ferry's pool owned by the target stream, through DLPack."""
+    batch = xfer._upload_batch_raw([s.data_ptr() for s in sources], [s.nbytes for s in sources], owner,
+                                   owner_waits=True, tag="ferry.torch.to")
+    if dev_t.type == "cpu":
+        whole = torch.from_dlpack(batch.buffer)
+    else:
+        whole = torch.from_dlpack(batch.buffer.__dlpack__(stream=target_stream.cuda_stream))
+    return _views(whole, sources, list(batch.offsets))

@@ -1,0 +1,852 @@
+// SPDX-License-Identifier: MIT
+// ferry._ferry: the nanobind extension behind the `ferry` Python package.
+//
+// Rules of this layer:
+//  - It binds the public C++ API only (include/ferry/*.hpp) and adds no policy of its own:
+//    ordering, ownership and validation are the core's.
+//  - Every ferry::Error becomes a ferry.Error (python/ferry/_error.py) carrying the code's
+//    name; the Python caller's file and line are found there, since the C++ source location
+//    of a binding names this file.
+//  - The GIL is released around everything that copies, stages or waits, so other Python
+//    threads (a data loader) run meanwhile. Python objects are touched only with the GIL.
+//  - Host memory handed in through the buffer protocol is held for the duration of the call
+//    only: pageable sources are staged before the call returns, destinations are written
+//    before it returns. Pinned memory (HostBuffer) is kept alive by the core until its copy
+//    completes.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <ferry/export.hpp>
+#include <ferry/ferry.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using ferry::Error;
+using ferry::ErrorCode;
+
+[[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::invalid_argument, message); }
+
+std::chrono::nanoseconds seconds(double s) {
+  if (!(s >= 0.0)) invalid("timeout " + std::to_string(s) + " s is negative or NaN");
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(s * 1e9));
+}
+
+/// A contiguous buffer-protocol view of a Python object, released on destruction (with the
+/// GIL: the owner of a Buffer lives outside every gil_scoped_release scope).
+class Buffer {
+ public:
+  Buffer(nb::handle obj, bool writable, const std::string& what) {
+    const int flags = writable ? (PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS) : PyBUF_ANY_CONTIGUOUS;
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
+      PyErr_Clear();
+      invalid(what + " (a " + std::string(Py_TYPE(obj.ptr())->tp_name) + ") is not a contiguous" +
+              (writable ? " writable" : "") + " buffer (bytes, bytearray, memoryview, numpy array, HostBuffer)");
+    }
+    held_ = true;
+  }
+  Buffer(Buffer&& o) noexcept : view_(o.view_), held_(o.held_) { o.held_ = false; }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer& operator=(Buffer&&) = delete;
+  ~Buffer() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+  [[nodiscard]] void* data() const noexcept { return view_.buf; }
+  [[nodiscard]] std::uint64_t size() const noexcept { return static_cast<std::uint64_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Handles
+
+/// A device and what the bindings remember of it: the ordinal it was opened with (DLPack
+/// names it) and the queues adopted for native streams, one per handle, so that adopting the
+/// same stream again (every ferry.torch.to call, every __dlpack__(stream=...)) costs a lookup.
+struct PyDevice {
+  ferry::Device device;
+  int ordinal = 0;
+  std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>();
+  std::shared_ptr<std::map<std::uintptr_t, ferry::Queue>> adopted =
+      std::make_shared<std::map<std::uintptr_t, ferry::Queue>>();
+
+  ferry::Queue adopt(std::uintptr_t handle, ferry::QueueRole role, const std::string& name) {
+    std::lock_guard<std::mutex> lock(*mutex);
+    auto it = adopted->find(handle);
+    if (it != adopted->end() && it->second.role() == role) return it->second;
+    ferry::Queue q = device.adopt_queue(role, ferry::NativeQueue{.handle = reinterpret_cast<void*>(handle)}, name);
+    (*adopted)[handle] = q;
+    return q;
+  }
+};
+
+/// A device buffer shared by its Python handle, the views of a batch and the DLPack exports
+/// (which count themselves in `exports`, so that an explicit release cannot pull memory out
+/// from under a consumer). The last owner's destruction releases it, stream-ordered.
+struct BufferState {
+  ferry::DeviceBuffer buffer;
+  ferry::TimelinePoint ready{};  ///< the last copy into it known to the bindings
+  ferry::Backend backend = ferry::Backend::host;
+  int ordinal = 0;
+  PyDevice device;
+  std::atomic<int> exports{0};
+};
+
+struct PyDeviceBuffer {
+  std::shared_ptr<BufferState> s;
+};
+
+/// A byte range of a DeviceBuffer (a batch upload's input).
+struct PyBufferView {
+  std::shared_ptr<BufferState> s;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+};
+
+struct PyHostBuffer {
+  ferry::HostBuffer buffer;
+  std::unique_ptr<Buffer> registered{};  ///< the Python memory a registration pins
+};
+
+struct PyUpload {
+  PyDeviceBuffer buffer;
+  ferry::TimelinePoint ready;
+};
+
+struct PyUploadBatch {
+  PyDeviceBuffer buffer;
+  std::vector<std::uint64_t> offsets;
+  std::vector<std::uint64_t> sizes;
+  ferry::TimelinePoint ready;
+};
+
+struct PyPool {
+  PyDevice device;
+};
+struct PyHostPool {
+  PyDevice device;
+};
+
+PyDeviceBuffer wrap(ferry::DeviceBuffer b, const PyDevice& dev, ferry::TimelinePoint ready = {}) {
+  auto s = std::make_shared<BufferState>();
+  s->buffer = std::move(b);
+  s->ready = std::move(ready);
+  s->backend = dev.device.backend();
+  s->ordinal = dev.ordinal;
+  s->device = dev;
+  return {std::move(s)};
+}
+
+/// The native stream handle of `stream`: an int, an object with `__cuda_stream__` (the CUDA
+/// stream protocol: a method returning (version, handle)), or one with a `cuda_stream`
+/// attribute (torch.cuda.Stream before the protocol).
+std::uintptr_t native_stream(nb::handle stream) {
+  if (nb::isinstance<nb::int_>(stream)) return nb::cast<std::uintptr_t>(stream);
+  if (nb::hasattr(stream, "__cuda_stream__")) {
+    nb::object v = stream.attr("__cuda_stream__");
+    if (PyCallable_Check(v.ptr())) v = v();
+    if (nb::isinstance<nb::tuple>(v)) return nb::cast<std::uintptr_t>(nb::tuple(v)[1]);
+    return nb::cast<std::uintptr_t>(v);
+  }
+  if (nb::hasattr(stream, "cuda_stream")) return nb::cast<std::uintptr_t>(stream.attr("cuda_stream"));
+  invalid("Device.adopt_queue: stream (a " + std::string(Py_TYPE(stream.ptr())->tp_name) +
+          ") is neither an int handle nor an object with __cuda_stream__ or cuda_stream");
+}
+
+ferry::CopyMode copy_mode(nb::handle mode) {
+  if (nb::isinstance<ferry::CopyMode>(mode)) return nb::cast<ferry::CopyMode>(mode);
+  const std::string name = nb::cast<std::string>(nb::str(mode));
+  for (auto m : {ferry::CopyMode::blocking, ferry::CopyMode::executor_owned, ferry::CopyMode::preallocated,
+                 ferry::CopyMode::owner_owned}) {
+    if (ferry::to_string(m) == name) return m;
+  }
+  invalid("copy mode '" + name + "' is not one of blocking, executor_owned, preallocated, owner_owned");
+}
+
+ferry::UploadOptions upload_options(nb::handle mode, const std::string& tag, bool overlap, bool owner_waits,
+                                    std::vector<ferry::TimelinePoint> wait,
+                                    std::vector<ferry::TimelinePoint> signal) {
+  ferry::UploadOptions o;
+  o.mode = copy_mode(mode);
+  o.tag = tag;
+  o.overlap = overlap;
+  o.owner_waits = owner_waits;
+  o.wait = std::move(wait);
+  o.signal = std::move(signal);
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// DLPack
+
+/// What a DLPack export owns: a share of the buffer, counted in its `exports`.
+struct Export {
+  std::shared_ptr<BufferState> s;
+  explicit Export(std::shared_ptr<BufferState> st) : s(std::move(st)) { s->exports.fetch_add(1); }
+  ~Export() { s->exports.fetch_sub(1); }
+  Export(const Export&) = delete;
+  Export& operator=(const Export&) = delete;
+};
+
+std::pair<int, int> dlpack_device(const BufferState& s) {
+  switch (s.backend) {
+    case ferry::Backend::host:
+    case ferry::Backend::null: return {static_cast<int>(nb::device::cpu::value), 0};
+    case ferry::Backend::cuda: return {static_cast<int>(nb::device::cuda::value), s.ordinal};
+    case ferry::Backend::hip: return {static_cast<int>(nb::device::rocm::value), s.ordinal};
+    default: break;
+  }
+  throw Error(ErrorCode::unsupported, "DeviceBuffer.__dlpack__: a " + std::string(ferry::to_string(s.backend)) +
+                                          " buffer has no address a DLPack consumer can use");
+}
+
+/// `__dlpack__` of `size` bytes at `offset` of a buffer, as a 1-D uint8 tensor.
+/// Ordering: the consumer's `stream` (CUDA/HIP: an int handle; 1 and 2, the legacy and
+/// per-thread default streams, and None are waited for on the host) waits on the device for
+/// the owner's work so far, which covers every ferry copy into the buffer that the owner
+/// waited for, and for the last copy the bindings know of. -1 means no synchronization. On
+/// the CPU (host backend) the host waits, since the consumer reads at once.
+nb::object dlpack(const std::shared_ptr<BufferState>& s, std::uint64_t offset, std::uint64_t size,
+                  nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy) {
+  const ferry::DeviceView view = s->buffer.view();  // throws for a released buffer
+  const auto [type, id] = dlpack_device(*s);
+  if (!copy.is_none() && nb::cast<bool>(copy)) {
+    throw Error(ErrorCode::unsupported, "DeviceBuffer.__dlpack__: copy=True is not supported (ferry exports in place)");
+  }
+  (void)dl_device;
+  const bool cpu = type == static_cast<int>(nb::device::cpu::value);
+  std::intptr_t consumer = 0;
+  bool host_wait = cpu || stream.is_none();
+  if (!cpu && !stream.is_none()) {
+    consumer = nb::cast<std::intptr_t>(stream);
+    if (consumer == 0 || consumer == 1 || consumer == 2) host_wait = true;
+  }
+  ferry::Queue owner = s->buffer.owner();
+  if (host_wait || consumer != -1) {
+    if (host_wait) {
+      nb::gil_scoped_release nogil;
+      ferry::TimelinePoint done = owner.mark();
+      done.wait();
+      s->ready.wait();
+    } else {
+      ferry::Queue q = s->device.adopt(static_cast<std::uintptr_t>(consumer), ferry::QueueRole::compute, "dlpack consumer");
+      if (!(q == owner)) {
+        q.wait(owner.mark());
+        if (!s->ready.empty()) q.wait(s->ready);
+      }
+    }
+  }
+  auto* ex = new Export(s);
+  nb::capsule owner_capsule(ex, [](void* p) noexcept { delete static_cast<Export*>(p); });
+  const std::size_t shape[1] = {static_cast<std::size_t>(size)};
+  nb::ndarray<nb::array_api> arr(reinterpret_cast<void*>(view.address + offset), 1, shape, owner_capsule, nullptr,
+                    nb::dtype<std::uint8_t>(), type, id);
+  nb::object obj = nb::cast(arr);
+  nb::dict kwargs;
+  if (!max_version.is_none()) kwargs["max_version"] = max_version;
+  return obj.attr("__dlpack__")(**kwargs);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transfers
+
+struct PyTransfer {
+  PyDevice device;
+  std::unique_ptr<ferry::Transfer> t;
+
+  ferry::Transfer& get() {
+    if (!t) invalid("Transfer: the transfer was closed");
+    return *t;
+  }
+};
+
+std::vector<ferry::HostView> raw_views(const std::vector<std::uint64_t>& addresses,
+                                       const std::vector<std::uint64_t>& sizes, const char* fn) {
+  if (addresses.size() != sizes.size()) {
+    invalid(std::string(fn) + ": " + std::to_string(addresses.size()) + " addresses but " +
+            std::to_string(sizes.size()) + " sizes");
+  }
+  std::vector<ferry::HostView> views(addresses.size());
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    views[i] = {reinterpret_cast<const void*>(static_cast<std::uintptr_t>(addresses[i])), sizes[i]};
+  }
+  return views;
+}
+
+PyUploadBatch make_batch(ferry::UploadBatch b, const PyDevice& dev) {
+  PyUploadBatch r;
+  r.offsets = std::move(b.offsets);
+  for (const auto& v : b.views) r.sizes.push_back(v.size);
+  r.ready = b.ready;
+  r.buffer = wrap(std::move(b.buffer), dev, b.ready);
+  return r;
+}
+
+/// The buffer protocol of HostBuffer, so memoryview(h) and numpy see the pinned bytes.
+int host_buffer_getbuffer(PyObject* self, Py_buffer* view, int flags) {
+  PyHostBuffer* h = nb::inst_ptr<PyHostBuffer>(self);
+  if (!h->buffer.valid()) {
+    PyErr_SetString(PyExc_BufferError, "ferry.HostBuffer: null buffer");
+    return -1;
+  }
+  return PyBuffer_FillInfo(view, self, h->buffer.data(), static_cast<Py_ssize_t>(h->buffer.size()), 0, flags);
+}
+
+PyType_Slot kHostBufferSlots[] = {
+    {Py_bf_getbuffer, reinterpret_cast<void*>(host_buffer_getbuffer)},
+    {0, nullptr},
+};
+
+const char* const kUploadOptionsDoc =
+    "Keyword options (every upload): mode (CopyMode or its name; default owner_owned), tag (label "
+    "of pool events), overlap (grow the pool rather than wait for the owner's pending free), "
+    "owner_waits (enqueue owner.wait(ready) in the call; default True), wait (points the copy "
+    "waits for), signal (user points signalled once the copy is complete).";
+
+}  // namespace
+
+NB_MODULE(_ferry, m) {
+  m.doc() =
+      "ferry's C++ core: devices, queues, timelines, pools, transfers and snapshots. Import the "
+      "`ferry` package rather than this module.";
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      nb::object cls = nb::module_::import_("ferry._error").attr("Error");
+      nb::object exc = cls(std::string(ferry::to_string(e.code())), e.message(), e.call());
+      PyErr_SetObject(cls.ptr(), exc.ptr());
+    }
+  });
+
+  nb::enum_<ferry::Backend>(m, "Backend", "The backends ferry can be built with.")
+      .value("host", ferry::Backend::host)
+      .value("cuda", ferry::Backend::cuda)
+      .value("hip", ferry::Backend::hip)
+      .value("vulkan", ferry::Backend::vulkan)
+      .value("vulkan_cuda", ferry::Backend::vulkan_cuda)
+      .value("cuda_vulkan", ferry::Backend::cuda_vulkan)
+      .value("null", ferry::Backend::null);
+  nb::enum_<ferry::QueueRole>(m, "QueueRole", "compute (owner) or transfer (executing).")
+      .value("compute", ferry::QueueRole::compute)
+      .value("transfer", ferry::QueueRole::transfer);
+  nb::enum_<ferry::CopyMode>(m, "CopyMode", "The copy strategies of an upload (see ferry/transfer.hpp).")
+      .value("blocking", ferry::CopyMode::blocking)
+      .value("executor_owned", ferry::CopyMode::executor_owned)
+      .value("preallocated", ferry::CopyMode::preallocated)
+      .value("owner_owned", ferry::CopyMode::owner_owned);
+
+  nb::class_<ferry::Capabilities>(m, "Capabilities", "Device capabilities and limits, filled at open.")
+      .def_ro("name", &ferry::Capabilities::name)
+      .def_ro("backend", &ferry::Capabilities::backend)
+      .def_ro("is_gpu", &ferry::Capabilities::is_gpu)
+      .def_ro("device_memory_bytes", &ferry::Capabilities::device_memory_bytes)
+      .def_ro("copy_engines", &ferry::Capabilities::copy_engines)
+      .def_ro("dedicated_transfer_queue", &ferry::Capabilities::dedicated_transfer_queue)
+      .def_ro("host_memory_registration", &ferry::Capabilities::host_memory_registration)
+      .def_ro("timeline_export", &ferry::Capabilities::timeline_export)
+      .def_ro("min_alignment", &ferry::Capabilities::min_alignment)
+      .def_ro("max_allocation_bytes", &ferry::Capabilities::max_allocation_bytes)
+      .def_ro("uuid", &ferry::Capabilities::uuid)
+      .def_ro("notes", &ferry::Capabilities::notes)
+      .def("__repr__", [](const ferry::Capabilities& c) {
+        return "<ferry.Capabilities " + c.name + " (" + std::string(ferry::to_string(c.backend)) + ")>";
+      });
+
+  nb::class_<ferry::TimelinePoint>(m, "TimelinePoint",
+                                   "A point on a timeline: all work up to here. An empty point counts as reached.")
+      .def_ro("value", &ferry::TimelinePoint::value)
+      .def_prop_ro("empty", &ferry::TimelinePoint::empty)
+      .def("reached", [](const ferry::TimelinePoint& p) { return p.reached(); },
+           "Non-blocking query: has the point been reached?")
+      .def("wait", [](const ferry::TimelinePoint& p, double timeout) {
+             nb::gil_scoped_release nogil;
+             p.wait(seconds(timeout));
+           }, "timeout"_a = 60.0,
+           "Block until reached (the GIL is released); ferry.Error('timeout') after `timeout` seconds.");
+
+  nb::class_<ferry::TimelineSemaphore>(m, "TimelineSemaphore", "A monotonic 64-bit counter; host and queues signal and wait on it.")
+      .def_prop_ro("value", [](const ferry::TimelineSemaphore& s) { return s.value(); })
+      .def("signal", [](ferry::TimelineSemaphore& s, std::uint64_t v) { s.signal(v); }, "value"_a,
+           "Signal from the host; the value must exceed the current one.")
+      .def("wait", [](const ferry::TimelineSemaphore& s, std::uint64_t v, double timeout) {
+             nb::gil_scoped_release nogil;
+             s.wait(v, seconds(timeout));
+           }, "value"_a, "timeout"_a = 60.0, "Block until the value is >= `value` (the GIL is released).")
+      .def("at", [](const ferry::TimelineSemaphore& s, std::uint64_t v) { return s.at(v); }, "value"_a,
+           "The point (this, value).");
+
+  nb::class_<ferry::Queue>(m, "Queue", "A queue of ordered work, with a role and a private timeline.")
+      .def_prop_ro("role", [](const ferry::Queue& q) { return q.role(); })
+      .def_prop_ro("id", [](const ferry::Queue& q) { return q.id(); })
+      .def_prop_ro("name", [](const ferry::Queue& q) { return q.name(); })
+      .def("wait", [](ferry::Queue& q, const ferry::TimelinePoint& p) { q.wait(p); }, "point"_a,
+           "Make later work on this queue wait for `point` (on the device; the host is not blocked).")
+      .def("signal", [](ferry::Queue& q, const ferry::TimelinePoint& p) { q.signal(p); }, "point"_a,
+           "Signal `point` after all work enqueued so far.")
+      .def("mark", [](ferry::Queue& q) { return q.mark(); },
+           "A point reached once all work enqueued so far has completed.")
+      .def("synchronize", [](ferry::Queue& q, double timeout) {
+             nb::gil_scoped_release nogil;
+             q.synchronize(seconds(timeout));
+           }, "timeout"_a = 60.0, "Block until all work enqueued so far has completed (the GIL is released).")
+      .def("__eq__", [](const ferry::Queue& a, const ferry::Queue& b) { return a == b; })
+      .def("__repr__", [](const ferry::Queue& q) { return "<ferry.Queue " + q.name() + ">"; });
+
+  // --- pools and statistics
+  nb::class_<ferry::QueueBudget>(m, "QueueBudget", "Per-owner pool statistics.")
+      .def_ro("queue_id", &ferry::QueueBudget::queue_id)
+      .def_ro("queue_name", &ferry::QueueBudget::queue_name)
+      .def_ro("active_bytes", &ferry::QueueBudget::active_bytes)
+      .def_ro("free_bytes", &ferry::QueueBudget::free_bytes)
+      .def_ro("peak_active_bytes", &ferry::QueueBudget::peak_active_bytes);
+  nb::class_<ferry::PoolBudget>(m, "PoolBudget", "Cheap pool statistics (every step of a loop may read them).")
+      .def_ro("reserved_bytes", &ferry::PoolBudget::reserved_bytes)
+      .def_ro("active_bytes", &ferry::PoolBudget::active_bytes)
+      .def_ro("requested_bytes", &ferry::PoolBudget::requested_bytes)
+      .def_ro("peak_reserved_bytes", &ferry::PoolBudget::peak_reserved_bytes)
+      .def_ro("peak_active_bytes", &ferry::PoolBudget::peak_active_bytes)
+      .def_ro("stranded_bytes", &ferry::PoolBudget::stranded_bytes)
+      .def_ro("peak_stranded_bytes", &ferry::PoolBudget::peak_stranded_bytes)
+      .def_ro("segment_count", &ferry::PoolBudget::segment_count)
+      .def_ro("allocations", &ferry::PoolBudget::allocations)
+      .def_ro("segment_allocations", &ferry::PoolBudget::segment_allocations)
+      .def_ro("pending_reuses", &ferry::PoolBudget::pending_reuses)
+      .def_ro("immediate_reuses", &ferry::PoolBudget::immediate_reuses)
+      .def_ro("queues", &ferry::PoolBudget::queues);
+  nb::class_<ferry::PoolDetailedStatistics>(m, "PoolDetailedStatistics", "Slow statistics (walks every block).")
+      .def_ro("budget", &ferry::PoolDetailedStatistics::budget)
+      .def_ro("free_blocks", &ferry::PoolDetailedStatistics::free_blocks)
+      .def_ro("allocated_blocks", &ferry::PoolDetailedStatistics::allocated_blocks)
+      .def_ro("pending_free_blocks", &ferry::PoolDetailedStatistics::pending_free_blocks)
+      .def_ro("largest_free_block", &ferry::PoolDetailedStatistics::largest_free_block)
+      .def_ro("idle_segments", &ferry::PoolDetailedStatistics::idle_segments);
+
+  nb::class_<ferry::MemorySnapshot>(m, "MemorySnapshot",
+                                    "Segments, blocks and the trace of pool events, copied out of the pool.")
+      .def_ro("device_name", &ferry::MemorySnapshot::device_name)
+      .def_ro("backend", &ferry::MemorySnapshot::backend)
+      .def_prop_ro("segment_count", [](const ferry::MemorySnapshot& s) { return s.segments.size(); })
+      .def_prop_ro("event_count", [](const ferry::MemorySnapshot& s) { return s.events.size(); })
+      .def("to_json", [](const ferry::MemorySnapshot& s) { return ferry::to_json(s); },
+           "The documented JSON form (tools/snapshot.schema.json).")
+      .def("write_json", [](const ferry::MemorySnapshot& s, const std::string& path) { ferry::write_json(s, path); },
+           "path"_a)
+      .def("to_memory_viz_pickle", [](const ferry::MemorySnapshot& s) {
+             const std::string p = ferry::to_memory_viz_pickle(s);
+             return nb::bytes(p.data(), p.size());
+           }, "The pickle PyTorch's memory_viz reads (torch.cuda.memory._snapshot()'s format).")
+      .def("write_memory_viz_pickle",
+           [](const ferry::MemorySnapshot& s, const std::string& path) { ferry::write_memory_viz_pickle(s, path); },
+           "path"_a)
+      .def("write_chrome_trace",
+           [](const ferry::MemorySnapshot& s, const std::string& path) { ferry::write_chrome_trace(s, path); },
+           "path"_a, "Chrome trace-event JSON of the queues' activity (opens in Perfetto).")
+      .def("write_html_report",
+           [](const ferry::MemorySnapshot& s, const std::string& path) { ferry::write_html_report(s, path); },
+           "path"_a, "A self-contained HTML report of the footprint timelines.");
+
+  nb::class_<PyBufferView>(m, "BufferView",
+                           "A byte range of a DeviceBuffer (a batch input). Exports DLPack like the buffer.")
+      .def_ro("offset", &PyBufferView::offset)
+      .def_ro("size", &PyBufferView::size)
+      .def_prop_ro("address", [](const PyBufferView& v) { return v.s->buffer.view().address + v.offset; })
+      .def("__dlpack__", [](const PyBufferView& v, nb::handle stream, nb::handle max_version, nb::handle dl_device,
+                            nb::handle copy) { return dlpack(v.s, v.offset, v.size, stream, max_version, dl_device, copy); },
+           nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(), "dl_device"_a = nb::none(),
+           "copy"_a = nb::none(), "DLPack export of the range as 1-D uint8 (see DeviceBuffer.__dlpack__).")
+      .def("__dlpack_device__", [](const PyBufferView& v) { return nb::make_tuple(dlpack_device(*v.s).first, dlpack_device(*v.s).second); });
+
+  nb::class_<PyDeviceBuffer>(m, "DeviceBuffer",
+                             "Device memory with an owner queue: a pool block, or an engine's memory adopted with "
+                             "Device.adopt_memory (never freed by ferry). Dropping the last reference (the handle, "
+                             "every DLPack export) releases it, stream-ordered on the owner.")
+      .def_prop_ro("size", [](const PyDeviceBuffer& b) { return b.s->buffer.size(); })
+      .def_prop_ro("owner", [](const PyDeviceBuffer& b) { return b.s->buffer.owner(); })
+      .def_prop_ro("address", [](const PyDeviceBuffer& b) { return b.s->buffer.view().address; },
+                   "Device pointer (CUDA/HIP), host pointer (host backend); 0 on Vulkan.")
+      .def_prop_ro("adopted", [](const PyDeviceBuffer& b) { return b.s->buffer.adopted(); })
+      .def_prop_ro("valid", [](const PyDeviceBuffer& b) { return b.s->buffer.valid(); })
+      .def_prop_ro("ready_after", [](const PyDeviceBuffer& b) { return b.s->buffer.ready_after(); })
+      .def("release", [](PyDeviceBuffer& b) {
+             if (b.s->exports.load() > 0) {
+               invalid("DeviceBuffer.release: " + std::to_string(b.s->exports.load()) +
+                       " DLPack export(s) still use the buffer; it is released when the last one is dropped");
+             }
+             return b.s->buffer.release();
+           },
+           "Stream-ordered free on the owner queue; returns the free point (adopted memory: the point "
+           "after which the engine may reuse it). Refused while DLPack exports are alive.")
+      .def("release_after", [](PyDeviceBuffer& b, const ferry::TimelinePoint& p) {
+             if (b.s->exports.load() > 0) invalid("DeviceBuffer.release_after: DLPack exports still use the buffer");
+             return b.s->buffer.release_after(p);
+           }, "point"_a, "Stream-ordered free once the owner has waited for `point`.")
+      .def("view", [](const PyDeviceBuffer& b, std::uint64_t offset, std::uint64_t size) {
+             const std::uint64_t total = b.s->buffer.size();
+             if (offset > total || size > total - offset) {
+               invalid("DeviceBuffer.view: range [" + std::to_string(offset) + ", +" + std::to_string(size) +
+                       ") is outside the buffer of " + std::to_string(total) + " bytes");
+             }
+             return PyBufferView{b.s, offset, size};
+           }, "offset"_a, "size"_a, "A byte range of the buffer.")
+      .def("__dlpack__", [](const PyDeviceBuffer& b, nb::handle stream, nb::handle max_version, nb::handle dl_device,
+                            nb::handle copy) { return dlpack(b.s, 0, b.s->buffer.size(), stream, max_version, dl_device, copy); },
+           nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(), "dl_device"_a = nb::none(),
+           "copy"_a = nb::none(),
+           "DLPack export (versioned when the consumer asks with max_version >= (1, 0)) of the whole "
+           "buffer as 1-D uint8. `stream` (CUDA/HIP) waits on the device for the owner's work so far "
+           "and the last copy into the buffer; None or a default stream waits on the host; -1 skips "
+           "synchronization. On the host backend the host waits. The export shares the buffer: it "
+           "is released, stream-ordered on the owner, when the handle and every export are gone.")
+      .def("__dlpack_device__", [](const PyDeviceBuffer& b) {
+        const auto d = dlpack_device(*b.s);
+        return nb::make_tuple(d.first, d.second);
+      });
+
+  nb::class_<PyHostBuffer>(m, "HostBuffer", nb::type_slots(kHostBufferSlots),
+                           "Pinned (DMA-able) host memory, or Python memory registered with the device. Supports "
+                           "the buffer protocol (memoryview(h), numpy.frombuffer(h, ...)) for filling and reading. "
+                           "The memory stays alive while a copy uses it, even after the handle is dropped.")
+      .def_prop_ro("size", [](const PyHostBuffer& h) { return h.buffer.size(); })
+      .def_prop_ro("address", [](const PyHostBuffer& h) {
+        return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(h.buffer.data()));
+      })
+      .def_prop_ro("registered", [](const PyHostBuffer& h) { return h.buffer.registered(); })
+      .def("__len__", [](const PyHostBuffer& h) { return h.buffer.size(); })
+      .def("memoryview", [](nb::handle self) { return nb::steal(PyMemoryView_FromObject(self.ptr())); },
+           "A writable memoryview of the bytes (keeps the buffer alive).");
+  nb::class_<PyPool>(m, "DevicePool", "The device's stream-ordered memory pool (Device.pool).")
+      .def("allocate", [](PyPool& p, std::uint64_t bytes, const ferry::Queue& owner, const std::string& tag) {
+             return wrap(p.device.device.pool().allocate(bytes, owner, {.tag = tag}), p.device);
+           }, "nbytes"_a, "owner"_a, "tag"_a = "", "Allocate `nbytes` (> 0) owned by `owner`.")
+      .def("budget", [](const PyPool& p) { return p.device.device.pool().get_budget(); }, "Cheap statistics.")
+      .def("statistics", [](const PyPool& p) { return p.device.device.pool().calculate_statistics(); },
+           "Slow statistics (walks every block).")
+      .def("reset_peaks", [](PyPool& p) { p.device.device.pool().reset_peaks(); })
+      .def("trim", [](PyPool& p) { return p.device.device.pool().trim(); },
+           "Return idle segments to the backend; returns the bytes returned.")
+      .def("validate", [](const PyPool& p) { p.device.device.pool().validate(); },
+           "Check every invariant (ferry.Error('internal_error') names a broken one).")
+      .def("snapshot", [](const PyPool& p) { return p.device.device.pool().snapshot(); })
+      .def("clear_events", [](PyPool& p) { p.device.device.pool().clear_events(); });
+
+  nb::class_<PyHostPool>(m, "HostPool", "Pinned host memory of a device (Device.host_pool).")
+      .def("allocate", [](PyHostPool& p, std::uint64_t bytes) {
+             return PyHostBuffer{p.device.device.host_pool().allocate(bytes)};
+           }, "nbytes"_a, "Allocate `nbytes` (> 0) of pinned host memory.")
+      .def("register", [](PyHostPool& p, nb::handle obj) {
+             auto held = std::make_unique<Buffer>(obj, true, "HostPool.register: memory");
+             auto span = std::span<std::byte>(static_cast<std::byte*>(held->data()), held->size());
+             PyHostBuffer h{p.device.device.host_pool().register_memory(span)};
+             h.registered = std::move(held);
+             return h;
+           }, "memory"_a,
+           "Register a writable contiguous Python buffer for DMA; the result keeps it alive. "
+           "ferry.Error('unsupported') where the backend cannot register memory.")
+      .def_prop_ro("pinned_bytes", [](const PyHostPool& p) { return p.device.device.host_pool().pinned_bytes(); });
+
+  nb::class_<PyDevice>(m, "Device", "One device opened through one backend.")
+      .def_static("open", [](ferry::Backend backend, int ordinal, int host_latency_us, bool record_events) {
+                    ferry::DeviceOptions o;
+                    o.backend = backend;
+                    o.ordinal = ordinal;
+                    o.host_latency_us = host_latency_us;
+                    o.record_events = record_events;
+                    nb::gil_scoped_release nogil;
+                    return PyDevice{ferry::Device::open(o), ordinal};
+                  }, "backend"_a = ferry::Backend::host, "ordinal"_a = 0, "host_latency_us"_a = -1,
+                  "record_events"_a = true,
+                  "Open a device. ferry.Error('unsupported') when the backend was not built or has no device.")
+      .def_static("open_default", [] {
+                    nb::gil_scoped_release nogil;
+                    return PyDevice{ferry::Device::open_default(), 0};
+                  }, "Open the best device present (GPUs first, the host backend last).")
+      .def_static("count", &ferry::Device::count, "backend"_a, "Number of devices a backend sees.")
+      .def_static("built_with", &ferry::Device::built_with, "backend"_a,
+                  "Whether the backend was compiled into this build.")
+      .def_prop_ro("backend", [](const PyDevice& d) { return d.device.backend(); })
+      .def_prop_ro("ordinal", [](const PyDevice& d) { return d.ordinal; })
+      .def_prop_ro("capabilities", [](const PyDevice& d) { return d.device.capabilities(); })
+      .def("queue", [](const PyDevice& d, ferry::QueueRole role) { return d.device.queue(role); }, "role"_a,
+           "The device's default queue of a role.")
+      .def("create_queue", [](PyDevice& d, ferry::QueueRole role, const std::string& name, int priority) {
+             return d.device.create_queue(role, name, priority);
+           }, "role"_a, "name"_a = "", "priority"_a = 0)
+      .def("adopt_queue", [](PyDevice& d, nb::handle stream, ferry::QueueRole role, const std::string& name) {
+             return d.adopt(native_stream(stream), role, name.empty() ? std::string("adopted") : name);
+           }, "stream"_a, "role"_a = ferry::QueueRole::compute, "name"_a = "", nb::keep_alive<0, 2>(),
+           "Adopt an engine's stream (an int cudaStream_t/hipStream_t, an object with "
+           "__cuda_stream__ such as torch.cuda.Stream). ferry never destroys it; keep it alive "
+           "while ferry uses the queue. The same handle gives the same Queue.")
+      .def("adopt_memory", [](PyDevice& d, std::uint64_t pointer, std::uint64_t size, const ferry::Queue& owner,
+                              const ferry::TimelinePoint& ready_after, const std::string& tag) {
+             ferry::AdoptOptions o;
+             o.ready_after = ready_after;
+             o.tag = tag;
+             return wrap(d.device.adopt_memory(ferry::NativeMemory{.pointer = pointer}, size, owner, std::move(o)), d);
+           }, "pointer"_a, "size"_a, "owner"_a, "ready_after"_a = ferry::TimelinePoint{}, "tag"_a = "",
+           "Adopt an engine's memory (a host pointer on the host backend, a device pointer on "
+           "CUDA/HIP) as a DeviceBuffer owned by `owner`. ferry never frees it; the engine keeps "
+           "it allocated until the buffer's release point is reached.")
+      .def("create_semaphore", [](PyDevice& d, std::uint64_t initial) { return d.device.create_semaphore(initial); },
+           "initial"_a = 0)
+      .def_prop_ro("pool", [](const PyDevice& d) { (void)d.device.pool(); return PyPool{d}; })
+      .def_prop_ro("host_pool", [](const PyDevice& d) { (void)d.device.host_pool(); return PyHostPool{d}; })
+      .def_prop_ro("host_waits", [](const PyDevice& d) { return d.device.host_waits(); })
+      .def_prop_ro("is_open", [](const PyDevice& d) { return d.device.is_open(); })
+      .def("close", [](PyDevice& d) {
+             {
+               std::lock_guard<std::mutex> lock(*d.mutex);
+               d.adopted->clear();
+             }
+             nb::gil_scoped_release nogil;
+             d.device.close();
+           }, "Wait for all work, free everything, invalidate handles. Idempotent.")
+      .def("__eq__", [](const PyDevice& a, const PyDevice& b) { return a.device == b.device; })
+      .def("__repr__", [](const PyDevice& d) {
+        if (!d.device.is_open()) return std::string("<ferry.Device closed>");
+        return "<ferry.Device " + d.device.capabilities().name + " (" + std::string(ferry::to_string(d.device.backend())) + ")>";
+      });
+
+  nb::class_<PyUpload>(m, "Upload", "An upload's destination and the point it is ready at.")
+      .def_ro("buffer", &PyUpload::buffer)
+      .def_ro("ready", &PyUpload::ready);
+  nb::class_<PyUploadBatch>(m, "UploadBatch",
+                            "A batch upload: one owner-owned buffer holding every input at 256-aligned offsets.")
+      .def_ro("buffer", &PyUploadBatch::buffer)
+      .def_ro("offsets", &PyUploadBatch::offsets)
+      .def_ro("sizes", &PyUploadBatch::sizes)
+      .def_ro("ready", &PyUploadBatch::ready)
+      .def_prop_ro("views", [](const PyUploadBatch& b) {
+        std::vector<PyBufferView> v;
+        for (std::size_t i = 0; i < b.offsets.size(); ++i) v.push_back({b.buffer.s, b.offsets[i], b.sizes[i]});
+        return v;
+      }, "Input i's range of the buffer, as a BufferView (DLPack-exportable).");
+
+  const std::string upload_doc = std::string("Copy host memory to a new device buffer owned by `owner`: a "
+                                             "HostBuffer (pinned: DMA from it, kept alive until the copy "
+                                             "completes) or any contiguous buffer (pageable: staged through "
+                                             "the pinned ring before the call returns). ") + kUploadOptionsDoc;
+  nb::class_<PyTransfer>(m, "Transfer",
+                         "The transfer engine: copies on an executing queue into memory owned by other queues. "
+                         "Calls are serialized internally and may come from several threads.")
+      .def("__init__", [](PyTransfer* self, PyDevice& dev, nb::object executor, std::uint64_t staging_chunk_bytes,
+                          std::uint32_t staging_chunks, bool staging, int staging_threads) {
+             ferry::TransferOptions o;
+             if (!executor.is_none()) o.executor = nb::cast<ferry::Queue>(executor);
+             o.staging_chunk_bytes = staging_chunk_bytes;
+             o.staging_chunks = staging_chunks;
+             o.staging = staging;
+             o.staging_threads = staging_threads;
+             new (self) PyTransfer{dev, std::make_unique<ferry::Transfer>(dev.device, o)};
+           }, "device"_a, "executor"_a = nb::none(), "staging_chunk_bytes"_a = 16ull << 20, "staging_chunks"_a = 4,
+           "staging"_a = true, "staging_threads"_a = -1)
+      .def_prop_ro("executor", [](PyTransfer& t) { return t.get().executor(); })
+      .def("upload", [](PyTransfer& t, nb::handle source, const ferry::Queue& owner, nb::handle mode,
+                        const std::string& tag, bool overlap, bool owner_waits, std::vector<ferry::TimelinePoint> wait,
+                        std::vector<ferry::TimelinePoint> signal) {
+             ferry::UploadOptions o = upload_options(mode, tag, overlap, owner_waits, std::move(wait), std::move(signal));
+             ferry::Upload up;
+             if (nb::isinstance<PyHostBuffer>(source)) {
+               const PyHostBuffer& h = nb::cast<const PyHostBuffer&>(source);
+               nb::gil_scoped_release nogil;
+               up = t.get().upload(h.buffer, owner, std::move(o));
+             } else {
+               Buffer b(source, false, "Transfer.upload: source");
+               nb::gil_scoped_release nogil;
+               up = t.get().upload(std::span<const std::byte>(static_cast<const std::byte*>(b.data()), b.size()), owner,
+                                   std::move(o));
+             }
+             return PyUpload{wrap(std::move(up.buffer), t.device, up.ready), up.ready};
+           }, "source"_a, "owner"_a, nb::kw_only(), "mode"_a = ferry::CopyMode::owner_owned, "tag"_a = "",
+           "overlap"_a = false, "owner_waits"_a = true, "wait"_a = std::vector<ferry::TimelinePoint>{},
+           "signal"_a = std::vector<ferry::TimelinePoint>{}, upload_doc.c_str())
+      .def("upload_batch", [](PyTransfer& t, const std::vector<nb::object>& sources, const ferry::Queue& owner,
+                              nb::handle mode, const std::string& tag, bool overlap, bool owner_waits,
+                              std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal) {
+             ferry::UploadOptions o = upload_options(mode, tag, overlap, owner_waits, std::move(wait), std::move(signal));
+             std::vector<Buffer> held;
+             held.reserve(sources.size());
+             std::vector<ferry::HostView> views;
+             for (std::size_t i = 0; i < sources.size(); ++i) {
+               held.emplace_back(sources[i], false, "Transfer.upload_batch: source " + std::to_string(i));
+               views.push_back({held.back().data(), held.back().size()});
+             }
+             ferry::UploadBatch b;
+             {
+               nb::gil_scoped_release nogil;
+               b = t.get().upload(std::span<const ferry::HostView>(views), owner, std::move(o));
+             }
+             return make_batch(std::move(b), t.device);
+           }, "sources"_a, "owner"_a, nb::kw_only(), "mode"_a = ferry::CopyMode::owner_owned, "tag"_a = "",
+           "overlap"_a = false, "owner_waits"_a = true, "wait"_a = std::vector<ferry::TimelinePoint>{},
+           "signal"_a = std::vector<ferry::TimelinePoint>{},
+           "Upload many contiguous buffers (empty ones allowed) in one call into one owner-owned "
+           "allocation, staged through the pinned ring; the sources may be reused when it returns.")
+      .def("_upload_batch_raw", [](PyTransfer& t, const std::vector<std::uint64_t>& addresses,
+                                   const std::vector<std::uint64_t>& sizes, const ferry::Queue& owner, bool owner_waits,
+                                   const std::string& tag) {
+             std::vector<ferry::HostView> views = raw_views(addresses, sizes, "Transfer._upload_batch_raw");
+             ferry::UploadOptions o;
+             o.owner_waits = owner_waits;
+             o.tag = tag;
+             ferry::UploadBatch b;
+             {
+               nb::gil_scoped_release nogil;
+               b = t.get().upload(std::span<const ferry::HostView>(views), owner, std::move(o));
+             }
+             return make_batch(std::move(b), t.device);
+           }, "addresses"_a, "sizes"_a, "owner"_a, "owner_waits"_a = true, "tag"_a = "",
+           "upload_batch from raw host addresses (ferry.torch's path; the caller keeps the memory alive "
+           "during the call).")
+      .def("upload_into", [](PyTransfer& t, nb::handle source, PyDeviceBuffer& destination, nb::object offsets,
+                             bool owner_waits, std::vector<ferry::TimelinePoint> wait,
+                             std::vector<ferry::TimelinePoint> signal) {
+             ferry::UploadOptions o = upload_options(nb::cast(ferry::CopyMode::preallocated), "", false, owner_waits,
+                                                     std::move(wait), std::move(signal));
+             ferry::TimelinePoint p;
+             if (nb::isinstance<PyHostBuffer>(source)) {
+               if (!offsets.is_none()) invalid("Transfer.upload_into: offsets are for a list of sources");
+               const PyHostBuffer& h = nb::cast<const PyHostBuffer&>(source);
+               nb::gil_scoped_release nogil;
+               p = t.get().upload_into(h.buffer, destination.s->buffer, std::move(o));
+             } else {
+               if (offsets.is_none()) invalid("Transfer.upload_into: a list of sources needs `offsets`");
+               const auto sources = nb::cast<std::vector<nb::object>>(source);
+               const auto offs = nb::cast<std::vector<std::uint64_t>>(offsets);
+               std::vector<Buffer> held;
+               held.reserve(sources.size());
+               std::vector<ferry::HostView> views;
+               for (std::size_t i = 0; i < sources.size(); ++i) {
+                 held.emplace_back(sources[i], false, "Transfer.upload_into: source " + std::to_string(i));
+                 views.push_back({held.back().data(), held.back().size()});
+               }
+               nb::gil_scoped_release nogil;
+               p = t.get().upload_into(std::span<const ferry::HostView>(views), destination.s->buffer,
+                                       std::span<const std::uint64_t>(offs), std::move(o));
+             }
+             destination.s->ready = p;
+             return p;
+           }, "source"_a, "destination"_a, "offsets"_a = nb::none(), nb::kw_only(), "owner_waits"_a = true,
+           "wait"_a = std::vector<ferry::TimelinePoint>{}, "signal"_a = std::vector<ferry::TimelinePoint>{},
+           "Copy into a caller-supplied destination: a HostBuffer (pinned), or a list of contiguous "
+           "buffers placed at `offsets` (staged; none may be empty). The executor waits for the "
+           "destination owner's work so far; the owner waits for the copy when owner_waits. "
+           "Returns the point at which every byte is in place.")
+      .def("_upload_into_raw", [](PyTransfer& t, const std::vector<std::uint64_t>& addresses,
+                                  const std::vector<std::uint64_t>& sizes, PyDeviceBuffer& destination,
+                                  const std::vector<std::uint64_t>& offsets, bool owner_waits) {
+             std::vector<ferry::HostView> views = raw_views(addresses, sizes, "Transfer._upload_into_raw");
+             ferry::UploadOptions o;
+             o.mode = ferry::CopyMode::preallocated;
+             o.owner_waits = owner_waits;
+             ferry::TimelinePoint p;
+             {
+               nb::gil_scoped_release nogil;
+               p = t.get().upload_into(std::span<const ferry::HostView>(views), destination.s->buffer,
+                                       std::span<const std::uint64_t>(offsets), std::move(o));
+             }
+             destination.s->ready = p;
+             return p;
+           }, "addresses"_a, "sizes"_a, "destination"_a, "offsets"_a, "owner_waits"_a = true,
+           "upload_into from raw host addresses (ferry.torch's path).")
+      .def("download", [](PyTransfer& t, PyDeviceBuffer& source, nb::handle destination, std::uint64_t offset,
+                          std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal) -> nb::object {
+             ferry::CallOptions o{std::move(wait), std::move(signal)};
+             if (nb::isinstance<PyHostBuffer>(destination)) {
+               const PyHostBuffer& h = nb::cast<const PyHostBuffer&>(destination);
+               ferry::TimelinePoint p;
+               {
+                 nb::gil_scoped_release nogil;
+                 p = t.get().download(source.s->buffer, h.buffer, offset, std::move(o));
+               }
+               return nb::cast(p);
+             }
+             if (offset != 0) invalid("Transfer.download: `offset` is for a HostBuffer destination");
+             Buffer b(destination, true, "Transfer.download: destination");
+             {
+               nb::gil_scoped_release nogil;
+               t.get().download(source.s->buffer, std::span<std::byte>(static_cast<std::byte*>(b.data()), b.size()),
+                                std::move(o));
+             }
+             return nb::none();
+           }, "source"_a, "destination"_a, "offset"_a = 0, nb::kw_only(),
+           "wait"_a = std::vector<ferry::TimelinePoint>{}, "signal"_a = std::vector<ferry::TimelinePoint>{},
+           "Copy a device buffer to host memory. A HostBuffer (pinned) destination returns the point "
+           "to wait for before reading; any writable contiguous buffer (pageable) blocks until the "
+           "bytes are there (the GIL is released) and returns None.")
+      .def("download_batch", [](PyTransfer& t, PyUploadBatch& batch, const std::vector<nb::object>& destinations) {
+             std::vector<Buffer> held;
+             held.reserve(destinations.size());
+             std::vector<ferry::HostSpan> spans;
+             for (std::size_t i = 0; i < destinations.size(); ++i) {
+               held.emplace_back(destinations[i], true, "Transfer.download_batch: destination " + std::to_string(i));
+               spans.push_back({held.back().data(), held.back().size()});
+             }
+             if (spans.size() != batch.offsets.size()) {
+               invalid("Transfer.download_batch: " + std::to_string(spans.size()) + " destinations for a batch of " +
+                       std::to_string(batch.offsets.size()) + " inputs");
+             }
+             std::vector<ferry::DownloadView> views;
+             for (std::size_t i = 0; i < spans.size(); ++i) {
+               if (spans[i].size != batch.sizes[i]) {
+                 invalid("Transfer.download_batch: destination " + std::to_string(i) + " has " +
+                         std::to_string(spans[i].size) + " bytes, input " + std::to_string(i) + " has " +
+                         std::to_string(batch.sizes[i]));
+               }
+               views.push_back({batch.offsets[i], spans[i].data, spans[i].size});
+             }
+             nb::gil_scoped_release nogil;
+             t.get().download(batch.buffer.s->buffer, std::span<const ferry::DownloadView>(views));
+           }, "batch"_a, "destinations"_a,
+           "Download a batch's inputs into writable buffers of their sizes (blocking).")
+      .def("_download_raw", [](PyTransfer& t, PyDeviceBuffer& source, const std::vector<std::uint64_t>& offsets,
+                               const std::vector<std::uint64_t>& addresses, const std::vector<std::uint64_t>& sizes) {
+             if (offsets.size() != addresses.size() || sizes.size() != addresses.size()) {
+               invalid("Transfer._download_raw: offsets, addresses and sizes differ in count");
+             }
+             std::vector<ferry::DownloadView> views;
+             for (std::size_t i = 0; i < offsets.size(); ++i) {
+               views.push_back({offsets[i], reinterpret_cast<void*>(static_cast<std::uintptr_t>(addresses[i])), sizes[i]});
+             }
+             nb::gil_scoped_release nogil;
+             t.get().download(source.s->buffer, std::span<const ferry::DownloadView>(views));
+           }, "source"_a, "offsets"_a, "addresses"_a, "sizes"_a,
+           "Batch download to raw host addresses (blocking; the caller keeps the memory alive).")
+      .def("copy", [](PyTransfer& t, PyDeviceBuffer& source, PyDeviceBuffer& destination, std::uint64_t nbytes) {
+             nb::gil_scoped_release nogil;
+             return t.get().copy(source.s->buffer, destination.s->buffer, nbytes);
+           }, "source"_a, "destination"_a, "nbytes"_a = 0, "Device-to-device copy (0 = all of source).")
+      .def("synchronize", [](PyTransfer& t, double timeout) {
+             nb::gil_scoped_release nogil;
+             t.get().synchronize(seconds(timeout));
+           }, "timeout"_a = 60.0, "Host wait for every copy enqueued so far (the GIL is released).")
+      .def("close", [](PyTransfer& t) {
+             std::unique_ptr<ferry::Transfer> x = std::move(t.t);
+             nb::gil_scoped_release nogil;
+             x.reset();
+           }, "Wait for the in-flight copies and free the staging ring. Idempotent.");
+
+  m.def("backend_name", [](ferry::Backend b) { return std::string(ferry::to_string(b)); }, "backend"_a);
+  m.def("parse_backend", [](const std::string& name) { return ferry::parse_backend(name); }, "name"_a);
+}

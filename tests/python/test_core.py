@@ -1,0 +1,206 @@
+# SPDX-License-Identifier: MIT
+"""The core API of the ferry package end to end on the host backend."""
+import ctypes
+import inspect
+
+import pytest
+
+import ferry
+
+np = pytest.importorskip("numpy")
+
+
+@pytest.fixture
+def dev():
+    d = ferry.Device.open(ferry.Backend.host, host_latency_us=50)
+    yield d
+    d.close()
+
+
+def here() -> int:
+    """The line of the caller."""
+    return inspect.currentframe().f_back.f_lineno
+
+
+def test_device_reports_its_backend_and_capabilities(dev):
+    assert dev.backend == ferry.Backend.host
+    assert dev.capabilities.backend == ferry.Backend.host
+    assert not dev.capabilities.is_gpu
+    assert ferry.Device.built_with(ferry.Backend.host)
+    assert ferry.Device.count(ferry.Backend.host) >= 1
+    assert dev.queue(ferry.QueueRole.compute).role == ferry.QueueRole.compute
+    assert dev.queue(ferry.QueueRole.transfer).role == ferry.QueueRole.transfer
+    assert ferry.parse_backend("host") == ferry.Backend.host
+
+
+def test_pageable_upload_and_download_round_trip(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    src = np.random.default_rng(1).integers(0, 255, 3 << 20, dtype=np.uint8)
+    up = xfer.upload(src, q)
+    assert up.buffer.size == src.nbytes
+    back = np.zeros_like(src)
+    xfer.download(up.buffer, back)
+    assert np.array_equal(back, src)
+    up.buffer.release()
+
+
+def test_pageable_sources_go_through_a_bounded_staging_ring(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev, staging_chunk_bytes=1 << 20, staging_chunks=2)
+    src = np.arange(9 << 18, dtype=np.uint32)  # 9 MiB: many trips through a 2 MiB ring
+    up = xfer.upload(memoryview(src), q)
+    back = np.empty_like(src)
+    xfer.download(up.buffer, back)
+    assert np.array_equal(back, src)
+    assert dev.host_pool.pinned_bytes <= 2 << 20
+
+
+def test_staging_disabled_refuses_pageable_sources_but_takes_pinned_ones(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev, staging=False)
+    with pytest.raises(ferry.Error) as e:
+        xfer.upload(b"x" * 100, q)
+    assert e.value.code == "invalid_argument"
+    h = dev.host_pool.allocate(100)
+    memoryview(h)[:] = bytes(range(100))
+    up = xfer.upload(h, q)
+    out = dev.host_pool.allocate(100)
+    xfer.download(up.buffer, out).wait()
+    assert bytes(memoryview(out)) == bytes(range(100))
+
+
+def test_batch_upload_with_empty_inputs_and_batch_download(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    srcs = [np.arange(n, dtype=np.int64) for n in (5, 0, 1000, 0, 3)]
+    batch = xfer.upload_batch(srcs, q)
+    assert batch.sizes == [s.nbytes for s in srcs]
+    assert all(o % 256 == 0 for o in batch.offsets)
+    outs = [np.full_like(s, -1) for s in srcs]
+    xfer.download_batch(batch, outs)
+    for s, o in zip(srcs, outs):
+        assert np.array_equal(s, o)
+    views = batch.views
+    assert [v.size for v in views] == batch.sizes
+    assert np.array_equal(np.from_dlpack(views[2]).view(np.int64), srcs[2])
+    assert np.from_dlpack(views[1]).size == 0
+
+
+def test_upload_into_adopted_memory_keeps_the_bytes_outside_the_views(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    dst = np.full(4096, 7, dtype=np.uint8)
+    adopted = dev.adopt_memory(dst.ctypes.data, dst.nbytes, q, tag="numpy")
+    assert adopted.adopted
+    before = dev.pool.budget().reserved_bytes
+    xfer.upload_into([b"\x01" * 100, b"\x02" * 50], adopted, [0, 1000]).wait()
+    adopted.release().wait()
+    assert dev.pool.budget().reserved_bytes == before  # adopted memory is not pool memory
+    assert (dst[:100] == 1).all() and (dst[1000:1050] == 2).all()
+    assert (dst[100:1000] == 7).all() and (dst[1050:] == 7).all()
+
+
+def test_pool_budget_snapshot_and_exports(dev, tmp_path):
+    q = dev.queue(ferry.QueueRole.compute)
+    b = dev.pool.allocate(1 << 20, q, tag="python")
+    budget = dev.pool.budget()
+    assert budget.active_bytes >= 1 << 20 and budget.reserved_bytes >= budget.active_bytes
+    snap = dev.pool.snapshot()
+    assert snap.segment_count >= 1
+    assert '"format": "ferry-snapshot"' in snap.to_json()
+    snap.write_json(str(tmp_path / "s.json"))
+    snap.write_html_report(str(tmp_path / "s.html"))
+    assert snap.to_memory_viz_pickle()[:1] == b"\x80"  # a pickle
+    b.release()
+    q.synchronize()
+    dev.pool.validate()
+    assert dev.pool.statistics().allocated_blocks == 0
+
+
+def test_semaphores_order_a_copy_after_a_host_signal(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    sem = dev.create_semaphore(0)
+    h = dev.host_pool.allocate(64)
+    memoryview(h)[:] = b"a" * 64
+    up = xfer.upload(h, q, wait=[sem.at(1)])
+    assert not up.ready.reached()
+    sem.signal(1)
+    up.ready.wait(10.0)
+    assert up.ready.reached()
+
+
+def test_errors_carry_the_code_and_the_callers_line(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    with pytest.raises(ferry.Error) as e:
+        line = here(); xfer.upload(b"", q)  # noqa: E702
+    assert e.value.code == "invalid_argument"
+    assert e.value.filename == __file__ and e.value.lineno == line
+    assert f"[at {__file__}:{line}]" in str(e.value)
+    with pytest.raises(ferry.Error) as e:
+        line = here(); dev.pool.allocate(0, q)  # noqa: E702
+    assert (e.value.code, e.value.lineno) == ("invalid_argument", line)
+    with pytest.raises(ferry.Error) as e:
+        ferry.Device.open(ferry.Backend.host, ordinal=99)
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(ferry.Error) as e:
+        line = here(); xfer.upload(12345, q)  # noqa: E702
+    assert (e.value.code, e.value.lineno) == ("invalid_argument", line)
+    with pytest.raises(ferry.Error) as e:
+        dev.queue(ferry.QueueRole.compute).synchronize(timeout=-1.0)
+    assert e.value.code == "invalid_argument"
+
+
+def test_a_closed_device_refuses_calls(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    dev.close()
+    assert not dev.is_open
+    with pytest.raises(ferry.Error) as e:
+        q.mark()
+    assert e.value.code == "invalid_argument"
+
+
+def capsule_name(capsule) -> bytes:
+    get = ctypes.pythonapi.PyCapsule_GetName
+    get.restype, get.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    return get(capsule)
+
+
+def test_dlpack_exports_a_device_buffer_to_numpy_in_place(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    src = np.arange(4096, dtype=np.float32)
+    up = xfer.upload(src, q)
+    assert up.buffer.__dlpack_device__() == (1, 0)  # kDLCPU
+    x = np.from_dlpack(up.buffer)
+    assert x.dtype == np.uint8 and x.size == src.nbytes
+    assert np.array_equal(x.view(np.float32), src)
+    assert x.ctypes.data == up.buffer.address  # in place, no copy
+    assert capsule_name(up.buffer.__dlpack__(max_version=(1, 0))) == b"dltensor_versioned"
+    assert capsule_name(up.buffer.__dlpack__()) == b"dltensor"
+
+
+def test_dlpack_export_keeps_the_buffer_until_the_consumer_drops_it(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    up = xfer.upload(np.ones(1 << 16, dtype=np.uint8), q)
+    x = np.from_dlpack(up.buffer)
+    with pytest.raises(ferry.Error) as e:
+        up.buffer.release()
+    assert e.value.code == "invalid_argument" and "DLPack" in e.value.message
+    active = dev.pool.budget().active_bytes
+    del up
+    assert dev.pool.budget().active_bytes == active  # numpy still holds it
+    assert int(x.sum()) == 1 << 16
+    del x
+    q.synchronize()
+    assert dev.pool.budget().active_bytes == active - (1 << 16)  # released, stream-ordered
+
+
+def test_the_type_stub_names_every_binding():
+    import os
+    stub = open(os.path.join(os.path.dirname(ferry.__file__), "_ferry.pyi")).read()
+    missing = [n for n in dir(ferry._ferry) if not n.startswith("__") and f" {n}" not in stub]
+    assert missing == []

@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: MIT
+"""ferry.torch.to on the host backend (device="cpu"): flattening, packing and rebuilding."""
+import collections
+import dataclasses
+import inspect
+
+import pytest
+
+import ferry
+
+torch = pytest.importorskip("torch")
+import ferry.torch as ft  # noqa: E402
+
+P = collections.namedtuple("P", "a b")
+
+
+@dataclasses.dataclass
+class Batch:
+    dense: torch.Tensor
+    label: str = "x"
+
+
+class ModelInput:
+    """Implements only .to(), like TorchRec's KeyedJaggedTensor and ModelInput."""
+
+    def __init__(self, values, lengths, weights=None):
+        self.values, self.lengths, self.weights = values, lengths, weights
+
+    def to(self, device, non_blocking=False):
+        return ModelInput(self.values.to(device, non_blocking=non_blocking),
+                          self.lengths.to(device, non_blocking=non_blocking),
+                          None if self.weights is None else self.weights.to(device, dtype=torch.float64))
+
+
+def same(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert torch.equal(a.view(-1).view(torch.uint8) if a.numel() else a, b.view(-1).view(torch.uint8) if b.numel() else b)
+
+
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
+def test_nested_structure_with_empty_leaves_round_trips(mode):
+    g = torch.Generator().manual_seed(3)
+    obj = {
+        "ids": torch.randint(0, 1 << 40, (1000,), generator=g),
+        "empty": torch.empty(0, 13),
+        "list": [torch.rand(7, 3, generator=g).to(torch.float16), (torch.ones(5, dtype=torch.bool), "tag")],
+        "nt": P(torch.arange(6, dtype=torch.int32).view(2, 3)[:, 1], None),
+        "dc": Batch(torch.rand(4, 4, generator=g)),
+        "od": collections.OrderedDict(z=torch.empty(0, dtype=torch.int64), a=torch.tensor(3.5)),
+        "dd": collections.defaultdict(list, k=torch.arange(3)),
+        "n": 42,
+    }
+    r = ft.to(obj, "cpu", mode=mode)
+    same(r["ids"], obj["ids"])
+    same(r["empty"], obj["empty"])
+    same(r["list"][0], obj["list"][0])
+    same(r["list"][1][0], obj["list"][1][0])
+    assert r["list"][1][1] == "tag" and isinstance(r["list"][1], tuple)
+    assert isinstance(r["nt"], P) and r["nt"].b is None
+    same(r["nt"].a, obj["nt"].a.contiguous())
+    assert isinstance(r["dc"], Batch) and r["dc"].label == "x"
+    same(r["dc"].dense, obj["dc"].dense)
+    assert list(r["od"].keys()) == ["z", "a"] and isinstance(r["od"], collections.OrderedDict)
+    same(r["od"]["a"], obj["od"]["a"])
+    assert isinstance(r["dd"], collections.defaultdict) and r["dd"].default_factory is list
+    assert r["n"] == 42
+    # The copy never aliases its source, and every non-empty leaf sits in one allocation.
+    assert r["ids"].data_ptr() != obj["ids"].data_ptr()
+    bases = {t.untyped_storage().data_ptr() for t in (r["ids"], r["list"][0], r["dc"].dense, r["od"]["a"])}
+    assert len(bases) == 1
+
+
+def test_leaves_are_aligned_views_of_one_allocation():
+    leaves = [torch.ones(1, dtype=torch.uint8), torch.ones(3, dtype=torch.float64), torch.ones(1, dtype=torch.int16)]
+    r = ft.to(leaves, "cpu")
+    base = r[0].untyped_storage().data_ptr()
+    offsets = [t.data_ptr() - base for t in r]
+    assert offsets == [0, ft.ALIGNMENT, 2 * ft.ALIGNMENT]
+
+
+def test_only_empty_leaves_need_no_copy():
+    r = ft.to([torch.empty(0), torch.empty(0, 4, dtype=torch.int32)], "cpu")
+    assert r[0].shape == (0,) and r[1].shape == (0, 4) and r[1].dtype == torch.int32
+
+
+def test_objects_with_only_to_are_rebuilt_from_ferry_tensors():
+    m = ModelInput(torch.arange(10), torch.tensor([3, 0, 7], dtype=torch.int32), torch.rand(10))
+    r = ft.to({"m": m, "x": torch.ones(2)}, "cpu")
+    assert isinstance(r["m"], ModelInput)
+    same(r["m"].values, m.values)
+    same(r["m"].lengths, m.lengths)
+    assert r["m"].weights.dtype == torch.float64 and torch.allclose(r["m"].weights, m.weights.double())
+    base = r["x"].untyped_storage().data_ptr()
+    assert r["m"].values.untyped_storage().data_ptr() == base  # packed with the other leaves
+
+
+def test_an_object_whose_to_changes_its_tensors_is_refused():
+    class Fickle:
+        calls = 0
+
+        def to(self, device, non_blocking=False):
+            Fickle.calls += 1
+            return torch.ones(Fickle.calls).to(device)
+
+    with pytest.raises(ferry.Error) as e:
+        ft.to(Fickle(), "cpu")
+    assert e.value.code == "invalid_argument"
+
+
+def test_errors_name_the_callers_line_not_ferry_torch():
+    with pytest.raises(ferry.Error) as e:
+        line = inspect.currentframe().f_lineno; ft.to(torch.ones(1), "cpu", mode="bogus")  # noqa: E702
+    assert e.value.code == "invalid_argument"
+    assert (e.value.filename, e.value.lineno) == (__file__, line)
+    with pytest.raises(ferry.Error) as e:
+        ft.to(torch.ones(1), "meta")
+    assert e.value.code == "unsupported"
+
+
+def test_pinned_and_pageable_sources_both_copy():
+    pinned_ok = torch.cuda.is_available()
+    srcs = [torch.arange(1 << 20, dtype=torch.int32)]
+    if pinned_ok:
+        srcs.append(torch.arange(1 << 20, dtype=torch.int32).pin_memory())
+    for s in srcs:
+        r = ft.to(s, "cpu")
+        same(r, s)

@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: MIT
+"""ferry.torch.to on a CUDA GPU: byte-exact round trips of random structures and ordering
+against work already queued on the target stream. Skipped without a GPU."""
+import random
+
+import pytest
+
+import ferry
+
+torch = pytest.importorskip("torch")
+import ferry.torch as ft  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or not ferry.Device.built_with(
+        ferry.Backend.hip if getattr(torch.version, "hip", None) else ferry.Backend.cuda),
+    reason="needs a CUDA/HIP GPU and ferry built with its backend")
+
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64, torch.bool, torch.complex64]
+
+
+def random_tensor(rng: random.Random, pinned: bool):
+    dtype = rng.choice(DTYPES)
+    shape = [rng.choice([0, 1, 3, 17, 256, 1000]) for _ in range(rng.randint(0, 3))]
+    n = 1
+    for s in shape:
+        n *= s
+    raw = torch.randint(0, 256, (n * torch.empty(0, dtype=dtype).element_size(),), dtype=torch.uint8)
+    if dtype == torch.bool:
+        raw = raw % 2
+    t = raw.view(dtype).view(shape) if shape else raw.view(dtype).view(())
+    return t.pin_memory() if pinned and t.numel() else t
+
+
+def random_structure(rng: random.Random, depth: int = 0):
+    kind = rng.choice(["tensor", "tensor", "list", "dict", "tuple"] if depth < 3 else ["tensor"])
+    if kind == "tensor":
+        return random_tensor(rng, pinned=rng.random() < 0.5)
+    n = rng.randint(0, 5)
+    items = [random_structure(rng, depth + 1) for _ in range(n)]
+    if kind == "list":
+        return items
+    if kind == "tuple":
+        return tuple(items)
+    return {f"k{i}": v for i, v in enumerate(items)}
+
+
+def flat(obj):
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in flat(v)]
+    return [t for v in obj for t in flat(v)]
+
+
+def as_bytes(t):
+    return t.contiguous().view(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
+@pytest.mark.parametrize("seed", range(8))
+def test_random_structures_round_trip_byte_for_byte(mode, seed):
+    rng = random.Random(seed)
+    obj = random_structure(rng)
+    r = ft.to(obj, "cuda", mode=mode)
+    torch.cuda.current_stream().synchronize()
+    src, dst = flat(obj), flat(r)
+    assert len(src) == len(dst)
+    for s, d in zip(src, dst):
+        assert d.device.type == "cuda" and d.dtype == s.dtype and d.shape == s.shape
+        assert torch.equal(as_bytes(d).cpu(), as_bytes(s))
+
+
+def test_the_target_stream_never_reads_stale_data():
+    side = torch.cuda.Stream()
+    for trial in range(5):
+        src = torch.randint(0, 1 << 30, (64 << 20,), dtype=torch.int32)  # 256 MiB, pageable
+        with torch.cuda.stream(side):
+            d = ft.to(src, "cuda", target_stream=side)
+            total = d.sum(dtype=torch.int64)  # enqueued right after the call, on the target stream
+        side.synchronize()
+        assert int(total) == int(src.sum(dtype=torch.int64)), trial
+
+
+@pytest.mark.parametrize("mode", ["torch"])
+def test_a_reused_block_is_not_overwritten_while_earlier_work_reads_it(mode):
+    stream = torch.cuda.Stream()
+    n = 32 << 20
+    src = torch.full((n,), 2, dtype=torch.uint8)
+    with torch.cuda.stream(stream):
+        old = torch.full((n,), 1, dtype=torch.uint8, device="cuda")
+        address = old.data_ptr()
+        torch.cuda._sleep(500_000_000)  # keeps the stream busy before the read below
+        copy_of_old = old.clone()       # reads `old` after the sleep
+        del old                         # stream-ordered free: the next allocation reuses it
+        new = ft.to(src, "cuda", target_stream=stream, mode=mode)
+    assert new.data_ptr() == address, "the caching allocator did not reuse the block; the test saw nothing"
+    stream.synchronize()
+    assert int(copy_of_old.sum()) == n       # the earlier read saw the old bytes
+    assert int(new.sum(dtype=torch.int64)) == 2 * n
+
+
+def test_default_target_is_the_current_stream_and_the_host_is_not_synchronized():
+    src = torch.ones(16 << 20, dtype=torch.float32)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(200_000_000)
+        d = ft.to(src, "cuda")
+        busy = not s.query()  # the call returned while the stream still sleeps
+        total = d.sum()
+    s.synchronize()
+    assert busy
+    assert float(total) == src.numel()
+
+
+def test_adopt_queue_accepts_a_torch_stream():
+    dev, _ = ft.engine(ferry.Backend.hip if getattr(torch.version, "hip", None) else ferry.Backend.cuda,
+                       torch.cuda.current_device())
+    s = torch.cuda.Stream()
+    q = dev.adopt_queue(s)
+    assert q == dev.adopt_queue(s.cuda_stream)
+    assert q.role == ferry.QueueRole.compute
+
+
+def test_dlpack_to_torch_orders_the_consumer_stream():
+    dev, xfer = ft.engine(ferry.Backend.cuda, torch.cuda.current_device())
+    q = dev.queue(ferry.QueueRole.compute)
+    src = torch.arange(1 << 24, dtype=torch.int32)
+    up = xfer.upload(memoryview(src.numpy()), q)
+    consumer = torch.cuda.Stream()
+    with torch.cuda.stream(consumer):
+        t = torch.from_dlpack(up.buffer).view(torch.int32)
+        total = t.sum(dtype=torch.int64)
+    consumer.synchronize()
+    assert int(total) == int(src.sum(dtype=torch.int64))
