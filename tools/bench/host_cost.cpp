@@ -48,10 +48,11 @@ struct LoopTimes {
 
 /// The timed loop on one device: `calls` uploads of one pinned range to the compute queue,
 /// each released right after.
-LoopTimes time_loop(ferry::Device& dev, std::uint64_t bytes, int calls, const ferry::UploadOptions& options) {
+LoopTimes time_loop(ferry::Device& dev, std::uint64_t bytes, int calls, const ferry::UploadOptions& options,
+                    const ferry::TransferOptions& transfer = {}) {
   constexpr int warmup = 64;
   ferry::Queue owner = dev.queue(ferry::QueueRole::compute);
-  ferry::Transfer xfer(dev);
+  ferry::Transfer xfer(dev, transfer);
   ferry::HostBuffer source = dev.host_pool().allocate(bytes);
   std::fill(source.span().begin(), source.span().end(), std::byte{0x5a});
 
@@ -98,6 +99,11 @@ HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int ca
     // Attribution: the owner's wait left out (the caller orders the owner itself).
     const LoopTimes no_wait = time_loop(dev, bytes, calls, {.tag = "host cost", .owner_waits = false});
     r.variants.push_back({"owner_waits = false", no_wait.upload, no_wait.pair});
+    // Deferred submission (Vulkan) left out: every call submits on the executor.
+    if (dev.backend() == ferry::Backend::vulkan) {
+      const LoopTimes each = time_loop(dev, bytes, calls, {.tag = "host cost", .owner_waits = false}, {.submit_batch = 1});
+      r.variants.push_back({"owner_waits = false, submit_batch = 1", each.upload, each.pair});
+    }
   }
   {
     ferry::Device dev = factory.open_unrecorded();  // snapshots' event recording left out
