@@ -87,8 +87,8 @@
 /// records consecutive calls into one submission and submits them together (one
 /// vkQueueSubmit2, however many waits and signals they carry):
 ///  - when `TransferOptions::submit_batch` calls are pending, or a call brings the pending
-///    copies to `TransferOptions::submit_bytes` (default 16 calls, 1 MiB: a large copy starts
-///    at once, so its DMA overlaps the host's next work; small ones share a submission);
+///    copies to `TransferOptions::submit_bytes` (1 MiB by default: a large copy starts at
+///    once, so its DMA overlaps the host's next work; small ones share a submission);
 ///  - at `Transfer::flush()`;
 ///  - before any wait on a point of the executor: a host wait (`TimelinePoint::wait`,
 ///    `reached()`, `synchronize()`), another queue made to wait (`Queue::wait`,
@@ -97,12 +97,13 @@
 ///    submitted;
 ///  - when a call signals a semaphore of its signal list (an engine may wait on it where
 ///    ferry cannot see the wait), and before the Transfer or the device goes away.
-/// So with `owner_waits` (the default) every upload is submitted in its own call, as the
-/// owner's wait requires; calls with `owner_waits = false` whose points nobody waits for yet
-/// share submissions. A pending copy has not started: a caller that wants a small copy under
-/// way while the host does other work calls `flush()`, or sets `submit_batch = 1`. CUDA, HIP
-/// and the host backend start every copy when it is enqueued; there the options change
-/// nothing and `flush()` is a no-op.
+/// The default, `submit_batch = 1`, submits every call: a pending copy has not started, and a
+/// caller that did not ask for batching expects its copy under way when the call returns
+/// (its DMA overlapping the host's next work). Batching is for the engine's path: many small
+/// copies with `owner_waits = false` whose points it waits for later. Even then, with
+/// `owner_waits` every upload is submitted in its own call, as the owner's wait requires.
+/// CUDA, HIP and the host backend start every copy when it is enqueued; there the options
+/// change nothing and `flush()` is a no-op.
 ///
 /// Lifetime: source host memory is kept alive by the transfer until the copy completes.
 /// Destroying a Transfer waits for its in-flight copies.
@@ -166,8 +167,10 @@ struct TransferOptions {
   /// Any other negative value is refused (`invalid_argument` from the constructor).
   int staging_threads = -1;
   /// Deferred submission (see "Deferred submission" in the file comment; Vulkan): at most
-  /// this many calls share one submission of the executor. 1 submits every call. Must be >= 1.
-  std::uint32_t submit_batch = 16;
+  /// this many calls share one submission of the executor. 1 (the default) submits every
+  /// call, so every copy starts when its call returns; an engine that records many small
+  /// copies and waits for them later (owner_waits = false) raises it, 16 for one. Must be >= 1.
+  std::uint32_t submit_batch = 1;
   /// Deferred submission: pending copies are submitted once they reach this many bytes (a
   /// call at least this large is submitted at once). Must be >= 1.
   std::uint64_t submit_bytes = 1ull << 20;

@@ -155,6 +155,7 @@ CONFORMANCE_CASE("cuda: a copy out of adopted memory waits for the engine's own 
     }
     adopted.release().wait(std::chrono::seconds(30));
   }
+  dev.close();  // ferry's last use of the stream, which must outlive it
   CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
   CHECK(cudaFree(p) == cudaSuccess);
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);

@@ -103,12 +103,12 @@ CONFORMANCE_CASE("deferred submission: flush() and teardown submit; calls share 
   Queue owner = dev.queue(QueueRole::compute);
   const std::uint64_t start = dev.submissions();
   {
-    Transfer xfer(dev);  // defaults: 16 calls or 1 MiB per submission
+    Transfer xfer(dev, {.submit_batch = 16});  // 16 calls or 1 MiB per submission
     Uploads u = upload_small(dev, xfer, owner, 32, 40);
     const std::uint64_t batched = dev.submissions() - start;
     xfer.flush();
     const std::uint64_t flushed = dev.submissions() - start;
-    Transfer each(dev, {.submit_batch = 1});
+    Transfer each(dev);  // the default: every call submitted
     const std::uint64_t before_each = dev.submissions();
     Uploads v = upload_small(dev, each, owner, 32, 80);
     const std::uint64_t one_per_call = dev.submissions() - before_each;
