@@ -73,6 +73,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import inspect
 import json
 import os
 import pathlib
@@ -453,10 +454,10 @@ def make_strategy(name, env, slots, ft):
         return Preallocated(env, slots)
     s = Ferry(env, slots, ft, FERRY_STRATEGIES[name])
     if env.ferry_dev is None:
-        backend = ft._ferry.Backend.host
-        ordinal = 0
+        from ferry import Backend
+        backend, ordinal = Backend.host, 0
         if env.cuda:
-            backend = ft._ferry.Backend.hip if getattr(torch.version, "hip", None) else ft._ferry.Backend.cuda
+            backend = Backend.hip if getattr(torch.version, "hip", None) else Backend.cuda
             ordinal = env.device.index
         env.ferry_dev = ft.engine(backend, ordinal)[0]
     return s
@@ -543,7 +544,8 @@ def verify(env, strategy, src, ref, ft):
             setattr(ft, fname, orig)
     env.synchronize()
     out, want = leaves(d), leaves(ref)
-    mismatched = sum(1 for a, b in zip(out, want) if not (a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)))
+    mismatched = sum(1 for a, b in zip(out, want)
+                     if not (a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)))
     mismatched += abs(len(out) - len(want))
     storages = len({t.untyped_storage().data_ptr() for t in out if t.numel()})
     strategy.release(p)
@@ -645,14 +647,19 @@ def snapshot_run(env, name, ft, src, workload, order, args, stem):
         return out
     env.reset()
     if env.cuda:
-        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=200000)
+        record = torch.cuda.memory._record_memory_history
+        kw = {"clear_history": True} if "clear_history" in inspect.signature(record).parameters else {}
+        record(enabled="all", context="all", stacks="python", max_entries=200000, **kw)
     try:
         run_workload(env, name, ft, src, workload, order, args.snapshot_steps, 0, args, record_events=False)
         env.synchronize()
         if env.cuda:
             path = args.snapshot_dir / f"{stem}.torch.pickle"
-            torch.cuda.memory._dump_snapshot(str(path))
-            out["snapshot"] = str(path)
+            try:
+                torch.cuda.memory._dump_snapshot(str(path))
+                out["snapshot"] = str(path)
+            except (RuntimeError, OSError) as e:  # a lost snapshot must not end the study
+                progress(f"warning: torch memory snapshot {path} not written: {e}")
     finally:
         if env.cuda:
             torch.cuda.memory._record_memory_history(enabled=None)
@@ -668,7 +675,7 @@ def snapshot_run(env, name, ft, src, workload, order, args, stem):
 
 
 def cases(args):
-    """(source label, kjt memory or None, builder) per batch, in run order."""
+    """(source, kjt memory or None, size in bytes) per batch, in run order."""
     out = []
     for source in args.sources:
         if source == "kjt":
@@ -689,11 +696,10 @@ def build_source(env, source, mem, size):
 
 def study(args, env, ft):
     results, references, baselines, checks = [], [], [], []
-    blocking_seed = {}  # (source, mem, size) -> peak reserved of blocking in the seed workload
     for source, mem, size in cases(args):
         src = build_source(env, source, mem, size)
         nbytes = nbytes_of(src)
-        label = f"{source}{'/' + mem if mem else ''} {size_label(size) if source != 'kjt' else f'{nbytes / GIB:.2f} GiB'}"
+        label = batch_name(dict(source=source, size_bytes=nbytes if source == "kjt" else size, kjt_memory=mem))
         steps = args.steps
         if args.large_steps > 0 and (nbytes >= LARGE_BATCH):
             steps = min(steps, args.large_steps)
@@ -757,8 +763,6 @@ def study(args, env, ft):
                                wall_ms_per_step=r["wall_ms_per_step"], compute_only_ms_per_step=comp_ms,
                                copy_bound_ms=copy_bound_ms, step_over_bound=r["wall_ms_per_step"] / bound, **snaps)
                     results.append(row)
-                    if workload == "seed" and name == "blocking":
-                        blocking_seed[(source, mem, size)] = row["peak_reserved_bytes"]
                     progress(f"{label} {workload}{'/' + order if order else ''} {name}: "
                              f"{row['wall_ms_per_step']:.2f} ms/step ({row['step_over_bound']:.2f} × bound), "
                              f"reserved {row['peak_reserved_bytes'] / GIB:.3f} GiB, "
@@ -773,99 +777,96 @@ def study(args, env, ft):
 # Bars.
 
 
-def _bar(bars, name, value, limit, ok, unit, **where):
-    bar = {"name": name, "value": value, "limit": limit, "pass": bool(ok), "unit": unit}
-    bar.update(where)
-    bars.append(bar)
-
-
 def batch_name(r):
     if r["source"] == "kjt":
         return f"kjt/{r.get('kjt_memory', 'pageable')} {r['size_bytes'] / GIB:.2f} GiB"
     return f"{r['source']} {size_label(r['size_bytes'])}"
 
 
-def _same_batch(a, b):
-    return a["source"] == b["source"] and a["size_bytes"] == b["size_bytes"] and a.get("kjt_memory") == b.get("kjt_memory")
+def batch_key(r):
+    return r["source"], r["size_bytes"], r.get("kjt_memory")
+
+
+class Bars:
+    """The bars' list: a verdict per bar, with the row it is about."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, name, value, limit, ok, unit, row, **extra):
+        bar = {"name": name, "value": value, "limit": limit, "pass": bool(ok), "unit": unit,
+               "strategy": row["strategy"], "source": row["source"], "size_bytes": row["size_bytes"]}
+        for k in ("workload", "order", "kjt_memory"):
+            if row.get(k):
+                bar[k] = row[k]
+        bar.update(extra)
+        self.items.append(bar)
 
 
 def compute_bars(results, references, checks):
-    bars = []
-    ferry = [n for n in FERRY_STRATEGIES]
-    seed = [r for r in results if r["workload"] == "seed"]
+    bars = Bars()
+    rows = {(r["workload"], r.get("order"), r["strategy"]) + batch_key(r): r for r in results}
 
-    def find(rows, batch, strategy):
-        for r in rows:
-            if r["strategy"] == strategy and _same_batch(r, batch):
-                return r
-        return None
+    def seed_row(r, strategy):
+        return rows.get(("seed", None, strategy) + batch_key(r))
 
-    for r in seed:
-        if r["strategy"] not in ferry:
+    for r in results:
+        if r["workload"] != "seed" or r["strategy"] not in FERRY_STRATEGIES:
             continue
-        b = find(seed, r, "blocking")
+        where = f"seed {batch_name(r)}: {r['strategy']}"
+        b = seed_row(r, "blocking")
         if b:
             lim = 1.02 * b["peak_reserved_bytes"]
-            _bar(bars, f"seed {batch_name(r)}: {r['strategy']} peak reserved ≤ 1.02 × blocking",
-                 r["peak_reserved_bytes"], lim, r["peak_reserved_bytes"] <= lim, "bytes", workload="seed", strategy=r["strategy"],
-                 source=r["source"], size_bytes=r["size_bytes"])
-        s = find(seed, r, "side_stream")
+            bars.add(f"{where} peak reserved ≤ 1.02 × blocking", r["peak_reserved_bytes"], lim,
+                     r["peak_reserved_bytes"] <= lim, "bytes", r)
+        s = seed_row(r, "side_stream")
         if s:
-            _bar(bars, f"seed {batch_name(r)}: {r['strategy']} wall per step ≤ side_stream's (ms)",
-                 r["wall_ms_per_step"], s["wall_ms_per_step"], r["wall_ms_per_step"] <= s["wall_ms_per_step"], "ms",
-                 workload="seed", strategy=r["strategy"], source=r["source"], size_bytes=r["size_bytes"])
+            bars.add(f"{where} wall per step ≤ side_stream's", r["wall_ms_per_step"], s["wall_ms_per_step"],
+                     r["wall_ms_per_step"] <= s["wall_ms_per_step"], "ms", r)
 
-    # Copy-alone figures are per batch and strategy, the same in every workload's row.
+    # The copies alone are measured once per batch and strategy: the seed rows carry them.
     alone = {}
     for r in results:
-        alone.setdefault((r["strategy"], r["source"], r["size_bytes"], r.get("kjt_memory")), r)
+        alone.setdefault((r["strategy"],) + batch_key(r), dict(r, workload=None, order=None))
     for ref in references:
-        rkey = (ref["source"], ref["size_bytes"], ref.get("kjt_memory"))
         pageable = ref["source"] == "pageable" or ref.get("kjt_memory") == "pageable"
-        for name in ferry:
-            r = alone.get((name,) + rkey)
+        for name in FERRY_STRATEGIES:
+            r = alone.get((name,) + batch_key(ref))
             if r is None:
                 continue
+            where = f"{batch_name(r)}: {name}"
             if not pageable:
                 lim = 0.98 * ref["copy_gbps"]
-                _bar(bars, f"{batch_name(r)}: {name} copy GB/s ≥ 0.98 × torch pinned .to(non_blocking=True)",
-                     r["copy_gbps"], lim, r["copy_gbps"] >= lim, "GB/s", strategy=name, source=r["source"],
-                     size_bytes=r["size_bytes"])
-            else:
-                lim = 0.25 * ref["host_us_per_call"]
-                _bar(bars, f"{batch_name(r)}: {name} host µs in the call ≤ 0.25 × torch pageable .to(non_blocking=True)",
-                     r["copy_host_us"], lim, r["copy_host_us"] <= lim, "us", strategy=name, source=r["source"],
-                     size_bytes=r["size_bytes"])
-                lim = 4 * ref["copy_gbps"]
-                _bar(bars, f"{batch_name(r)}: {name} copy GB/s ≥ 4 × torch pageable .to(non_blocking=True)",
-                     r["copy_gbps"], lim, r["copy_gbps"] >= lim, "GB/s", strategy=name, source=r["source"],
-                     size_bytes=r["size_bytes"])
+                bars.add(f"{where} copy GB/s ≥ 0.98 × torch pinned .to(non_blocking=True)", r["copy_gbps"], lim,
+                         r["copy_gbps"] >= lim, "GB/s", r)
+                continue
+            lim = 0.25 * ref["host_us_per_call"]
+            bars.add(f"{where} host µs in the call ≤ 0.25 × torch pageable .to(non_blocking=True)",
+                     r["copy_host_us"], lim, r["copy_host_us"] <= lim, "us", r)
+            lim = 4 * ref["copy_gbps"]
+            bars.add(f"{where} copy GB/s ≥ 4 × torch pageable .to(non_blocking=True)", r["copy_gbps"], lim,
+                     r["copy_gbps"] >= lim, "GB/s", r)
 
     for c in checks:
-        _bar(bars, f"{batch_name(c)}: {c['strategy']} data equal to the source (tensors differing)",
-             c["mismatched_tensors"], 0, c["mismatched_tensors"] == 0, "count", strategy=c["strategy"], source=c["source"],
-             size_bytes=c["size_bytes"])
-        if c["source"] == "kjt" and c["strategy"] in ferry:
-            _bar(bars, f"{batch_name(c)}: {c['strategy']} uploads the {c['tensors']}-tensor structure in one "
-                       f"allocation (allocations per call)", c["allocations_per_call"], 1,
-                 c["allocations_per_call"] == 1, "count", strategy=c["strategy"], source="kjt", size_bytes=c["size_bytes"])
+        where = f"{batch_name(c)}: {c['strategy']}"
+        bars.add(f"{where} data equal to the source (tensors differing)", c["mismatched_tensors"], 0,
+                 c["mismatched_tensors"] == 0, "count", c)
+        if c["source"] == "kjt" and c["strategy"] in FERRY_STRATEGIES:
+            bars.add(f"{where} uploads the {c['tensors']}-tensor structure in one allocation (allocations per call)",
+                     c["allocations_per_call"], 1, c["allocations_per_call"] == 1, "count", c)
             if c["uploads_per_call"] is not None:
-                _bar(bars, f"{batch_name(c)}: {c['strategy']} uploads the structure in one call (ferry uploads per "
-                           f"call)", c["uploads_per_call"], 1, c["uploads_per_call"] == 1, "count",
-                     strategy=c["strategy"],
-                     source="kjt", size_bytes=c["size_bytes"])
+                bars.add(f"{where} uploads the structure in one call (ferry uploads per call)",
+                         c["uploads_per_call"], 1, c["uploads_per_call"] == 1, "count", c)
 
+    # Reported, not a bar of the seed study: every overlapping schedule holds one batch more.
     for r in results:
-        if r["workload"] != "pipeline":
-            continue
-        b = find(seed, r, "blocking")
+        b = seed_row(r, "blocking") if r["workload"] == "pipeline" else None
         if b:
             lim = 1.02 * (b["peak_reserved_bytes"] + r["size_bytes"])
-            _bar(bars, f"pipeline/{r.get('order')} {batch_name(r)}: {r['strategy']} peak reserved ≤ 1.02 × "
-                       f"(blocking + one batch)", r["peak_reserved_bytes"], lim, r["peak_reserved_bytes"] <= lim, "bytes",
-                 workload="pipeline", order=r.get("order"), strategy=r["strategy"], source=r["source"],
-                 size_bytes=r["size_bytes"], report_only=True)
-    return bars
+            bars.add(f"pipeline/{r['order']} {batch_name(r)}: {r['strategy']} peak reserved ≤ 1.02 × "
+                     f"(blocking + one batch)", r["peak_reserved_bytes"], lim, r["peak_reserved_bytes"] <= lim,
+                     "bytes", r, report_only=True)
+    return bars.items
 
 
 def fmt_value(v, unit):
@@ -901,7 +902,8 @@ def print_report(doc):
     for b in doc["bars"]:
         verdict = "----" if b["pass"] is None else ("PASS" if b["pass"] else "FAIL")
         tag = " (report)" if b.get("report_only") else ""
-        print(f"  {verdict}{tag} {b['name']}: {fmt_value(b['value'], b['unit'])} (limit {fmt_value(b['limit'], b['unit'])})")
+        print(f"  {verdict}{tag} {b['name']}: {fmt_value(b['value'], b['unit'])} "
+              f"(limit {fmt_value(b['limit'], b['unit'])})")
         if b["pass"] is not None and not b.get("report_only"):
             checked += 1
             met += bool(b["pass"])
