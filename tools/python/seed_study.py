@@ -887,8 +887,11 @@ def print_report(doc):
         print(f"  {batch_name(r):24} {r['copy_gbps']:7.1f} GB/s  {r['host_us_per_call']:10.0f} µs in the call  "
               f"(pinned DMA {r['pinned_dma_gbps']:.1f} GB/s)")
     print()
-    hdr = (f"{'workload':22} {'batch':22} {'strategy':13} {'alloc GiB':>9} {'resv GiB':>9} {'memgi GiB':>9} "
+    hdr = (f"{'workload':22} {'batch':22} {'strategy':13} {'alloc GiB':>9} {'resv GiB':>9} {'used GiB':>9} "
            f"{'copy GB/s':>9} {'host µs':>9} {'ms/step':>8} {'/bound':>6}")
+    print("peaks: allocated and reserved (torch's, plus ferry's pool), used = mem_get_info's used bytes above the "
+          "run's start; copy GB/s of the copy alone; host µs per copy call (median); ms per step and step / "
+          "max(compute-only step, pinned copy)")
     print(hdr)
     print("-" * len(hdr))
     for r in doc["results"]:
