@@ -13,8 +13,10 @@ printed with --stdout. Nothing but the JSON files' figures goes into the table.
 --seed-study SEED.json adds PyTorch rows from the Python seed study (tools/python/seed_study.py).
 It is read in ferry-bench's shape: {"device": ..., "results": [{"strategy": NAME,
 "size_bytes": N, "peak_reserved_bytes": N, "copy_gbps": X (optional), "workload": "seed"
-(optional, default seed), "overlap" or "step_over_bound": X (optional)}, ...]}; a row per
-strategy, labelled "PyTorch NAME".
+(optional, default seed), "overlap" or "step_over_bound": X (optional), "source": "pinned" |
+"pageable" | "kjt" (optional, default pinned), "order": NAME (optional)}, ...]}; a row per
+strategy, source and order, labelled "PyTorch NAME" for pinned sources and "PyTorch NAME
+(SOURCE, ORDER)" otherwise.
 """
 import argparse
 import json
@@ -60,6 +62,14 @@ def fmt(v, spec):
 
 def overlap_of(r):
     return r.get("overlap", r.get("step_over_bound"))
+
+
+def seed_row_name(r):
+    """A seed-study row's label: the strategy, with its source unless pinned and its order."""
+    parts = [r["source"]] if r.get("source", "pinned") != "pinned" else []
+    if r.get("order"):
+        parts.append(r["order"])
+    return r["strategy"] + (f" ({', '.join(parts)})" if parts else "")
 
 
 def table_rows(label_prefix, results, sizes, workload, strategies, bold=()):
@@ -134,12 +144,12 @@ def generate(docs, paths, seed_study):
                    " / ".join(labels) + ") |")
         out.append("|---|" + "---|" * (2 * len(labels) + 1))
         if seed_study:
-            sdoc = seed_study[0]
+            rows = [dict(r, strategy=seed_row_name(r)) for r in seed_study[0].get("results", [])]
             names = []
-            for r in sdoc.get("results", []):
+            for r in rows:
                 if r.get("workload", "seed") == w and r["strategy"] not in names:
                     names.append(r["strategy"])
-            out += table_rows("PyTorch", sdoc.get("results", []), sizes, w, names)
+            out += table_rows("PyTorch", rows, sizes, w, names)
         for doc in docs:
             label = "ferry " + BACKEND_LABEL.get(doc["backend"], doc["backend"])
             bold = ("owner_owned",) if w == "seed" else ("owner_owned+overlap",)
