@@ -41,6 +41,12 @@ struct Segment {
   std::uint64_t address = 0;  ///< device VA (CUDA/HIP), host pointer (host), 0 or BDA (Vulkan)
   void* native = nullptr;     ///< backend handle (Vulkan: VkBuffer), or the base pointer
   void* backend_data = nullptr;  ///< backend private (e.g. Vulkan VkDeviceMemory record)
+  /// The one driver memory object the segment is (Vulkan: its VkDeviceMemory), for
+  /// SegmentInfo::vulkan_memory; null where `native` already names the allocation.
+  void* native_memory = nullptr;
+  /// `address` is a label that only keeps snapshot addresses distinct (Vulkan without buffer
+  /// device addresses), not a pointer a registration API could take.
+  bool synthetic_address = false;
   /// Backend private data the segment itself owns (adopted ranges: freed with the segment,
   /// with no backend call, so it may outlive the device); `backend_data` points into it.
   std::shared_ptr<void> owned_data{};

@@ -256,7 +256,10 @@ std::uint64_t Device::host_waits(std::source_location where) const {
 }
 
 void Device::close() {
-  if (state_) state_->close();
+  if (!state_) return;
+  // close() frees the segments under the pool's mutex, which a segment callback holds.
+  detail::refuse_in_segment_callback(*state_, "Device::close", std::source_location::current());
+  state_->close();
 }
 
 bool Device::is_open() const noexcept { return state_ != nullptr && !state_->closed.load(); }

@@ -81,7 +81,10 @@ class Call {
         device_(*detail::access::state(state_.device)),
         bound_(*device_.backend),
         function_(function),
-        where_(where) {}
+        where_(where) {
+    // The Transfer's lock, then the pool's: a segment callback holds the latter.
+    detail::refuse_in_segment_callback(device_, function, where);
+  }
 
   [[nodiscard]] detail::DeviceState& device() const { return device_; }
   [[nodiscard]] detail::TransferState& state() const { return state_; }
