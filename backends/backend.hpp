@@ -129,6 +129,8 @@ struct HostRef {
 
 /// A queue of the backend. Operations execute in enqueue order. Each call enqueues and
 /// returns; nothing blocks the host except where stated.
+class BackendDevice;
+
 class BackendQueue {
  public:
   virtual ~BackendQueue() = default;
@@ -165,6 +167,19 @@ class BackendQueue {
   [[nodiscard]] virtual bool wait_orders_later_work() const { return false; }
   /// Queue family index (Vulkan); 0 elsewhere.
   [[nodiscard]] virtual std::uint32_t family() const { return 0; }
+  /// Optional (peer copies): copy `bytes` from `src`, a segment of `src_device`, to `dst`, a
+  /// segment of `dst_device`; one of the two is this queue's device, and its peer_support for
+  /// the other said the copy is possible (the front end checked). Default (backend.cpp):
+  /// `unsupported`.
+  virtual void copy_peer(DeviceRef dst, BackendDevice& dst_device, DeviceRef src, BackendDevice& src_device,
+                         std::uint64_t bytes);
+};
+
+/// What BackendDevice::peer_support answers for another device.
+struct PeerSupport {
+  bool possible = false;               ///< copies and cross-device waits work
+  PeerPath path = PeerPath::staged;    ///< how copies run, when possible
+  std::string reason{};                ///< why not, when impossible
 };
 
 /// What a backend remembers between bind_thread and unbind_thread (see there). Backend private.
@@ -236,6 +251,13 @@ class BackendDevice {
   virtual AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes);
   /// Alignment that register_host needs for pointer and size (1 = any).
   [[nodiscard]] virtual std::uint64_t host_registration_alignment() const { return 1; }
+  /// Optional (peer copies): whether this device's queues can copy between its segments and
+  /// those of `other` (another device of the same backend, opened in this process, possibly
+  /// the same hardware opened twice) with BackendQueue::copy_peer, and wait on `other`'s
+  /// semaphores with BackendQueue::wait (signals stay on a queue's own device's semaphores).
+  /// May enable what the route needs (CUDA: peer access) and is then cached. Default
+  /// (backend.cpp): impossible, naming the backend.
+  virtual PeerSupport peer_support(BackendDevice& other);
 };
 
 /// Queue family index standing for "another API" in ownership transfers
