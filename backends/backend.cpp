@@ -29,6 +29,21 @@ AdoptedRange BackendDevice::adopt_memory(const NativeMemory&, std::uint64_t) {
               std::source_location{});
 }
 
+// Peer copies: a backend that does not override these shares neither memory nor semaphores
+// between its devices (Vulkan: two VkDevices would need external memory and semaphores
+// imported into each other; interop pairs: each side is one GPU already).
+PeerSupport BackendDevice::peer_support(BackendDevice& /*other*/) {
+  PeerSupport s;
+  s.reason = capabilities().name + ": this backend copies between buffers of one device only (its devices share "
+                                   "no memory or semaphores); copy through the host with a download and an upload";
+  return s;
+}
+
+void BackendQueue::copy_peer(DeviceRef, BackendDevice&, DeviceRef, BackendDevice&, std::uint64_t) {
+  throw Error(ErrorCode::unsupported, "copies between devices are not supported by this backend", {},
+              std::source_location{});
+}
+
 /// The checks of a pointer adoption shared by the pointer backends (host, null, CUDA/HIP):
 /// the pointer is set and no Vulkan field is.
 void require_pointer_only(const NativeMemory& native, const char* backend) {

@@ -41,6 +41,12 @@ struct Segment {
   std::uint64_t address = 0;  ///< device VA (CUDA/HIP), host pointer (host), 0 or BDA (Vulkan)
   void* native = nullptr;     ///< backend handle (Vulkan: VkBuffer), or the base pointer
   void* backend_data = nullptr;  ///< backend private (e.g. Vulkan VkDeviceMemory record)
+  /// The one driver memory object the segment is (Vulkan: its VkDeviceMemory), for
+  /// SegmentInfo::vulkan_memory; null where `native` already names the allocation.
+  void* native_memory = nullptr;
+  /// `address` is a label that only keeps snapshot addresses distinct (Vulkan without buffer
+  /// device addresses), not a pointer a registration API could take.
+  bool synthetic_address = false;
   /// Backend private data the segment itself owns (adopted ranges: freed with the segment,
   /// with no backend call, so it may outlive the device); `backend_data` points into it.
   std::shared_ptr<void> owned_data{};
@@ -123,6 +129,8 @@ struct HostRef {
 
 /// A queue of the backend. Operations execute in enqueue order. Each call enqueues and
 /// returns; nothing blocks the host except where stated.
+class BackendDevice;
+
 class BackendQueue {
  public:
   virtual ~BackendQueue() = default;
@@ -167,6 +175,19 @@ class BackendQueue {
   [[nodiscard]] virtual bool wait_orders_later_work() const { return false; }
   /// Queue family index (Vulkan); 0 elsewhere.
   [[nodiscard]] virtual std::uint32_t family() const { return 0; }
+  /// Optional (peer copies): copy `bytes` from `src`, a segment of `src_device`, to `dst`, a
+  /// segment of `dst_device`; one of the two is this queue's device, and its peer_support for
+  /// the other said the copy is possible (the front end checked). Default (backend.cpp):
+  /// `unsupported`.
+  virtual void copy_peer(DeviceRef dst, BackendDevice& dst_device, DeviceRef src, BackendDevice& src_device,
+                         std::uint64_t bytes);
+};
+
+/// What BackendDevice::peer_support answers for another device.
+struct PeerSupport {
+  bool possible = false;               ///< copies and cross-device waits work
+  PeerPath path = PeerPath::staged;    ///< how copies run, when possible
+  std::string reason{};                ///< why not, when impossible
 };
 
 /// What a backend remembers between bind_thread and unbind_thread (see there). Backend private.
@@ -238,6 +259,13 @@ class BackendDevice {
   virtual AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes);
   /// Alignment that register_host needs for pointer and size (1 = any).
   [[nodiscard]] virtual std::uint64_t host_registration_alignment() const { return 1; }
+  /// Optional (peer copies): whether this device's queues can copy between its segments and
+  /// those of `other` (another device of the same backend, opened in this process, possibly
+  /// the same hardware opened twice) with BackendQueue::copy_peer, and wait on `other`'s
+  /// semaphores with BackendQueue::wait (signals stay on a queue's own device's semaphores).
+  /// May enable what the route needs (CUDA: peer access) and is then cached. Default
+  /// (backend.cpp): impossible, naming the backend.
+  virtual PeerSupport peer_support(BackendDevice& other);
 };
 
 /// Queue family index standing for "another API" in ownership transfers

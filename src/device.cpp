@@ -37,8 +37,11 @@ std::shared_ptr<SemaphoreState> make_semaphore(DeviceState& device, const std::s
   s->backend = device.backend->create_semaphore(initial);
   s->max_signal = initial;
   s->reached.store(initial, std::memory_order_relaxed);
+  // Ids are unique in the process, not only per device: a queue's cache of the waits it
+  // enqueued (QueueState::waited) is keyed by id and may hold another device's timeline.
+  static std::atomic<std::uint32_t> next_timeline_id{1};
+  s->timeline_id = next_timeline_id.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(device.mutex);
-  s->timeline_id = device.next_timeline_id++;
   device.timelines[s->timeline_id] = s;
   // Forget semaphores that died so the registry does not grow without bound (amortized).
   if (device.timelines.size() >= device.prune_timelines_at) {
@@ -100,11 +103,19 @@ void DeviceState::close() noexcept {
   pool_close(*this);
   host_pool_close(*this);
   validation_messages_at_close = backend->validation_messages();
+  // Semaphores a peer's queue waited on may still be named by waits queued there: they go to
+  // the live peers, which destroy them once their own queues are gone.
+  std::vector<std::shared_ptr<BackendSemaphore>> handed;
+  std::vector<std::weak_ptr<DeviceState>> peer_devices;
+  std::vector<std::shared_ptr<BackendSemaphore>> released;
   {
     std::lock_guard lock(mutex);
     for (auto& [id, w] : timelines) {
       if (auto s = w.lock()) {
         std::lock_guard slock(s->mutex);
+        if (s->foreign_waits.load(std::memory_order_relaxed) && s->backend) {
+          handed.emplace_back(std::move(s->backend));
+        }
         s->backend.reset();
         s->submitter = nullptr;
       }
@@ -117,8 +128,58 @@ void DeviceState::close() noexcept {
     queues.clear();
     compute.reset();
     transfer.reset();
+    queues_gone = true;
+    peer_devices = std::move(peers);
+    released = std::move(foreign_semaphores);  // no queue of this device waits any more
   }
+  if (!handed.empty()) {
+    for (const auto& w : peer_devices) {
+      auto peer = w.lock();
+      if (!peer) continue;
+      std::lock_guard lock(peer->mutex);  // one device's mutex at a time: no lock order to keep
+      if (!peer->queues_gone) peer->foreign_semaphores.insert(peer->foreign_semaphores.end(), handed.begin(), handed.end());
+    }
+  }
+  handed.clear();
+  released.clear();
   backend.reset();
+}
+
+PeerSupport require_peer(DeviceState& exec, DeviceState& other, const char* function,
+                         const std::source_location& where) {
+  if (exec.options.backend != other.options.backend) {
+    fail(ErrorCode::unsupported,
+         std::string(function) + ": the devices are of different backends (" +
+             std::string(to_string(exec.options.backend)) + " and " + std::string(to_string(other.options.backend)) +
+             "); copy through the host with a download and an upload",
+         where);
+  }
+  PeerSupport there;
+  PeerSupport back;
+  try {
+    there = exec.backend->peer_support(*other.backend);
+    back = other.backend->peer_support(*exec.backend);
+  } catch (const Error& err) {
+    throw Error(err.code(), std::string(function) + ": " + err.message(), err.call(), where);
+  }
+  if (!there.possible || !back.possible) {
+    fail(ErrorCode::unsupported,
+         std::string(function) + ": no copies between these two devices: " + (!there.possible ? there.reason : back.reason),
+         where);
+  }
+  const auto link = [](DeviceState& a, const DeviceState& b) {
+    std::lock_guard lock(a.mutex);
+    std::erase_if(a.peers, [](const std::weak_ptr<DeviceState>& w) { return w.expired(); });
+    for (const auto& w : a.peers) {
+      if (w.lock().get() == &b) return;
+    }
+    a.peers.push_back(const_cast<DeviceState&>(b).weak_from_this());
+  };
+  if (&exec != &other) {
+    link(exec, other);
+    link(other, exec);
+  }
+  return there;
 }
 
 }  // namespace detail
@@ -275,7 +336,10 @@ std::uint64_t Device::submissions(std::source_location where) const {
 }
 
 void Device::close() {
-  if (state_) state_->close();
+  if (!state_) return;
+  // close() frees the segments under the pool's mutex, which a segment callback holds.
+  detail::refuse_in_segment_callback(*state_, "Device::close", std::source_location::current());
+  state_->close();
 }
 
 bool Device::is_open() const noexcept { return state_ != nullptr && !state_->closed.load(); }

@@ -64,7 +64,13 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
   std::unordered_map<std::uint32_t, std::weak_ptr<SemaphoreState>> timelines;
   std::size_t prune_timelines_at = 64;  // forget dead entries when the map reaches this size
   std::uint32_t next_queue_id = 1;
-  std::uint32_t next_timeline_id = 1;
+  /// Devices this one copied to or from (peer copies), whose queues may wait on this device's
+  /// semaphores and this device's queues on theirs (under `mutex`).
+  std::vector<std::weak_ptr<DeviceState>> peers;
+  /// Backend semaphores of peers that closed while this device's queues may still wait on
+  /// them: destroyed once these queues are gone (close). Under `mutex`.
+  std::vector<std::shared_ptr<BackendSemaphore>> foreign_semaphores;
+  bool queues_gone = false;  ///< close destroyed the queues (under `mutex`)
   std::shared_ptr<QueueState> compute;
   std::shared_ptr<QueueState> transfer;
 
@@ -102,6 +108,11 @@ QueueState& checked_queue(const Queue& queue, const char* function, const std::s
 /// Create a semaphore state registered with the device (assigns a timeline id).
 std::shared_ptr<SemaphoreState> make_semaphore(DeviceState& device, const std::shared_ptr<DeviceState>& self,
                                                std::uint64_t initial);
+/// The route of peer copies run by `exec`'s queues to or from `other` (both open, of one
+/// backend), after checking that each device's queues can wait on the other's semaphores;
+/// `unsupported` naming `function` and the reason otherwise. Records the two as peers.
+PeerSupport require_peer(DeviceState& exec, DeviceState& other, const char* function,
+                         const std::source_location& where);
 /// Wrap a backend queue as a QueueState registered with the device.
 std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_ptr<DeviceState>& self,
                                        QueueRole role, std::string name, BackendQueue* backend,

@@ -2,6 +2,8 @@
 // Device pool: allocation (segment growth, the out-of-memory path) and stream-ordered
 // release around BlockAllocator, and the DeviceBuffer handle.
 #include <algorithm>
+#include <exception>
+#include <functional>
 #include <sstream>
 
 #include "access.hpp"
@@ -44,7 +46,54 @@ void heavy_check(const DeviceState& d) {
   }
 }
 
+/// The device whose segment callback the calling thread is running, if any.
+thread_local const DeviceState* t_callback_device = nullptr;
+
+/// Marks the calling thread as inside a segment callback of `d` for one scope.
+class CallbackScope {
+ public:
+  explicit CallbackScope(const DeviceState& d) : previous_(t_callback_device) { t_callback_device = &d; }
+  ~CallbackScope() { t_callback_device = previous_; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+
+ private:
+  const DeviceState* previous_;
+};
+
+/// Call `fn(info)` (a segment callback) with the thread marked (caller holds the pool mutex).
+void invoke(const DeviceState& d, const std::function<void(const SegmentInfo&)>& fn, const SegmentInfo& info) {
+  if (!fn) return;
+  CallbackScope scope(d);
+  fn(info);
+}
+
 }  // namespace
+
+void refuse_in_segment_callback(const DeviceState& d, const char* function, const std::source_location& where) {
+  FERRY_REQUIRE(t_callback_device != &d, function,
+                "called from inside a segment callback of the same device, which runs under the pool's mutex "
+                "(see SegmentCallbacks): a callback must not call ferry on its device",
+                where);
+}
+
+std::unique_lock<std::mutex> lock_pool(DeviceState& d, const char* function, const std::source_location& where) {
+  refuse_in_segment_callback(d, function, where);
+  return std::unique_lock<std::mutex>(d.pool.mutex);
+}
+
+SegmentInfo segment_info(const DeviceState& d, std::uint64_t id) {
+  const Segment& s = *d.pool.segments.at(id);
+  SegmentInfo info;
+  info.id = id;
+  info.address = segment_address(d.pool, id);
+  info.size = s.size;
+  info.native = s.native;
+  info.vulkan_memory = s.native_memory;
+  info.pointer = !s.synthetic_address && s.address != 0;
+  info.backend = d.options.backend;
+  return info;
+}
 
 std::uint64_t segment_address(const PoolState& p, std::uint64_t id) {
   const Segment& s = *p.segments.at(id);
@@ -104,9 +153,16 @@ std::uint64_t trim_locked(DeviceState& d) {
   const std::int64_t now = steady_now_ns();
   complete_frees(d, reached, now);
   std::uint64_t returned = 0;
+  std::exception_ptr failed;  // the first exception of a `destroyed` callback
   for (std::uint64_t id : p.allocator.idle_segments()) {
     const std::uint64_t address = segment_address(p, id);
     const std::uint32_t queue = p.allocator.segments().at(id).queue;
+    // Reported before the memory goes back, while its registration is still valid.
+    try {
+      invoke(d, p.callbacks.destroyed, segment_info(d, id));
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
     const std::uint64_t size = p.allocator.remove_segment(id);
     auto node = p.segments.extract(id);
     d.backend->free_segment(std::move(node.mapped()));
@@ -116,6 +172,7 @@ std::uint64_t trim_locked(DeviceState& d) {
     record(d, PoolEventKind::segment_free, address, size, queue, {}, now);
   }
   heavy_check(d);
+  if (failed) std::rethrow_exception(failed);
   return returned;
 }
 
@@ -124,7 +181,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
                            const std::shared_ptr<QueueState>& first_writer, const std::string& tag,
                            const std::source_location& where, bool allow_pending_reuse) {
   PoolState& p = d.pool;
-  std::lock_guard lock(p.mutex);
+  const auto lock = lock_pool(d, "DevicePool::allocate", where);
   const QueueState& first = first_writer ? *first_writer : *owner;
   auto block = std::make_shared<BlockState>();  // the allocator keeps its address (Block::user)
   BlockAllocator::Request request{bytes, owner->id, first.timeline->timeline_id,
@@ -171,9 +228,21 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
     }
     if (segment) {
       const std::uint64_t id = p.next_segment_id++;
+      p.segments.emplace(id, std::move(segment));
+      // Reported before any block of it is handed out. A failing callback undoes the growth.
+      try {
+        invoke(d, p.callbacks.created, segment_info(d, id));
+      } catch (...) {
+        auto node = p.segments.extract(id);
+        try {
+          d.backend->free_segment(std::move(node.mapped()));
+        } catch (...) {
+          // The callback's exception is the one to report; the driver reclaims the rest.
+        }
+        throw;
+      }
       const bool small = p.allocator.is_small(bytes);
       p.allocator.add_segment(id, segment_bytes, owner->id, small);
-      p.segments.emplace(id, std::move(segment));
       p.budget.reserved_bytes += segment_bytes;
       p.budget.segment_count += 1;
       p.budget.segment_allocations += 1;
@@ -221,7 +290,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
 // Return a block to the allocator with a free point (caller validated the block).
 void pool_release(DeviceState& d, BlockState& b, const TimelinePoint& point) {
   PoolState& p = d.pool;
-  std::lock_guard lock(p.mutex);
+  const auto lock = lock_pool(d, "DeviceBuffer::release", {});
   // The watermark only: `point` is usually the owner's mark just enqueued, which a query would
   // rarely find reached; the next pool call that needs it queries (and cleans) it.
   FreePoint fp;
@@ -260,6 +329,11 @@ void pool_close(DeviceState& d) noexcept {
   }
   for (auto& [id, segment] : p.segments) {
     try {
+      invoke(d, p.callbacks.destroyed, segment_info(d, id));
+    } catch (...) {
+      // close() cannot report; the segment is freed all the same.
+    }
+    try {
       d.backend->free_segment(std::move(segment));
     } catch (...) {
       // Teardown continues; the driver reclaims the rest with the device.
@@ -268,6 +342,7 @@ void pool_close(DeviceState& d) noexcept {
   p.segments.clear();
   p.allocator = BlockAllocator(p.allocator.config());
   p.quarantined.clear();
+  p.callbacks = {};
 }
 
 }  // namespace detail
@@ -439,9 +514,49 @@ DeviceBuffer DevicePool::allocate(std::uint64_t bytes, const Queue& owner, Alloc
 }
 
 std::uint64_t DevicePool::trim() {
-  FERRY_REQUIRE(!device_->closed.load(), "DevicePool::trim", "the device is closed", std::source_location::current());
-  std::lock_guard lock(device_->pool.mutex);
+  const std::source_location where = std::source_location::current();
+  FERRY_REQUIRE(!device_->closed.load(), "DevicePool::trim", "the device is closed", where);
+  const auto lock = detail::lock_pool(*device_, "DevicePool::trim", where);
   return detail::trim_locked(*device_);
+}
+
+void DevicePool::set_segment_callbacks(SegmentCallbacks callbacks, std::source_location where) {
+  constexpr const char* fn = "DevicePool::set_segment_callbacks";
+  FERRY_REQUIRE(!device_->closed.load(), fn, "the device is closed", where);
+  const auto lock = detail::lock_pool(*device_, fn, where);
+  detail::PoolState& p = device_->pool;
+  std::vector<std::uint64_t> ids;
+  ids.reserve(p.segments.size());
+  for (const auto& [id, segment] : p.segments) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  std::size_t reported = 0;
+  try {
+    for (; reported < ids.size(); ++reported) {
+      detail::invoke(*device_, callbacks.created, detail::segment_info(*device_, ids[reported]));
+    }
+  } catch (...) {
+    // Undo what this `created` registered, newest first; nothing is installed.
+    while (reported > 0) {
+      --reported;
+      try {
+        detail::invoke(*device_, callbacks.destroyed, detail::segment_info(*device_, ids[reported]));
+      } catch (...) {
+        // The first exception is the one to report.
+      }
+    }
+    throw;
+  }
+  p.callbacks = std::move(callbacks);
+}
+
+std::vector<SegmentInfo> DevicePool::segments(std::source_location where) const {
+  FERRY_REQUIRE(!device_->closed.load(), "DevicePool::segments", "the device is closed", where);
+  const auto lock = detail::lock_pool(*device_, "DevicePool::segments", where);
+  std::vector<SegmentInfo> out;
+  out.reserve(device_->pool.segments.size());
+  for (const auto& [id, segment] : device_->pool.segments) out.push_back(detail::segment_info(*device_, id));
+  std::sort(out.begin(), out.end(), [](const SegmentInfo& a, const SegmentInfo& b) { return a.id < b.id; });
+  return out;
 }
 
 }  // namespace ferry

@@ -58,7 +58,18 @@ struct PoolState {
   /// later user after the work that may still use them, so they stay allocated, held here,
   /// until the device closes.
   std::vector<std::shared_ptr<BlockState>> quarantined;
+  /// DevicePool::set_segment_callbacks: called under this mutex (see SegmentCallbacks).
+  SegmentCallbacks callbacks;
 };
+
+/// Take the pool's mutex for `function` (a public entry point), refusing a call from inside
+/// one of this device's segment callbacks on this thread, which holds the mutex already.
+std::unique_lock<std::mutex> lock_pool(DeviceState& d, const char* function, const std::source_location& where);
+/// Throw invalid_argument when the calling thread is inside a segment callback of `d` (for
+/// entry points that take other locks first, such as a Transfer call's).
+void refuse_in_segment_callback(const DeviceState& d, const char* function, const std::source_location& where);
+/// The segment `id` as the user sees it (caller holds the pool mutex).
+SegmentInfo segment_info(const DeviceState& d, std::uint64_t id);
 
 /// The semaphore of a timeline, or null once it died with its queue (caller holds the pool
 /// mutex): the pool's cache first (PoolState::semaphores), then the device's map.
@@ -133,7 +144,6 @@ DeviceBuffer pool_allocate(DeviceState& device, const std::shared_ptr<DeviceStat
                            std::uint64_t bytes, const std::shared_ptr<QueueState>& owner,
                            const std::shared_ptr<QueueState>& first_writer, const std::string& tag,
                            const std::source_location& where, bool allow_pending_reuse = true);
-void pool_close(DeviceState& device) noexcept;
 /// Free every segment and make live buffers inert (close). Never throws.
 void pool_close(DeviceState& device) noexcept;
 

@@ -8,7 +8,7 @@
 namespace ferry {
 
 PoolBudget DevicePool::get_budget() const {
-  std::lock_guard lock(device_->pool.mutex);
+  const auto lock = detail::lock_pool(*device_, "DevicePool::get_budget", {});
   PoolBudget b = device_->pool.budget;
   const auto& free_by = device_->pool.allocator.free_by_timeline();
   std::unordered_map<std::uint32_t, std::uint32_t> timeline_of;  // queue id -> its timeline
@@ -30,7 +30,7 @@ PoolBudget DevicePool::get_budget() const {
 PoolDetailedStatistics DevicePool::calculate_statistics() const {
   PoolDetailedStatistics s;
   s.budget = get_budget();
-  std::lock_guard lock(device_->pool.mutex);
+  const auto lock = detail::lock_pool(*device_, "DevicePool::calculate_statistics", {});
   detail::ReachedQuery reached(*device_);
   for (const auto& [id, info] : device_->pool.allocator.segments()) {
     bool idle = true;
@@ -50,7 +50,7 @@ PoolDetailedStatistics DevicePool::calculate_statistics() const {
 }
 
 void DevicePool::reset_peaks() {
-  std::lock_guard lock(device_->pool.mutex);
+  const auto lock = detail::lock_pool(*device_, "DevicePool::reset_peaks", {});
   auto& b = device_->pool.budget;
   b.peak_reserved_bytes = b.reserved_bytes;
   b.peak_active_bytes = b.active_bytes;
@@ -83,7 +83,7 @@ std::string pool_problems(const DeviceState& d) {
 }  // namespace detail
 
 void DevicePool::validate(std::source_location where) const {
-  std::lock_guard lock(device_->pool.mutex);
+  const auto lock = detail::lock_pool(*device_, "DevicePool::validate", where);
   const std::string problems = detail::pool_problems(*device_);
   if (!problems.empty()) {
     throw Error(ErrorCode::internal_error, "DevicePool::validate: " + problems, {}, where);
@@ -105,7 +105,7 @@ MemorySnapshot DevicePool::snapshot() const {
     detail::resolve_activity(*device_, /*force=*/true);
     snap.activity.assign(device_->activity.begin(), device_->activity.end());
   }
-  std::lock_guard lock(device_->pool.mutex);
+  const auto lock = detail::lock_pool(*device_, "DevicePool::snapshot", {});
   const auto& p = device_->pool;
   detail::ReachedQuery reached(*device_);
   detail::complete_frees(*device_, reached, detail::steady_now_ns());
@@ -142,7 +142,7 @@ MemorySnapshot DevicePool::snapshot() const {
 }
 
 void DevicePool::clear_events() {
-  std::lock_guard lock(device_->pool.mutex);
+  const auto lock = detail::lock_pool(*device_, "DevicePool::clear_events", {});
   device_->pool.events.clear();
   std::lock_guard alock(device_->activity_mutex);
   device_->activity.clear();

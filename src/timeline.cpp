@@ -98,6 +98,7 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
     std::uint64_t value = UINT64_MAX;  // closed: all done
     if (s.backend != nullptr) value = query ? observe_locked(s) : s.reached.load(std::memory_order_acquire);
     if (value < point.value) {
+      if (s.device_id != q.device_id) s.foreign_waits.store(true, std::memory_order_relaxed);
       q.backend->wait(*s.backend, point.value);
       q.dirty = true;
       if (q.backend->wait_orders_later_work()) note_waited(q, s.timeline_id, point.value);

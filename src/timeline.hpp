@@ -36,6 +36,10 @@ struct SemaphoreState {
   /// A queue's private progress timeline: only ferry signals it (Queue::mark), so marks never
   /// report work complete that is still pending. Host and queue signals of it are refused.
   bool queue_private = false;
+  /// A queue of another device has waited on this semaphore (peer copies): at close its
+  /// backend semaphore is handed to those devices instead of destroyed (DeviceState::close),
+  /// since their queues may still hold the wait.
+  std::atomic<bool> foreign_waits{false};
   /// Greatest value seen reached: raised by every backend query (observe_locked), by host
   /// signals and by successful host waits; never lowered (timelines only grow). A point at or
   /// below it is reached without asking the backend (lock-free). UINT64_MAX once closed.

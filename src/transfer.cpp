@@ -85,7 +85,10 @@ class Call {
         device_(*detail::access::state(state_.device)),
         bound_(*device_.backend),
         function_(function),
-        where_(where) {}
+        where_(where) {
+    // The Transfer's lock, then the pool's: a segment callback holds the latter.
+    detail::refuse_in_segment_callback(device_, function, where);
+  }
 
   [[nodiscard]] detail::DeviceState& device() const { return device_; }
   [[nodiscard]] detail::TransferState& state() const { return state_; }
@@ -99,7 +102,9 @@ class Call {
     for (std::size_t i = 0; i < wait.size(); ++i) {
       const TimelinePoint& p = wait[i];
       if (p.empty()) continue;  // reached: nothing to wait for
-      FERRY_REQUIRE(detail::access::semaphore(p)->device_id == &device_, function_,
+      FERRY_REQUIRE(detail::access::semaphore(p)->device_id == &device_ ||
+                        (peer_ != nullptr && detail::access::semaphore(p)->device_id == peer_),
+                    function_,
                     "wait point " + std::to_string(i) + " (value " + std::to_string(p.value) +
                         ") is on a semaphore of another device",
                     where_);
@@ -146,6 +151,9 @@ class Call {
     wait_ = wait.empty() ? nullptr : &wait;
     signal_ = signal.empty() ? nullptr : &signal;
   }
+
+  /// A peer copy's other device: its points may be waited on too (before order()).
+  void allow_peer(const detail::DeviceState& peer) { peer_ = &peer; }
 
   /// Take the Transfer's lock: calls enqueue in call order.
   void lock() { lock_ = std::unique_lock(state_.mutex); }
@@ -276,8 +284,19 @@ class Call {
   const std::vector<TimelinePoint>* signal_ = nullptr;
   /// on_executor() recorded work that finish() has not submitted or deferred yet.
   bool submit_pending_ = false;
+  const detail::DeviceState* peer_ = nullptr;  ///< allow_peer()
   std::unique_lock<std::mutex> lock_;
 };
+
+/// A device buffer argument of a call that may name another device (peer copies): live, of
+/// an open device; returns the block and keeps its device alive in `device`.
+detail::BlockState& checked_any_block(const DeviceBuffer& buffer, std::shared_ptr<detail::DeviceState>& device,
+                                      const char* function, const std::source_location& where) {
+  FERRY_REQUIRE(static_cast<bool>(detail::access::state(buffer)), function, "null or moved-from device buffer", where);
+  detail::BlockState& b = *detail::access::state(buffer);
+  device = detail::lock_device(b.device, function, where);
+  return detail::checked_block(buffer, device.get(), function, where);
+}
 
 /// The owner queue's state, checked against `d`: the transfer's device, which the caller has
 /// found open and which the transfer keeps alive, so no lock of the queue's device is needed
@@ -646,16 +665,41 @@ void Transfer::download(const UploadBatch& batch, std::span<const HostSpan> dest
 
 TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& destination, std::uint64_t bytes,
                              CallOptions options, std::source_location where) {
-  Call call(state_, "Transfer::copy", where);
+  constexpr const char* fn = "Transfer::copy";
+  Call call(state_, fn, where);
   auto& d = call.device();
-  auto& src = detail::checked_block(source, &d, "Transfer::copy", where);
-  auto& dst = detail::checked_block(destination, &d, "Transfer::copy", where);
-  FERRY_REQUIRE(&src != &dst, "Transfer::copy", "source and destination are the same buffer", where);
+  std::shared_ptr<detail::DeviceState> src_device, dst_device;
+  auto& src = checked_any_block(source, src_device, fn, where);
+  auto& dst = checked_any_block(destination, dst_device, fn, where);
+  FERRY_REQUIRE(&src != &dst, fn, "source and destination are the same buffer", where);
   if (bytes == 0) bytes = src.requested;
-  FERRY_REQUIRE(bytes <= src.requested && bytes <= dst.requested, "Transfer::copy",
+  FERRY_REQUIRE(bytes <= src.requested && bytes <= dst.requested, fn,
           std::to_string(bytes) + " bytes exceed the source (" + std::to_string(src.requested) +
               ") or destination (" + std::to_string(dst.requested) + ")",
           where);
+  if (src_device.get() != &d || dst_device.get() != &d) {
+    FERRY_REQUIRE(src_device.get() == &d || dst_device.get() == &d, fn,
+                  "neither buffer is on the Transfer's device: a peer copy runs on a queue of the source's or "
+                  "the destination's device",
+                  where);
+    detail::DeviceState& other = src_device.get() != &d ? *src_device : *dst_device;
+    (void)detail::require_peer(d, other, fn, where);
+    call.allow_peer(other);
+    call.order(options.wait, options.signal);
+    call.lock();
+    const QueuePtr src_owner = call.access(src, true);
+    const QueuePtr dst_owner = call.access(dst, bytes < dst.requested);  // a partial write keeps the rest
+    const TimelinePoint done = call.on_executor(dst, dst_owner, [&](detail::QueueState& e) {
+      e.backend->copy_peer(detail::ref(dst), *dst_device->backend, detail::ref(src), *src_device->backend, bytes);
+      e.dirty = true;  // the source's hand-back below marks the copy, so it must count as work
+      (void)detail::finish_access(call.exec(), src, src_owner);
+    });
+    call.finish("copy peer", bytes, done);
+    // The destination's owner is ordered after the copy: a queue of the other device cannot be
+    // made to wait on this device's point through Queue::wait.
+    detail::make_owner_wait(dst_owner, done);
+    return done;
+  }
   call.order(options.wait, options.signal);
   call.lock();
   const QueuePtr src_owner = call.access(src, true);
@@ -667,6 +711,75 @@ TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& des
   });
   call.finish("copy d2d", bytes, done);
   return done;
+}
+
+PeerCopy Transfer::copy_to(const DeviceBuffer& source, const Queue& owner, UploadOptions options,
+                           std::source_location where) {
+  constexpr const char* fn = "Transfer::copy_to";
+  Call call(state_, fn, where);
+  auto& d = call.device();
+  std::shared_ptr<detail::DeviceState> src_device;
+  auto& src = checked_any_block(source, src_device, fn, where);
+  FERRY_REQUIRE(static_cast<bool>(owner), fn, "null queue handle", where);
+  const QueuePtr& q = detail::access::state(owner);
+  const std::shared_ptr<detail::DeviceState> dst_device = detail::lock_device(q->device, fn, where);
+  FERRY_REQUIRE(options.mode == CopyMode::owner_owned, fn,
+                "the destination comes from the owner's pool: CopyMode::owner_owned, not " +
+                    std::string(to_string(options.mode)),
+                where);
+  FERRY_REQUIRE(src_device.get() == &d || dst_device.get() == &d, fn,
+                "neither the source nor the owner queue is on the Transfer's device: a peer copy runs on a queue "
+                "of the source's or the destination's device",
+                where);
+  const std::uint64_t bytes = src.requested;
+  PeerPath path = PeerPath::same_device;
+  if (src_device != dst_device) {
+    detail::DeviceState& other = src_device.get() != &d ? *src_device : *dst_device;
+    path = detail::require_peer(d, other, fn, where).path;
+    call.allow_peer(other);
+  }
+  call.order(options.wait, options.signal);
+  call.lock();
+  const QueuePtr& exec = call.exec();
+  // From the owner's pool, owned by it; the executor is its first writer and waits for the
+  // block's free point when the pool hands out one still pending on the owner.
+  DeviceBuffer buffer = detail::pool_allocate(*dst_device, dst_device, bytes, q, exec, options.tag, where, !options.overlap);
+  auto& b = *detail::access::state(buffer);
+  const QueuePtr src_owner = call.access(src, true);
+  const TimelinePoint done = call.on_executor(b, q, [&](detail::QueueState& e) {
+    detail::enqueue_wait(e, b.ready_after, /*query=*/false);
+    if (path == PeerPath::same_device) {
+      e.backend->copy_d2d(detail::ref(b), detail::ref(src), bytes);
+    } else {
+      e.backend->copy_peer(detail::ref(b), *dst_device->backend, detail::ref(src), *src_device->backend, bytes);
+    }
+    e.dirty = true;
+    (void)detail::finish_access(exec, src, src_owner);
+  });
+  call.finish(path == PeerPath::same_device ? "copy d2d" : "copy peer", bytes, done);
+  if (options.owner_waits) detail::make_owner_wait(q, done);
+  return PeerCopy{std::move(buffer), done, path};
+}
+
+PeerPath Transfer::peer_path(const Device& other, std::source_location where) const {
+  constexpr const char* fn = "Transfer::peer_path";
+  FERRY_REQUIRE(state_ != nullptr, fn, "moved-from transfer", where);
+  FERRY_REQUIRE(state_->device.is_open(), fn, "the device is closed", where);
+  FERRY_REQUIRE(static_cast<bool>(other) && other.is_open(), fn, "null or closed device", where);
+  auto& d = *detail::access::state(state_->device);
+  auto& o = *detail::access::state(other);
+  if (&d == &o) return PeerPath::same_device;
+  const detail::BoundThread bound(*d.backend);
+  return detail::require_peer(d, o, fn, where).path;
+}
+
+std::string_view to_string(PeerPath path) noexcept {
+  switch (path) {
+    case PeerPath::same_device: return "same_device";
+    case PeerPath::direct: return "direct";
+    case PeerPath::staged: return "staged";
+  }
+  return "unknown";
 }
 
 void Transfer::synchronize(std::chrono::nanoseconds timeout, std::source_location where) {

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend.hpp"
@@ -344,6 +345,10 @@ struct ImportedMemory {
   vendor::ExternalMemory handle{};
 };
 
+/// The ordinal of a device of this backend (peer copies: the front end checked that `device`
+/// is one, through peer_support).
+int ordinal_of(BackendDevice& device);
+
 // ---------------------------------------------------------------------------------------------
 // Queues: one stream each, own (destroyed with the queue) or adopted (never destroyed).
 class Queue final : public BackendQueue {
@@ -379,6 +384,16 @@ class Queue final : public BackendQueue {
   void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) override {
     ContextGuard guard(*core_);
     FERRY_GPU_CHECK(cudaMemcpyAsync(device_ptr(dst), device_ptr(src), bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  // On the stream's copy engine. With peer access enabled (peer_support) the copy engine
+  // reads or writes the other device's memory over the interconnect; without it the driver
+  // stages the copy through pinned host memory, still ordered on this stream.
+  void copy_peer(DeviceRef dst, BackendDevice& dst_device, DeviceRef src, BackendDevice& src_device,
+                 std::uint64_t bytes) override {
+    ContextGuard guard(*core_);
+    FERRY_GPU_CHECK(cudaMemcpyPeerAsync(device_ptr(dst), ordinal_of(dst_device), device_ptr(src),
+                                        ordinal_of(src_device), bytes, stream_));
   }
 
   void signal(BackendSemaphore& sem, std::uint64_t value) override {
@@ -594,6 +609,47 @@ class Device final : public BackendDevice {
     }
   }
 
+  // Peer copies between two devices of this backend. The route is decided once per peer:
+  // peer access where the topology allows it (cudaDeviceCanAccessPeer), enabled for this
+  // device's context, so its copy engines reach the peer's memory directly; otherwise the
+  // driver stages cudaMemcpyPeerAsync through host memory. Semaphores work across devices:
+  // stream waits on another device's events are valid within one process, and the counter
+  // is portable host-mapped memory. The same GPU opened twice copies as within one device.
+  PeerSupport peer_support(BackendDevice& other) override {
+    auto* peer = dynamic_cast<Device*>(&other);
+    PeerSupport s;
+    if (peer == nullptr) {
+      s.reason = FERRY_GPU_LABEL ": the other device is not a " FERRY_GPU_LABEL " device";
+      return s;
+    }
+    const int theirs = peer->core_->ordinal;
+    std::lock_guard lock(peers_mutex_);
+    for (const auto& [ordinal, known] : peers_) {
+      if (ordinal == theirs) return known;
+    }
+    s.possible = true;
+    s.path = PeerPath::direct;
+    if (theirs != core_->ordinal) {
+      ContextGuard guard(*core_);
+      int can = 0;
+      FERRY_GPU_CHECK(cudaDeviceCanAccessPeer(&can, core_->ordinal, theirs));
+      if (can != 0) {
+        const cudaError_t e = cudaDeviceEnablePeerAccess(theirs, 0);
+        if (e == cudaErrorPeerAccessAlreadyEnabled) {
+          (void)cudaGetLastError();  // enabled by the engine or an earlier open: fine
+        } else {
+          FERRY_GPU_CHECK(e);
+        }
+      } else {
+        s.path = PeerPath::staged;
+      }
+    }
+    peers_.emplace_back(theirs, s);
+    return s;
+  }
+
+  [[nodiscard]] int ordinal() const { return core_->ordinal; }
+
   void wait_idle() override {
     std::vector<cudaStream_t> streams;
     {
@@ -618,7 +674,11 @@ class Device final : public BackendDevice {
   Capabilities caps_;
   std::unique_ptr<Queue> compute_;
   std::unique_ptr<Queue> transfer_;
+  std::mutex peers_mutex_;                            ///< guards peers_
+  std::vector<std::pair<int, PeerSupport>> peers_;  ///< peer_support's answers, by ordinal
 };
+
+int ordinal_of(BackendDevice& device) { return static_cast<Device&>(device).ordinal(); }
 
 }  // namespace
 }  // namespace ferry::detail::FERRY_GPU_NS

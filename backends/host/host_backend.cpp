@@ -6,6 +6,11 @@
 // drains a FIFO of operations (copy = memmove, signal, wait, synthetic compute) strictly in
 // enqueue order. Timeline semaphores are an atomic counter plus a condition variable.
 //
+// Several devices: every Device::open of the host backend is a device of its own (its own
+// queues, pool and semaphores). Two of them copy between each other (peer copies) with a
+// memmove, and a worker of one waits on the other's semaphores, which are plain host objects:
+// so the cross-device ordering of peer copies is tested without a GPU.
+//
 // Latency injection (DeviceOptions::host_latency_us, or FERRY_HOST_LATENCY_US when that is
 // negative): before each operation the worker sleeps a random 0..N microseconds, so that a
 // missing queue wait shows up as wrong data rather than passing by luck.
@@ -387,6 +392,11 @@ class HostQueue final : public BackendQueue {
   void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) override {
     push(Op::copy(device_ptr(dst), device_ptr(src), bytes));
   }
+  // Every host device's memory is process memory: a copy between two is a memmove.
+  void copy_peer(DeviceRef dst, BackendDevice& /*dst_device*/, DeviceRef src, BackendDevice& /*src_device*/,
+                 std::uint64_t bytes) override {
+    push(Op::copy(device_ptr(dst), device_ptr(src), bytes));
+  }
   void signal(BackendSemaphore& sem, std::uint64_t value) override {
     Op op{Op::Kind::signal};
     op.sem = static_cast<HostSemaphore*>(&sem);  // trusted: a semaphore of this backend
@@ -650,6 +660,20 @@ class HostDevice final : public BackendDevice {
 
   void free_host(std::unique_ptr<HostMemory> memory) override {
     if (memory && !memory->registered) aligned_free(memory->ptr);
+  }
+
+  // Two host devices (Device::open twice) share the process: memory is addressable by both,
+  // and a worker may wait on any HostSemaphore. A peer's semaphores under fault injection are
+  // waited for with the plain wait, as every worker's wait is.
+  PeerSupport peer_support(BackendDevice& other) override {
+    PeerSupport s;
+    if (dynamic_cast<HostDevice*>(&other) != nullptr) {
+      s.possible = true;
+      s.path = PeerPath::direct;
+    } else {
+      s.reason = "host: the other device is not a host device";
+    }
+    return s;
   }
 
   void wait_idle() override {

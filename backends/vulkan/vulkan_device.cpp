@@ -654,6 +654,8 @@ std::unique_ptr<Segment> VulkanDevice::wrap_segment(std::unique_ptr<VulkanAlloca
   // stable addresses, so segments get synthetic ones from a 2 MiB-aligned range starting at
   // 1 TiB (never dereferenced).
   segment->address = next_address_.fetch_add(round_up(bytes, 2u << 20), std::memory_order_relaxed);
+  segment->synthetic_address = true;
+  segment->native_memory = reinterpret_cast<void*>(record->memory);  // a handle: pointer or integer
   segment->backend_data = record.release();
   return segment;
 }

@@ -104,6 +104,20 @@ struct Capabilities {
   std::string notes{};                      ///< backend-specific facts ("transfer family 1 x2")
 };
 
+/// @brief How a copy between buffers of two devices runs (`Transfer::peer_path`).
+enum class PeerPath : std::uint8_t {
+  same_device,  ///< both buffers are on one device: the plain device-to-device copy
+  /// Device to device over the interconnect: CUDA/HIP with peer access enabled (NVLink, PCIe
+  /// peer-to-peer) on a copy engine; host devices copy process memory directly.
+  direct,
+  /// Through host memory: the devices cannot access each other (CUDA/HIP without peer access,
+  /// where the driver stages `cudaMemcpyPeerAsync` through pinned host memory).
+  staged,
+};
+
+/// @brief Lower-case name of a peer path ("same_device", "direct", "staged").
+FERRY_API std::string_view to_string(PeerPath path) noexcept;
+
 /// @brief How to open a device.
 struct DeviceOptions {
   Backend backend = Backend::host;  ///< which backend

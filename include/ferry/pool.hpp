@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <source_location>
 #include <span>
@@ -162,6 +163,72 @@ struct AllocationOptions {
   Queue first_writer{};
 };
 
+/// @brief One segment of a device pool: a range of device memory the pool obtained from the
+/// backend in one piece, as reported to `SegmentCallbacks` (for registering pool memory with
+/// NCCL's `ncclCommRegister`, NIXL's `registerMem` or UCX's `ucp_mem_map`).
+///
+/// Layout: a segment is **one driver allocation**, contiguous: `size` bytes starting at its
+/// base, never moved, resized, split into several driver objects or remapped while it lives,
+/// which is what RDMA and collective-library registration needs. Every pool block
+/// (`DeviceBuffer` from `DevicePool::allocate` or an upload) lies inside exactly one segment:
+/// its `view().native` is the segment's `native`, and on backends with `pointer` set its
+/// `view().address` is in `[address, address + size)`. Per backend:
+///  - CUDA/HIP: one `cudaMalloc`/`hipMalloc`; `address` is the device pointer (also `native`).
+///  - host, null: one page-aligned host allocation; `address` is its pointer (also `native`).
+///  - Vulkan: one `VkDeviceMemory` (`vulkan_memory`) bound whole, at offset 0, to one
+///    `VkBuffer` (`native`). `address` is a synthetic label that keeps snapshots' addresses
+///    distinct, never a pointer (`pointer` is false): register the memory object instead.
+///  - interop pairs: one exportable Vulkan allocation imported whole into CUDA; `address` is
+///    its CUDA device pointer, `native` that pointer, `vulkan_memory` null.
+///
+/// Adopted memory (`Device::adopt_memory`) is the engine's, not the pool's: it is never
+/// reported.
+struct SegmentInfo {
+  std::uint64_t id = 0;          ///< unique within the pool for the device's lifetime
+  std::uint64_t address = 0;     ///< base address (see `pointer`); what snapshots report
+  std::uint64_t size = 0;        ///< bytes, from the base
+  void* native = nullptr;        ///< base pointer (CUDA/HIP/host), VkBuffer (Vulkan)
+  void* vulkan_memory = nullptr; ///< Vulkan: the VkDeviceMemory; null elsewhere
+  bool pointer = true;           ///< `address` is a real pointer (false: a label, Vulkan)
+  Backend backend = Backend::host;  ///< the backend of the device
+};
+
+/// @brief Callbacks through which a pool reports its segments (see `SegmentInfo`), installed
+/// with `DevicePool::set_segment_callbacks`. Either may be empty (not called).
+///
+/// When they are called, and on which thread:
+///  - `created(s)`: after the backend allocated `s` and before any block of it is handed out,
+///    on the thread of the call that grew the pool (`DevicePool::allocate`, a `Transfer` call
+///    that allocates a destination), so memory is registered before its first use. Also for
+///    every segment alive when the callbacks are installed, on the installing thread.
+///  - `destroyed(s)`: before `s` is returned to the backend, once no work ferry enqueued uses
+///    it any more (the segment is idle, every free point of its blocks is reached), on the
+///    thread of the call that frees it: `DevicePool::trim`, an allocation that trims on its
+///    out-of-memory path, `Device::close` (or the drop of the device's last handle). At close,
+///    every segment still alive is reported after the device's queues went idle.
+///  - Exactly one `destroyed` follows each `created` of the same callbacks, with the same
+///    `SegmentInfo`, unless the callbacks were replaced in between (see
+///    `set_segment_callbacks`).
+///
+/// Locks and re-entrance: callbacks run under the pool's mutex, so one pool's callbacks never
+/// run concurrently with each other nor with another call on that pool. A callback must not
+/// call ferry on the same device (its pool, buffers, transfers, queues): those calls would wait
+/// for the mutex it holds, so ferry detects a call into that device's pool or Transfer from
+/// inside its callback and throws `invalid_argument` instead of deadlocking. Calls into other
+/// libraries (NCCL, NIXL, UCX, the CUDA runtime) are what callbacks are for. A callback should
+/// be quick: every allocation that grows the pool waits for it.
+///
+/// Exceptions: when `created` throws, the segment is returned to the backend (with no
+/// `destroyed` call) and the exception leaves the call that grew the pool unchanged; the pool
+/// is as before the call. When `destroyed` throws, the segment is freed anyway (its memory is
+/// no longer usable after the call), the remaining idle segments are still reported and freed,
+/// and the first exception leaves the call (`trim`, the allocation); `Device::close` cannot
+/// report and drops it.
+struct SegmentCallbacks {
+  std::function<void(const SegmentInfo&)> created{};    ///< a segment exists (see above)
+  std::function<void(const SegmentInfo&)> destroyed{};  ///< a segment is about to be freed
+};
+
 /// @brief The device's stream-ordered memory pool. Obtained from `Device::pool()`.
 class FERRY_API DevicePool {
  public:
@@ -186,6 +253,23 @@ class FERRY_API DevicePool {
   [[nodiscard]] MemorySnapshot snapshot() const;
   /// @brief Drop recorded events (keeps segments and blocks).
   void clear_events();
+  /// @brief Install `callbacks` (see `SegmentCallbacks`), replacing any installed before.
+  /// Before returning, `callbacks.created` is called on the calling thread for every segment
+  /// alive now, in increasing id order, so the caller sees every segment exactly once whether
+  /// it was made before or after the call. The callbacks replaced get no further call (not even
+  /// `destroyed` for the segments they were told of): deregister what they registered before
+  /// replacing them, if needed. Empty callbacks (`{}`) uninstall.
+  /// If `created` throws for an existing segment, nothing is installed (the previous callbacks
+  /// stay), `callbacks.destroyed` is called for the segments already reported to this
+  /// `created`, newest first, and the exception leaves the call.
+  /// Errors: `invalid_argument` when the device is closed, or when called from inside a
+  /// segment callback of this pool.
+  /// Thread-safety: like every DevicePool method; a call runs under the pool's mutex.
+  void set_segment_callbacks(SegmentCallbacks callbacks,
+                             std::source_location where = std::source_location::current());
+  /// @brief The pool's live segments, in increasing id order (what `created` was or would be
+  /// told). Cheap: O(segments).
+  [[nodiscard]] std::vector<SegmentInfo> segments(std::source_location where = std::source_location::current()) const;
 
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;

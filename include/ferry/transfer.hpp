@@ -257,6 +257,14 @@ struct Upload {
   TimelinePoint ready{};  ///< the copy is complete once reached
 };
 
+/// @brief Result of `Transfer::copy_to`: a new buffer of the owner's device, owned by the
+/// owner queue, holding a copy of the source.
+struct PeerCopy {
+  DeviceBuffer buffer{};              ///< from the owner device's pool, owned by the owner queue
+  TimelinePoint ready{};              ///< the copy is complete once reached
+  PeerPath path = PeerPath::direct;   ///< how the copy ran (`same_device` within one device)
+};
+
 /// @brief Executes copies on a queue for buffers owned by other queues.
 class FERRY_API Transfer {
  public:
@@ -357,9 +365,55 @@ class FERRY_API Transfer {
                 std::source_location where = std::source_location::current());
   /// @brief Device-to-device copy of `bytes` (0 = all of `source`) on the executor; both
   /// owners are ordered around it like `download`, and `options` adds waits and signals.
+  ///
+  /// **Peer copies.** The source and the destination may be buffers of two devices A and B
+  /// (of one backend, opened in this process), one of which is the Transfer's device: the
+  /// copy then runs on the executor, on a copy engine, by the path `peer_path(other)` names
+  /// (CUDA/HIP: `cudaMemcpyPeerAsync`, with peer access enabled where the topology allows,
+  /// else staged by the driver through host memory; host devices: a memory copy).
+  ///  - Ordering, as for every Transfer call: the executor waits on the device for the work
+  ///    of the source's owner enqueued so far (its writes to the source) and for the
+  ///    destination owner's work so far (its last reads of the old contents); the destination's
+  ///    owner is then made to wait for the copy (GPU-side, as `UploadOptions::owner_waits`),
+  ///    so its work enqueued after the call sees the bytes. The source's owner's later work
+  ///    (a release too) is ordered after the copy's read. Cross-device waits are semaphores
+  ///    of one device waited on by a queue of the other (CUDA: events, valid across devices
+  ///    of one process; host: plain host objects).
+  ///  - `options.wait` may name points of either device; `options.signal` only semaphores of
+  ///    the Transfer's device (a queue signals its own device's semaphores).
+  ///  - Memory and budgets: nothing is allocated; each buffer stays in its own pool.
+  ///  - Lifetime: both devices stay open for the call. Closing either later is safe: a device
+  ///    that closes hands the semaphores a peer's queue may still wait on to that peer, which
+  ///    destroys them when it closes.
+  /// Errors: the rules of the one-device copy, and: `invalid_argument` when neither buffer is
+  /// on the Transfer's device, a buffer's device is closed, or a wait point is of a third
+  /// device; `unsupported`, naming the reason, when the backend has no peer copies (Vulkan,
+  /// interop pairs, null), for devices of different backends, or where the driver refuses.
   TimelinePoint copy(const DeviceBuffer& source, const DeviceBuffer& destination,
                      std::uint64_t bytes = 0, CallOptions options = {},
                      std::source_location where = std::source_location::current());
+  /// @brief Copy all of `source` into a new buffer from the pool of `owner`'s device, owned by
+  /// `owner`: a peer copy when `owner` is a queue of another device than the source's (one of
+  /// the two is the Transfer's device), else a plain device-to-device copy.
+  ///  - The destination is allocated in the owner device's pool, in the owner's stream order,
+  ///    exactly as an upload's (`UploadOptions::overlap` chooses between waiting for a block
+  ///    the owner released and growing the pool); it counts in that pool's budget only.
+  ///  - Ordering: the executor waits for the source owner's work so far and for the
+  ///    destination block's free point; with `options.owner_waits` (the default) the owner
+  ///    waits for the copy. `options.wait`/`signal` as for `copy`; `options.tag` labels the
+  ///    allocation. `options.mode` must be `owner_owned`.
+  ///  - Returns the buffer, its ready point and the path the copy took.
+  /// Errors: those of `copy`, and `invalid_argument` for a null owner, a mode other than
+  /// `owner_owned`; `out_of_memory` from the owner's pool.
+  PeerCopy copy_to(const DeviceBuffer& source, const Queue& owner, UploadOptions options = {},
+                   std::source_location where = std::source_location::current());
+  /// @brief How this Transfer's copies to or from buffers of `other` run: `same_device` for
+  /// its own device, else the peer path (`direct` or `staged`). May enable what the path needs
+  /// (CUDA: peer access from this device to `other`), once per pair of devices.
+  /// Errors: `invalid_argument` for a null or closed device; `unsupported`, with the reason,
+  /// when no copy between the two devices is possible (see `copy`).
+  [[nodiscard]] PeerPath peer_path(const Device& other,
+                                   std::source_location where = std::source_location::current()) const;
   /// @brief Host wait for every copy this Transfer had enqueued when the call began; throws
   /// `timeout` after `timeout`. Copies other threads enqueue during the wait are not waited
   /// for, and the host memory they use stays alive until they complete.
