@@ -150,8 +150,8 @@ class VulkanSemaphore final : public BackendSemaphore {
 /// One VkQueue as ferry uses it. Commands are recorded into a batch (one command buffer).
 /// A wait closes the batch being recorded (a wait applies to a whole submission); signals
 /// attach to the batch being recorded. Closed batches are not submitted until `flush()`, which
-/// submits all of them, in order, with one vkQueueSubmit2 call: consecutive operations cost one
-/// driver submission, however many waits and signals split them. The front end decides when
+/// submits them in order: consecutive operations without waits between them share one batch
+/// and cost one driver submission. The front end decides when
 /// to flush (after each call, or deferred: transfer.hpp, "Deferred submission"). Batches are
 /// recycled once this queue's private progress timeline shows them complete: no allocation per
 /// operation in the steady state.

@@ -157,8 +157,8 @@ void VulkanQueue::close() {
   recording_ = false;
 }
 
-// All closed submissions in one vkQueueSubmit2 (or vkQueueSubmit) call, each signalling this
-// queue's progress timeline for its batch's recycling. All of one device's submissions are
+// The closed submissions in order, each signalling this queue's progress timeline for its
+// batch's recycling. A failure part-way loses the rest (the device is typically lost). All of one device's submissions are
 // serialized (NVIDIA's driver has failed under concurrent vkQueueSubmit on two queues).
 void VulkanQueue::submit_closed() {
   if (closed_count_ == 0) return;
@@ -208,8 +208,10 @@ void VulkanQueue::submit_closed() {
         info.pSignalSemaphoreInfos = infos_.data() + at + waits;
         at += waits + signals;
       }
+      // One call per submission: the validation layer's timeline tracking has reported
+      // state timeouts for one semaphore signalled by several batches of one call.
       std::lock_guard lock(device_.submit_mutex());
-      FERRY_VK_CHECK(vk.vkQueueSubmit2(queue_, static_cast<std::uint32_t>(n), submits2_.data(), VK_NULL_HANDLE));
+      for (std::size_t i = 0; i < n; ++i) FERRY_VK_CHECK(vk.vkQueueSubmit2(queue_, 1, &submits2_[i], VK_NULL_HANDLE));
     } else {
       stages_.assign(total, kAllCommands);
       timelines_.resize(n);
@@ -239,7 +241,7 @@ void VulkanQueue::submit_closed() {
         at += waits + signals;
       }
       std::lock_guard lock(device_.submit_mutex());
-      FERRY_VK_CHECK(vk.vkQueueSubmit(queue_, static_cast<std::uint32_t>(n), submits_.data(), VK_NULL_HANDLE));
+      for (std::size_t i = 0; i < n; ++i) FERRY_VK_CHECK(vk.vkQueueSubmit(queue_, 1, &submits_[i], VK_NULL_HANDLE));
     }
   } catch (...) {
     // The submissions are lost with the failure (typically device loss); keep the queue
@@ -250,7 +252,7 @@ void VulkanQueue::submit_closed() {
     closed_count_ = 0;
     throw;
   }
-  driver_submits_.fetch_add(1, std::memory_order_relaxed);
+  driver_submits_.fetch_add(n, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) {
     if (closed_[i].has_batch) {
       closed_[i].batch.done = submitted_ + i + 1;
