@@ -166,6 +166,10 @@ class BackendQueue {
   /// (Vulkan), so that a wait on a signalled value must flush the signalling queue first.
   /// Default false: a signal is on its way once enqueued (stream backends).
   [[nodiscard]] virtual bool defers_signals() const { return false; }
+  /// On a backend that defers signals: while held, signal() only records (the front end's
+  /// deferred submission batches calls); otherwise each signal submits what was recorded up
+  /// to it at once. Default: nothing to hold.
+  virtual void hold_signals(bool /*held*/) {}
   /// Driver submissions made so far (Device::submissions); thread-safe. Default 0: no
   /// submission step.
   [[nodiscard]] virtual std::uint64_t driver_submits() const { return 0; }

@@ -232,6 +232,15 @@ class Call {
     const QueuePtr& exec = state_.exec;
     std::lock_guard elock(exec->mutex);
     enqueue_waits(*exec);
+    // Deferred submission: the call's signals wait for submit_or_defer() in finish().
+    const bool hold = state_.options.submit_batch > 1;
+    if (hold) exec->backend->hold_signals(true);
+    struct Release {
+      detail::BackendQueue* q;
+      ~Release() {
+        if (q != nullptr) q->hold_signals(false);
+      }
+    } release{hold ? exec->backend : nullptr};
     op(*exec);
     exec->dirty = true;
     submit_pending_ = true;

@@ -499,12 +499,13 @@ class Device final : public BackendDevice {
     auto stream = static_cast<cudaStream_t>(native.handle);
     if (vendor::is_implicit_stream(stream)) {
       throw Error(ErrorCode::invalid_argument,
-                  FERRY_GPU_LABEL ": adopt_queue: the null, legacy or per-thread default stream cannot be "
-                  "adopted: it synchronizes implicitly with other streams (or names a different stream "
-                  "on each thread), so ferry could not order work on it; pass a stream object",
+                  FERRY_GPU_LABEL ": adopt_queue: the null handle or the per-thread default stream cannot be "
+                  "adopted: the per-thread stream names a different stream on each thread, so ferry could "
+                  "not order work on it; pass a stream object (or the legacy default stream)",
                   {}, std::source_location{});
     }
     ContextGuard guard(*core_);
+    if (vendor::is_legacy_stream(stream)) return std::make_unique<Queue>(core_, stream, /*owned=*/false);
     if (const auto device = vendor::stream_device(stream); device && *device != core_->ordinal) {
       throw Error(ErrorCode::invalid_argument,
                   FERRY_GPU_LABEL ": adopt_queue: stream belongs to device " + std::to_string(*device) +

@@ -139,6 +139,7 @@ class PairQueue final : public BackendQueue {
   }
   void flush() override { inner_->flush(); }
   [[nodiscard]] bool defers_signals() const override { return inner_->defers_signals(); }
+  void hold_signals(bool held) override { inner_->hold_signals(held); }
   [[nodiscard]] std::uint64_t driver_submits() const override { return inner_->driver_submits(); }
   [[nodiscard]] bool wait_orders_later_work() const override { return inner_->wait_orders_later_work(); }
   [[nodiscard]] bool acquires_ownership() const override { return inner_->acquires_ownership(); }

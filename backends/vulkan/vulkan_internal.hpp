@@ -148,10 +148,10 @@ class VulkanSemaphore final : public BackendSemaphore {
 };
 
 /// One VkQueue as ferry uses it. Commands are recorded into a batch (one command buffer).
-/// A wait closes the batch being recorded (a wait applies to a whole submission); signals
-/// attach to the batch being recorded. Closed batches are not submitted until `flush()`, which
-/// submits them in order: consecutive operations without waits between them share one batch
-/// and cost one driver submission. The front end decides when
+/// A wait closes the batch being recorded (a wait applies to a whole submission); a signal
+/// attaches to it and submits everything recorded up to it, unless signals are held
+/// (hold_signals: the front end's deferred submission), when only `flush()` submits: all
+/// closed batches in one vkQueueSubmit2 call, however many waits split them. The front end decides when
 /// to flush (after each call, or deferred: transfer.hpp, "Deferred submission"). Batches are
 /// recycled once this queue's private progress timeline shows them complete: no allocation per
 /// operation in the steady state.
@@ -184,6 +184,7 @@ class VulkanQueue final : public BackendQueue {
                          std::uint32_t units) override;
   void flush() override;
   [[nodiscard]] bool defers_signals() const override { return true; }
+  void hold_signals(bool held) override;
   [[nodiscard]] std::uint32_t family() const override { return family_; }
   [[nodiscard]] bool acquires_ownership() const override { return true; }
 
@@ -240,6 +241,7 @@ class VulkanQueue final : public BackendQueue {
   std::uint64_t submitted_ = 0;
   std::atomic<std::uint64_t> driver_submits_{0};
   bool recording_ = false;
+  bool hold_ = false;  // hold_signals: signals wait for flush()
   bool batch_empty_ = true;  // no command recorded in the current batch yet
   bool writes_host_ = false;
   Batch current_;

@@ -157,8 +157,8 @@ void VulkanQueue::close() {
   recording_ = false;
 }
 
-// The closed submissions in order, each signalling this queue's progress timeline for its
-// batch's recycling. A failure part-way loses the rest (the device is typically lost). All of one device's submissions are
+// All closed submissions in one vkQueueSubmit2 (or vkQueueSubmit) call, each signalling this
+// queue's progress timeline for its batch's recycling. All of one device's submissions are
 // serialized (NVIDIA's driver has failed under concurrent vkQueueSubmit on two queues).
 void VulkanQueue::submit_closed() {
   if (closed_count_ == 0) return;
@@ -208,10 +208,8 @@ void VulkanQueue::submit_closed() {
         info.pSignalSemaphoreInfos = infos_.data() + at + waits;
         at += waits + signals;
       }
-      // One call per submission: the validation layer's timeline tracking has reported
-      // state timeouts for one semaphore signalled by several batches of one call.
       std::lock_guard lock(device_.submit_mutex());
-      for (std::size_t i = 0; i < n; ++i) FERRY_VK_CHECK(vk.vkQueueSubmit2(queue_, 1, &submits2_[i], VK_NULL_HANDLE));
+      FERRY_VK_CHECK(vk.vkQueueSubmit2(queue_, static_cast<std::uint32_t>(n), submits2_.data(), VK_NULL_HANDLE));
     } else {
       stages_.assign(total, kAllCommands);
       timelines_.resize(n);
@@ -241,7 +239,7 @@ void VulkanQueue::submit_closed() {
         at += waits + signals;
       }
       std::lock_guard lock(device_.submit_mutex());
-      for (std::size_t i = 0; i < n; ++i) FERRY_VK_CHECK(vk.vkQueueSubmit(queue_, 1, &submits_[i], VK_NULL_HANDLE));
+      FERRY_VK_CHECK(vk.vkQueueSubmit(queue_, static_cast<std::uint32_t>(n), submits_.data(), VK_NULL_HANDLE));
     }
   } catch (...) {
     // The submissions are lost with the failure (typically device loss); keep the queue
@@ -252,7 +250,7 @@ void VulkanQueue::submit_closed() {
     closed_count_ = 0;
     throw;
   }
-  driver_submits_.fetch_add(n, std::memory_order_relaxed);
+  driver_submits_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) {
     if (closed_[i].has_batch) {
       closed_[i].batch.done = submitted_ + i + 1;
@@ -288,13 +286,23 @@ void VulkanQueue::signal(BackendSemaphore& sem, std::uint64_t value) {
   auto& s = static_cast<VulkanSemaphore&>(sem);
   std::lock_guard lock(mutex_);
   s.mark_queued();
+  bool merged = false;
   for (auto& [handle, v] : open_.signals) {
     if (handle == s.handle()) {  // front end: values of one semaphore only grow
       v = std::max(v, value);
-      return;
+      merged = true;
     }
   }
-  open_.signals.emplace_back(s.handle(), value);
+  if (!merged) open_.signals.emplace_back(s.handle(), value);
+  if (!hold_) {
+    close();
+    submit_closed();
+  }
+}
+
+void VulkanQueue::hold_signals(bool held) {
+  std::lock_guard lock(mutex_);
+  hold_ = held;
 }
 
 void VulkanQueue::wait(BackendSemaphore& sem, std::uint64_t value) {

@@ -84,8 +84,8 @@
 /// ## Deferred submission
 /// On Vulkan a queue submission costs the host several microseconds (a driver call, and on
 /// most drivers a kernel round trip), more than recording a small copy. So the executor
-/// records consecutive calls into one submission and submits them together (calls without
-/// waits between them share one command buffer and one vkQueueSubmit2):
+/// records consecutive calls and submits them together, with one vkQueueSubmit2 however many
+/// waits and signals they carry:
 ///  - when `TransferOptions::submit_batch` calls are pending, or a call brings the pending
 ///    copies to `TransferOptions::submit_bytes` (1 MiB by default: a large copy starts at
 ///    once, so its DMA overlaps the host's next work; small ones share a submission);

@@ -593,7 +593,11 @@ NB_MODULE(_ferry, m) {
              return d.device.create_queue(role, name, priority);
            }, "role"_a, "name"_a = "", "priority"_a = 0)
       .def("adopt_queue", [](PyDevice& d, nb::handle stream, ferry::QueueRole role, const std::string& name) {
-             return d.adopt(native_stream(stream), role, name.empty() ? std::string("adopted") : name);
+             std::uintptr_t handle = native_stream(stream);
+             // PyTorch's default stream reports handle 0: on CUDA that is the legacy default
+             // stream, which the backend adopts by its own name.
+             if (handle == 0 && d.device.backend() == ferry::Backend::cuda) handle = 1;  // cudaStreamLegacy
+             return d.adopt(handle, role, name.empty() ? std::string("adopted") : name);
            }, "stream"_a, "role"_a = ferry::QueueRole::compute, "name"_a = "", nb::keep_alive<0, 2>(),
            "Adopt an engine's stream (an int cudaStream_t/hipStream_t, an object with "
            "__cuda_stream__ such as torch.cuda.Stream). ferry never destroys it; keep it alive "

@@ -160,3 +160,29 @@ CONFORMANCE_CASE("cuda: a copy out of adopted memory waits for the engine's own 
   CHECK(cudaFree(p) == cudaSuccess);
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
+
+CONFORMANCE_CASE("cuda: the legacy default stream is adopted; the per-thread one is refused") {
+  Device dev = conformance::open_device();
+  REQUIRE(cudaSetDevice(conformance::options().ordinal) == cudaSuccess);
+  conformance::expect_error(ErrorCode::invalid_argument,
+                            [&] { (void)dev.adopt_queue(QueueRole::compute, NativeQueue{.handle = cudaStreamPerThread}); },
+                            "adopt_queue(cudaStreamPerThread)");
+  Queue legacy = dev.adopt_queue(QueueRole::compute, NativeQueue{.handle = cudaStreamLegacy}, "legacy");
+  constexpr std::size_t n = (1 << 20) + 5;
+  Transfer xfer(dev);
+  HostBuffer src = dev.host_pool().allocate(n);
+  for (std::size_t i = 0; i < n; ++i) src.data()[i] = static_cast<std::byte>(i * 5 + 3);
+  Upload up = xfer.upload(src, legacy);  // the legacy stream waits for the copy
+  void* out = nullptr;
+  REQUIRE(cudaMalloc(&out, n) == cudaSuccess);
+  // Engine work on the legacy stream, after the upload call: ordered after the copy.
+  REQUIRE(cudaMemcpyAsync(out, reinterpret_cast<void*>(up.buffer.view().address), n, cudaMemcpyDeviceToDevice,
+                          cudaStreamLegacy) == cudaSuccess);
+  std::vector<std::byte> back(n);
+  REQUIRE(cudaMemcpyAsync(back.data(), out, n, cudaMemcpyDeviceToHost, cudaStreamLegacy) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess);
+  CHECK(std::memcmp(back.data(), src.data(), n) == 0);
+  up.buffer.release().wait(std::chrono::seconds(30));
+  CHECK(cudaFree(out) == cudaSuccess);
+  dev.close();
+}

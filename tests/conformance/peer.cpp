@@ -39,7 +39,7 @@ bool peer_supported(Transfer& xfer, Device& other, DeviceBuffer& local, Queue& o
     return true;
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::unsupported);
-    MESSAGE("not supported: peer copies: " << e.what());
+    MESSAGE("not supported: peer copies: " << std::string(e.what()));
     DeviceBuffer far = other.pool().allocate(local.size(), other_owner);
     conformance::expect_error(ErrorCode::unsupported, [&] { (void)xfer.copy(local, far); }, "copy to the other device");
     conformance::expect_error(ErrorCode::unsupported, [&] { (void)xfer.copy(far, local); },

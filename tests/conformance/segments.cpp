@@ -44,9 +44,9 @@ struct Recorder {
         problems.push_back("destroyed but never created: segment " + std::to_string(s.id));
         return;
       }
-      const SegmentInfo& c = it->second;
-      if (c.address != s.address || c.size != s.size || c.native != s.native || c.vulkan_memory != s.vulkan_memory ||
-          c.pointer != s.pointer) {
+      const SegmentInfo& was = it->second;
+      if (was.address != s.address || was.size != s.size || was.native != s.native ||
+          was.vulkan_memory != s.vulkan_memory || was.pointer != s.pointer) {
         problems.push_back("segment " + std::to_string(s.id) + " destroyed with another description");
       }
       live.erase(it);

@@ -235,9 +235,15 @@ inline void wait_value64_geq(cudaStream_t s, void* dev_ptr, std::uint64_t value)
 }
 
 /// True for handles that name an implicit stream rather than a stream object.
-inline bool is_implicit_stream(cudaStream_t s) {
-  return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread;
-}
+/// Streams adopt_queue refuses: the null handle, and the per-thread default stream, which
+/// names a different stream on each thread. The legacy default stream (`cudaStreamLegacy`,
+/// PyTorch's default stream) is one stream of the context: events order it like any other, and
+/// its implicit synchronization with blocking streams only adds ordering (ferry's own streams
+/// are non-blocking, so it adds none to them).
+inline bool is_implicit_stream(cudaStream_t s) { return s == nullptr || s == cudaStreamPerThread; }
+/// The legacy default stream, which the driver cannot attribute to a device: it is the
+/// current context's, which adopt_queue binds.
+inline bool is_legacy_stream(cudaStream_t s) { return s == cudaStreamLegacy; }
 
 /// Device ordinal of a stream, or nullopt where the vendor API cannot tell. Throws
 /// invalid_argument when the handle is not a live stream.

@@ -164,6 +164,7 @@ inline void wait_value64_geq(hipStream_t s, void* dev_ptr, std::uint64_t value) 
 }
 
 inline bool is_implicit_stream(hipStream_t s) { return s == nullptr || s == hipStreamPerThread; }
+inline bool is_legacy_stream(hipStream_t /*s*/) { return false; }
 
 /// Device ordinal of a stream, or nullopt where HIP cannot tell (before ROCm 6).
 inline std::optional<int> stream_device(hipStream_t s) {
