@@ -98,7 +98,9 @@ CONFORMANCE_CASE("segments: reported before use, with the blocks inside, and aga
   REQUIRE(r.created() == 2);
   {
     std::lock_guard lock(r.mutex);
-    for (const auto& [id, s] : r.live) {
+    for (const auto& entry : r.live) {
+      const std::uint64_t id = entry.first;
+      const SegmentInfo& s = entry.second;
       CAPTURE(id);
       CHECK(s.backend == dev.backend());
       CHECK(s.size > 0);
