@@ -50,14 +50,6 @@ void note_waited(QueueState& q, std::uint32_t timeline, std::uint64_t value) {
 
 }  // namespace
 
-namespace {
-void raise(std::atomic<std::uint64_t>& a, std::uint64_t value) noexcept {
-  std::uint64_t seen = a.load(std::memory_order_relaxed);
-  while (seen < value && !a.compare_exchange_weak(seen, value, std::memory_order_release, std::memory_order_relaxed)) {
-  }
-}
-}  // namespace
-
 void ensure_submitted(SemaphoreState& s, std::uint64_t value) {
   if (s.submitted.load(std::memory_order_acquire) >= value) return;
   std::lock_guard lock(s.mutex);
@@ -66,14 +58,14 @@ void ensure_submitted(SemaphoreState& s, std::uint64_t value) {
   // backend queue locks itself: flushing it while its front-end queue is mid-call only splits
   // that call's work into two submissions.
   s.submitter->flush();
-  raise(s.submitted, value);
+  raise_to(s.submitted, value);
 }
 
 void flush(QueueState& q) {
   q.backend->flush();
   q.deferred_calls = 0;
   q.deferred_bytes = 0;
-  if (q.backend->defers_signals()) raise(q.timeline->submitted, q.last_mark);
+  if (q.backend->defers_signals()) raise_to(q.timeline->submitted, q.last_mark);
 }
 
 void submit_or_defer(QueueState& q, std::uint64_t bytes, std::uint32_t max_calls, std::uint64_t max_bytes) {

@@ -26,6 +26,13 @@ namespace ferry::detail {
 
 struct DeviceState;
 
+/// Raise `a` to `value` (no-op when it is already at or above it); never lowers it.
+inline void raise_to(std::atomic<std::uint64_t>& a, std::uint64_t value) noexcept {
+  std::uint64_t seen = a.load(std::memory_order_relaxed);
+  while (seen < value && !a.compare_exchange_weak(seen, value, std::memory_order_release, std::memory_order_relaxed)) {
+  }
+}
+
 struct SemaphoreState {
   std::weak_ptr<DeviceState> device;
   DeviceState* device_id = nullptr;  // identity only; never dereferenced without `device`
@@ -60,12 +67,7 @@ struct SemaphoreState {
     return reached.load(std::memory_order_acquire) >= value;
   }
   /// Raise `reached` to `value` (no-op when lower).
-  void note_reached(std::uint64_t value) noexcept {
-    std::uint64_t seen = reached.load(std::memory_order_relaxed);
-    while (seen < value && !reached.compare_exchange_weak(seen, value, std::memory_order_release,
-                                                          std::memory_order_relaxed)) {
-    }
-  }
+  void note_reached(std::uint64_t value) noexcept { raise_to(reached, value); }
 };
 
 /// The completion policy's constants (see the file comment).

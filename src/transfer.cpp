@@ -147,7 +147,7 @@ class Call {
                       where_);
       }
     }
-    // Empty lists leave the call as it was: no extra wait, signal or flush on the hot path.
+    // Empty lists add no wait, signal or flush: a call without lists pays nothing for them.
     wait_ = wait.empty() ? nullptr : &wait;
     signal_ = signal.empty() ? nullptr : &signal;
   }
@@ -235,12 +235,12 @@ class Call {
     // Deferred submission: the call's signals wait for submit_or_defer() in finish().
     const bool hold = state_.options.submit_batch > 1;
     if (hold) exec->backend->hold_signals(true);
-    struct Release {
+    struct Unhold {  // also when op() throws
       detail::BackendQueue* q;
-      ~Release() {
+      ~Unhold() {
         if (q != nullptr) q->hold_signals(false);
       }
-    } release{hold ? exec->backend : nullptr};
+    } unhold{hold ? exec->backend : nullptr};
     op(*exec);
     exec->dirty = true;
     submit_pending_ = true;

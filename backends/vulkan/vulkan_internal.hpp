@@ -317,6 +317,15 @@ class VulkanDevice final : public BackendDevice {
   [[nodiscard]] std::mutex& submit_mutex() noexcept { return *submit_mutex_; }
   [[nodiscard]] bool concurrent_sharing() const noexcept { return concurrent_; }
   /// Whether `segment`'s buffer is CONCURRENT (per its record; see VulkanAllocation::sharing).
+  /// Whether moving `segment`'s range from `src_family` to `dst_family` needs a queue-family
+  /// ownership transfer: never within a family; for a CONCURRENT buffer only to or from
+  /// another API (VK_QUEUE_FAMILY_EXTERNAL, interop pairs), which is required either way.
+  [[nodiscard]] bool needs_ownership_transfer(const Segment* segment, std::uint32_t src_family,
+                                              std::uint32_t dst_family) const noexcept {
+    if (src_family == dst_family) return false;
+    return !concurrent_sharing(segment) || src_family == VK_QUEUE_FAMILY_EXTERNAL ||
+           dst_family == VK_QUEUE_FAMILY_EXTERNAL;
+  }
   [[nodiscard]] bool concurrent_sharing(const Segment* segment) const noexcept {
     const auto sharing = static_cast<const VulkanAllocation*>(segment->backend_data)->sharing;
     return sharing == VulkanAllocation::Sharing::device ? concurrent_

@@ -89,9 +89,7 @@ EngineAcquire engine_acquire(const DeviceBuffer& buffer, const TimelinePoint& re
   const std::shared_ptr<detail::OwedAcquire>& owed = b.owed;
   if (!owed || owed->to != b.owner->backend || owed->taken.load(std::memory_order_acquire)) return out;
   const std::uint32_t src = owed->from->family(), dst = owed->to->family();
-  // The rules of VulkanQueue::ownership_barrier: no barrier within a family, none for a
-  // CONCURRENT buffer between ferry's own families.
-  if (src == dst || vk->concurrent_sharing(owed->range.segment)) return out;
+  if (!vk->needs_ownership_transfer(owed->range.segment, src, dst)) return out;
   if (owed->taken.exchange(true, std::memory_order_acq_rel)) return out;  // ferry took it meanwhile
   out.barrier_needed = true;
   out.barrier.srcStageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;

@@ -329,12 +329,8 @@ static_assert(kExternalQueueFamily == VK_QUEUE_FAMILY_EXTERNAL);
 
 void VulkanQueue::ownership_barrier(DeviceRef range, std::uint64_t bytes, std::uint32_t src_family,
                                     std::uint32_t dst_family, bool release) {
-  if (src_family == dst_family) return;
-  // CONCURRENT buffers need no transfer between ferry's families, but one to or from another
-  // API (VK_QUEUE_FAMILY_EXTERNAL, interop pairs) is required either way.
-  const bool external = src_family == VK_QUEUE_FAMILY_EXTERNAL || dst_family == VK_QUEUE_FAMILY_EXTERNAL;
+  if (!device_.needs_ownership_transfer(range.segment, src_family, dst_family)) return;
   const bool concurrent = device_.concurrent_sharing(range.segment);
-  if (concurrent && !external) return;
   std::lock_guard lock(mutex_);
   order({});
   VkBufferMemoryBarrier bb{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};

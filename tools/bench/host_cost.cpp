@@ -103,7 +103,7 @@ HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int ca
     if (dev.backend() == ferry::Backend::vulkan) {
       const LoopTimes batched =
           time_loop(dev, bytes, calls, {.tag = "host cost", .owner_waits = false}, {.submit_batch = 16});
-      r.variants.push_back({"owner_waits = false, submit_batch = 16", batched.upload, batched.pair});
+      r.variants.push_back({HostCost::kBatchedVariant, batched.upload, batched.pair});
     }
   }
   {

@@ -238,7 +238,7 @@ std::vector<Verdict> verdicts(const Run& run) {
     // submission), judged against one raw vkQueueSubmit per copy measured in the same run.
     if (run.backend == "vulkan") {
       for (const HostCost::Variant& v : h.variants) {
-        if (v.what != "owner_waits = false, submit_batch = 16") continue;
+        if (v.what != HostCost::kBatchedVariant) continue;
         const double deferred_bar = run.is_gpu ? vulkan_deferred_host_us_bar : 0;
         std::string t = size_label(h.bytes) + " upload call, owner_waits = false, submit_batch = 16: median " +
                         fmt("%.2f", v.upload.median) + " us (p90 " + fmt("%.2f", v.upload.p90) + ")";
