@@ -240,7 +240,7 @@ std::vector<Verdict> verdicts(const Run& run) {
       for (const HostCost::Variant& v : h.variants) {
         if (v.what != HostCost::kBatchedVariant) continue;
         const double deferred_bar = run.is_gpu ? vulkan_deferred_host_us_bar : 0;
-        std::string t = size_label(h.bytes) + " upload call, owner_waits = false, submit_batch = 16: median " +
+        std::string t = size_label(h.bytes) + " upload call, " + v.what + ": median " +
                         fmt("%.2f", v.upload.median) + " us (p90 " + fmt("%.2f", v.upload.p90) + ")";
         if (h.vulkan.measured) t += "; " + h.vulkan.what + ": median " + fmt("%.2f", h.vulkan.median_us) + " us";
         t += deferred_bar > 0 ? " (bar <= " + fmt("%.0f", deferred_bar) + " us)" : " (bar applies to a Vulkan GPU)";
