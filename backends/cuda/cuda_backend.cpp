@@ -460,6 +460,11 @@ class Device final : public BackendDevice {
     FERRY_GPU_CHECK(cudaDeviceGetStreamPriorityRange(&core_->priority_least, &core_->priority_greatest));
     core_->max_blocks = std::max(1, prop.multiProcessorCount) * 4;
     core_->stream_mem_ops64 = features.stream_mem_ops64;
+#if FERRY_GPU_HAS_KERNELS
+    // Before any queue can wait for the host: a lazily loaded kernel's first launch could
+    // otherwise wait behind such a queue (kernels.hpp).
+    FERRY_GPU_CHECK(preload_kernels());
+#endif
 
     caps_.name = prop.name;
     caps_.backend = FERRY_GPU_BACKEND;

@@ -17,4 +17,11 @@ namespace ferry::detail::cuda_impl {
 cudaError_t launch_synthetic_compute(const void* in, void* out, std::uint64_t bytes,
                                      std::uint32_t units, int max_blocks, cudaStream_t stream);
 
+/// Load the backend's kernels into the current context now. Under lazy loading (CUDA's
+/// default since 12.2) a kernel's first launch loads it, and loading may wait for work already
+/// queued in the context; a launch behind a stream that waits for the host (an engine's
+/// semaphore the host signals after the launch) then never returns. Loading every kernel when
+/// a device opens keeps each launch asynchronous. Returns the status of the load.
+cudaError_t preload_kernels();
+
 }  // namespace ferry::detail::cuda_impl
