@@ -29,6 +29,11 @@ AdoptedRange BackendDevice::adopt_memory(const NativeMemory&, std::uint64_t) {
               std::source_location{});
 }
 
+std::unique_ptr<HostMemory> BackendDevice::adopt_host(std::byte*, std::uint64_t) {
+  throw Error(ErrorCode::unsupported, capabilities().name + ": adopting page-locked host memory is not supported",
+              {}, std::source_location{});
+}
+
 // Peer copies: a backend that does not override these shares neither memory nor semaphores
 // between its devices (Vulkan: two VkDevices would need external memory and semaphores
 // imported into each other; interop pairs: each side is one GPU already).

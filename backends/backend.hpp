@@ -96,6 +96,10 @@ struct HostMemory {
   std::uint64_t size = 0;        ///< bytes
   void* backend_data = nullptr;  ///< backend private (Vulkan: VkBuffer + memory record)
   bool registered = false;       ///< user memory (vs. allocated by the backend)
+  /// An engine's page-locked memory (adopt_host): also `registered` (never freed by the
+  /// backend), and not registered by the backend either, so free_host drops only what the
+  /// backend attached to it.
+  bool adopted = false;
 };
 
 /// Host memory at `ptr` as the backend knows it: `registered` for user memory (registered,
@@ -105,6 +109,13 @@ inline std::unique_ptr<HostMemory> host_memory(std::byte* ptr, std::uint64_t byt
   memory->ptr = ptr;
   memory->size = bytes;
   memory->registered = registered;
+  return memory;
+}
+
+/// An engine's memory at `ptr` as adopt_host returns it: registered and adopted.
+inline std::unique_ptr<HostMemory> adopted_host_memory(std::byte* ptr, std::uint64_t bytes) {
+  auto memory = host_memory(ptr, bytes, /*registered=*/true);
+  memory->adopted = true;
   return memory;
 }
 
@@ -225,8 +236,15 @@ class BackendDevice {
   /// registrations). Throw `unsupported` if impossible, `invalid_argument` for alignment the
   /// backend needs.
   virtual std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) = 0;
-  /// Free pinned memory or unregister user memory.
+  /// Free pinned memory or unregister user memory; for adopted memory, release only what
+  /// adopt_host attached (the memory stays the engine's).
   virtual void free_host(std::unique_ptr<HostMemory> memory) = 0;
+  /// Optional: describe an engine's page-locked host memory (HostPool::adopt) for DMA. The
+  /// front end checked: non-null, size > 0, no wrap-around. The backend checks what its
+  /// driver can tell (CUDA: page-locked for this device), throwing `invalid_argument` naming
+  /// it, and returns memory with `registered` and `adopted` set. Default (backend.cpp):
+  /// `unsupported`.
+  virtual std::unique_ptr<HostMemory> adopt_host(std::byte* ptr, std::uint64_t bytes);
   /// Optional: bind the device to the calling thread for one front-end call, so that the
   /// backend entry points the call makes skip binding it each (CUDA: one context query per
   /// call instead of one per entry point). Paired with unbind_thread on the same thread, which

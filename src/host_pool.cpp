@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The pinned host pool: allocations, registered user memory, and the HostBuffer handle.
+// The pinned host pool: allocations, registered user memory, adopted engine memory, and the
+// HostBuffer handle.
+#include <cstdio>
 #include <algorithm>
 
 #include "device_state.hpp"
@@ -13,7 +15,9 @@ HostAllocation::~HostAllocation() {
   if (!d || d->closed.load()) return;  // freed by host_pool_close
   std::lock_guard lock(d->host.mutex);
   if (!memory) return;
-  if (memory->registered) {
+  if (memory->adopted) {
+    // Adopted ranges are in neither the registration map nor the pinned count.
+  } else if (memory->registered) {
     d->host.registered.erase(reinterpret_cast<std::uintptr_t>(memory->ptr));
   } else {
     d->host.pinned_bytes -= memory->size;
@@ -66,7 +70,11 @@ std::uint64_t HostBuffer::size(std::source_location where) const {
   return live_host(state_, "HostBuffer::size", where).size;
 }
 bool HostBuffer::registered(std::source_location where) const {
-  return live_host(state_, "HostBuffer::registered", where).registered;
+  const auto& m = live_host(state_, "HostBuffer::registered", where);
+  return m.registered && !m.adopted;
+}
+bool HostBuffer::adopted(std::source_location where) const {
+  return live_host(state_, "HostBuffer::adopted", where).adopted;
 }
 
 HostBuffer HostPool::allocate(std::uint64_t bytes, std::source_location where) {
@@ -112,6 +120,41 @@ HostBuffer HostPool::register_memory(std::span<std::byte> memory, std::source_lo
     throw Error(err.code(), "HostPool::register_memory: " + err.message(), err.call(), where);
   }
   d->host.registered.emplace(start, end);
+  std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
+  d->host.live.push_back(a);
+  return detail::access::make<HostBuffer>(std::move(a));
+}
+
+// Adopted memory is the engine's: described to the backend (which checks its pinning), kept
+// out of the registration map (ranges of one pinned allocation may be adopted many times, as
+// tensor views of one storage are) and out of pinned_bytes (ferry pinned none of it).
+HostBuffer HostPool::adopt(void* data, std::uint64_t size, std::source_location where) {
+  constexpr const char* fn = "HostPool::adopt";
+  auto d = device_->shared_from_this();
+  FERRY_REQUIRE(!d->closed.load(), fn, "the device is closed", where);
+  FERRY_REQUIRE(data != nullptr, fn, "data is a null pointer", where);
+  FERRY_REQUIRE(size > 0, fn, "size 0 is not allowed", where);
+  const auto start = reinterpret_cast<std::uintptr_t>(data);
+  FERRY_REQUIRE(size <= UINTPTR_MAX - start, fn,
+                "data 0x" + [&] {
+                  char text[32];
+                  std::snprintf(text, sizeof text, "%llx", static_cast<unsigned long long>(start));
+                  return std::string(text);
+                }() + " + size " + std::to_string(size) + " wraps around the address space",
+                where);
+  auto a = std::make_shared<detail::HostAllocation>();
+  a->device = d;
+  a->device_id = device_;
+  {
+    const detail::BoundThread bound(*d->backend);
+    try {
+      a->memory = d->backend->adopt_host(static_cast<std::byte*>(data), size);
+    } catch (const Error& err) {
+      throw Error(err.code(), std::string(fn) + "(" + std::to_string(size) + " bytes): " + err.message(), err.call(),
+                  where);
+    }
+  }
+  std::lock_guard lock(d->host.mutex);
   std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
   d->host.live.push_back(a);
   return detail::access::make<HostBuffer>(std::move(a));

@@ -477,6 +477,31 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
   return done;
 }
 
+TimelinePoint Transfer::upload_into(const HostBuffer& source, std::uint64_t source_offset, std::uint64_t bytes,
+                                    const DeviceBuffer& destination, std::uint64_t destination_offset,
+                                    UploadOptions options, std::source_location where) {
+  constexpr const char* fn = "Transfer::upload_into(range)";
+  Call call(state_, fn, where);
+  auto& d = call.device();
+  auto& host = detail::checked_host(source, &d, fn, where);
+  auto& b = detail::checked_block(destination, &d, fn, where);
+  detail::check_range(source_offset, bytes, host.memory->size, fn, "source", where);
+  detail::check_range(destination_offset, bytes, b.requested, fn, "destination", where);
+  call.order(options.wait, options.signal);
+  call.lock();
+  // The owner may still read the old contents, and the bytes outside the range stay: the
+  // range changes hands with the rest of the buffer's contents kept.
+  const QueuePtr owner = call.access(b, bytes < b.requested);
+  const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
+    detail::DeviceRef dst = detail::ref(b);
+    dst.offset += destination_offset;
+    e.backend->copy_h2d(dst, detail::HostRef{host.memory.get(), source_offset}, bytes);
+  });
+  call.finish("copy h2d (preallocated)", bytes, done, detail::access::state(source));
+  if (options.owner_waits) detail::make_owner_wait(owner, done);
+  return done;
+}
+
 TimelinePoint Transfer::upload_into(std::span<const HostView> views, const DeviceBuffer& destination,
                                     std::span<const std::uint64_t> offsets, UploadOptions options,
                                     std::source_location where) {

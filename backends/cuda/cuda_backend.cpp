@@ -474,6 +474,7 @@ class Device final : public BackendDevice {
     caps_.copy_engines = features.copy_engines;
     caps_.dedicated_transfer_queue = true;   // its own stream; copies go to the copy engines
     caps_.host_memory_registration = true;   // cudaHostRegister
+    caps_.host_memory_adoption = true;       // cudaPointerGetAttributes says page-locked
     caps_.min_alignment = 256;               // cudaMalloc guarantees 256; keeps copies aligned
     caps_.uuid = features.uuid_bytes;
     auto yes_no = [](bool b) { return b ? "yes" : "no"; };
@@ -606,7 +607,50 @@ class Device final : public BackendDevice {
     return memory;
   }
 
+  // An engine's page-locked memory: DMA reads and writes it directly only if the driver
+  // knows it as page-locked for this device (else it would treat it as pageable and copy it
+  // through its own staging, synchronously). Both ends are asked, since an allocation ends
+  // where its pinning ends. Memory pinned under another device's context counts for this
+  // one only when portable; cudaHostGetFlags answers that for cudaHostAlloc memory, and
+  // fails for registered memory, whose flags the driver does not report.
+  std::unique_ptr<HostMemory> adopt_host(std::byte* ptr, std::uint64_t bytes) override {
+    ContextGuard guard(*core_);
+    for (std::byte* at : {ptr, ptr + (bytes - 1)}) {
+      const vendor::PointerLocation where = vendor::pointer_location(at);
+      const std::string which = at == ptr ? "first" : "last";
+      if (!where.host_memory) {
+        throw Error(ErrorCode::invalid_argument,
+                    FERRY_GPU_LABEL ": the range's " + which + " byte is not page-locked host memory (" +
+                        (where.device_memory ? "it is device memory; adopt it with Device::adopt_memory"
+                                             : "pageable: pin it (cudaHostAlloc, cudaHostRegister, "
+                                               "HostPool::register_memory) or upload it as pageable memory") +
+                        ")",
+                    {}, std::source_location{});
+      }
+      if (where.device == core_->ordinal) continue;
+      unsigned int flags = 0;
+      const cudaError_t e = cudaHostGetFlags(&flags, at);
+      if (e == cudaErrorInvalidValue) (void)cudaGetLastError();
+      if (e != cudaSuccess && e != cudaErrorInvalidValue) {
+        raise_vendor_error(vendor::classify(e), FERRY_GPU_NAME(cudaHostGetFlags), vendor::describe(e), __FILE__,
+                           __LINE__);
+      }
+      if (e != cudaSuccess || (flags & cudaHostAllocPortable) == 0) {
+        throw Error(ErrorCode::invalid_argument,
+                    FERRY_GPU_LABEL ": the range's " + which + " byte is page-locked for device " +
+                        std::to_string(where.device) + ", not for device " + std::to_string(core_->ordinal) +
+                        ", and not portable (" +
+                        (e == cudaSuccess ? std::string("cudaHostGetFlags reports no cudaHostAllocPortable")
+                                          : std::string("registered memory, whose flags the driver does not report")) +
+                        ")",
+                    {}, std::source_location{});
+      }
+    }
+    return adopted_host_memory(ptr, bytes);
+  }
+
   void free_host(std::unique_ptr<HostMemory> memory) override {
+    if (memory->adopted) return;  // the engine's: nothing was pinned or registered by ferry
     ContextGuard guard(*core_);
     if (memory->registered) {
       FERRY_GPU_CHECK(cudaHostUnregister(memory->ptr));

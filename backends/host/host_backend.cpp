@@ -572,6 +572,7 @@ class HostDevice final : public BackendDevice {
     caps_.separate_queue_families = false;
     caps_.ownership_transfer = false;
     caps_.host_memory_registration = true;
+    caps_.host_memory_adoption = true;
     caps_.timeline_export = false;
     caps_.min_alignment = 256;
     caps_.max_allocation_bytes = memory_limit_;
@@ -656,6 +657,11 @@ class HostDevice final : public BackendDevice {
   // Any range is accepted: there is nothing to pin. The memory stays the user's.
   std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) override {
     return host_memory(ptr, bytes, /*registered=*/true);
+  }
+
+  // Any range is adopted as it is: the process's memory is the device's, DMA-able already.
+  std::unique_ptr<HostMemory> adopt_host(std::byte* ptr, std::uint64_t bytes) override {
+    return adopted_host_memory(ptr, bytes);
   }
 
   void free_host(std::unique_ptr<HostMemory> memory) override {

@@ -117,6 +117,7 @@ class NullDevice final : public BackendDevice {
     caps_.copy_engines = 1;
     caps_.dedicated_transfer_queue = true;
     caps_.host_memory_registration = true;
+    caps_.host_memory_adoption = true;
     caps_.min_alignment = kAlignment;
     caps_.notes = "copies move no bytes; queue signals reached " + std::to_string(lag_) +
                   " signals late (FERRY_NULL_LAG)";
@@ -151,6 +152,10 @@ class NullDevice final : public BackendDevice {
   }
   std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) override {
     return host_memory(ptr, bytes, /*registered=*/true);
+  }
+  // Like registration: the null device only describes the range, never accesses it.
+  std::unique_ptr<HostMemory> adopt_host(std::byte* ptr, std::uint64_t bytes) override {
+    return adopted_host_memory(ptr, bytes);
   }
   void free_host(std::unique_ptr<HostMemory> memory) override {
     if (!memory->registered) std::free(memory->ptr);

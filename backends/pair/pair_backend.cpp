@@ -318,6 +318,14 @@ class PairDevice final : public BackendDevice {
     return register_both(ptr, bytes);
   }
 
+  // Not offered: the Vulkan side would import the range (VK_EXT_external_memory_host) and the
+  // CUDA side check its pinning, one view per API, and a registration does that already.
+  std::unique_ptr<HostMemory> adopt_host(std::byte*, std::uint64_t) override {
+    pair_fail(ErrorCode::unsupported,
+              "adopting host memory is not supported by interop pairs: both APIs would need the range "
+              "(VK_EXT_external_memory_host on the Vulkan side); register it with HostPool::register_memory");
+  }
+
   void free_host(std::unique_ptr<HostMemory> memory) override {
     std::unique_ptr<PairHost> pair(static_cast<PairHost*>(memory->backend_data));
     side_[kVulkan]->free_host(std::move(pair->side[kVulkan]));

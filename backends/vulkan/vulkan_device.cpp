@@ -346,6 +346,7 @@ void VulkanDevice::finish_setup(std::uint32_t compute_index, std::uint32_t trans
   caps_.separate_queue_families = separate;
   caps_.ownership_transfer = separate && !concurrent_;
   caps_.host_memory_registration = host_import_;
+  caps_.host_memory_adoption = host_import_;
   caps_.timeline_export = fd_export_;
   static_assert(sizeof(caps_.uuid) == VK_UUID_SIZE);
   std::memcpy(caps_.uuid.data(), id.deviceUUID, VK_UUID_SIZE);
@@ -784,6 +785,26 @@ std::unique_ptr<HostMemory> VulkanDevice::register_host(std::byte* ptr, std::uin
   memory->size = bytes;
   memory->backend_data = record.release();
   memory->registered = true;
+  return memory;
+}
+
+// A Vulkan queue addresses host memory only through a VkDeviceMemory: an engine's range is
+// imported exactly as a registration imports it (which, unlike CUDA's registration, pins
+// nothing the engine would have to undo), and free_host destroys the import alone.
+std::unique_ptr<HostMemory> VulkanDevice::adopt_host(std::byte* ptr, std::uint64_t bytes) {
+  if (!host_import_) {
+    vk_fail(ErrorCode::unsupported, "adopting host memory needs VK_EXT_external_memory_host (a Vulkan queue "
+                                    "addresses host memory that ferry did not allocate only through an import), "
+                                    "which " + caps_.name + (owns_objects_ ? " lacks" : " was not adopted with"));
+  }
+  const auto align = host_import_alignment_;
+  if (reinterpret_cast<std::uintptr_t>(ptr) % align != 0 || bytes % align != 0) {
+    vk_fail(ErrorCode::invalid_argument, "adopted host memory: pointer and size (" + std::to_string(bytes) +
+                                             ") must be multiples of minImportedHostPointerAlignment (" +
+                                             std::to_string(align) + " bytes), which the import needs");
+  }
+  auto memory = register_host(ptr, bytes);
+  memory->adopted = true;
   return memory;
 }
 

@@ -297,6 +297,7 @@ class VulkanDevice final : public BackendDevice {
   void free_segment(std::unique_ptr<Segment> segment) override;
   std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override;
   std::unique_ptr<HostMemory> register_host(std::byte* ptr, std::uint64_t bytes) override;
+  std::unique_ptr<HostMemory> adopt_host(std::byte* ptr, std::uint64_t bytes) override;
   void free_host(std::unique_ptr<HostMemory> memory) override;
   void wait_idle() override;
   std::uint64_t validation_messages() const override {

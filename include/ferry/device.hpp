@@ -93,6 +93,7 @@ struct Capabilities {
   bool separate_queue_families = false;     ///< Vulkan: transfer and compute families differ
   bool ownership_transfer = false;          ///< Vulkan: buffers need queue-family ownership transfer
   bool host_memory_registration = false;    ///< user memory can be registered (pinned/imported)
+  bool host_memory_adoption = false;        ///< page-locked engine memory can be adopted (HostPool::adopt)
   bool timeline_export = false;             ///< timeline semaphores exportable (interop)
   bool synthetic_compute = false;           ///< `run_synthetic_compute` (testing.hpp) runs here
   std::uint64_t min_alignment = 256;        ///< pool sub-allocation alignment in bytes

@@ -280,10 +280,13 @@ class FERRY_API DevicePool {
   detail::DeviceState* device_;
 };
 
-/// @brief Pinned (DMA-able) host memory, or user memory registered with the device.
+/// @brief Pinned (DMA-able) host memory: allocated by the host pool, user memory registered
+/// with the device, or an engine's page-locked memory adopted with `HostPool::adopt`.
 ///
-/// Move-only; the memory stays alive while any enqueued copy still uses it, even if this
-/// handle is destroyed first (the copy holds a reference until its point is reached).
+/// Move-only. Pool and registered memory stays alive while any enqueued copy still uses it,
+/// even if this handle is destroyed first (the copy holds a reference until its point is
+/// reached). Adopted memory is the engine's: the copy holds the handle's state, never the
+/// memory, which the engine keeps alive until the copy's point is reached.
 class FERRY_API HostBuffer {
  public:
   HostBuffer() = default;
@@ -299,8 +302,10 @@ class FERRY_API HostBuffer {
   [[nodiscard]] std::byte* data(std::source_location where = std::source_location::current()) const;
   /// @brief Size in bytes.
   [[nodiscard]] std::uint64_t size(std::source_location where = std::source_location::current()) const;
-  /// @brief True for memory registered from the user (not allocated by ferry).
+  /// @brief True for memory registered from the user (`HostPool::register_memory`).
   [[nodiscard]] bool registered(std::source_location where = std::source_location::current()) const;
+  /// @brief True for an engine's page-locked memory adopted with `HostPool::adopt`.
+  [[nodiscard]] bool adopted(std::source_location where = std::source_location::current()) const;
   /// @brief Whether this handle holds memory.
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
   explicit operator bool() const noexcept { return valid(); }
@@ -324,6 +329,46 @@ class FERRY_API HostPool {
   /// `unsupported` when the backend cannot register memory.
   HostBuffer register_memory(std::span<std::byte> memory,
                              std::source_location where = std::source_location::current());
+  /// @brief Adopt `size` bytes at `data`, host memory an engine already page-locked for this
+  /// device (PyTorch's pinned tensors, `cudaHostAlloc` or `cudaHostRegister` memory), as a
+  /// HostBuffer: every pinned path (`Transfer::upload` and `upload_into` of a HostBuffer,
+  /// `Transfer::download` into one) then moves it by DMA directly, as pool memory, with no
+  /// staging copy.
+  ///
+  /// Ownership and lifetime: ferry never frees, unregisters or pins adopted memory; it only
+  /// describes the range. The caller keeps the memory allocated and page-locked, and leaves
+  /// an upload's source unchanged and a download's destination unread, until the copy's
+  /// point is reached, exactly as for a pool HostBuffer; dropping the handle earlier is fine
+  /// (copies in flight hold its state), releasing the memory earlier is not. `Device::close()`
+  /// waits for every copy, after which the memory is the engine's alone and the handle is
+  /// inert (its accessors throw `invalid_argument`). Adopted memory is not counted in
+  /// `pinned_bytes()`, and adoptions may overlap each other and registered ranges (several
+  /// tensors of one pinned storage): ferry never writes a range it was not asked to.
+  ///
+  /// Rules and errors (`invalid_argument`, naming the value, at the caller's `where`): `data`
+  /// not null, `size` > 0, `data` + `size` within the address space; the device is open.
+  /// Per backend (`Capabilities::host_memory_adoption` says whether it can adopt):
+  ///  - CUDA/HIP: the first and the last byte are page-locked host memory
+  ///    (`cudaPointerGetAttributes` reports `cudaMemoryTypeHost`: `cudaHostAlloc`'d or
+  ///    `cudaHostRegister`ed), allocated or registered for this device or portable to every
+  ///    device (`cudaHostGetFlags` reports `cudaHostAllocPortable`); else `invalid_argument`
+  ///    naming what the driver reported. A failing driver call is the driver's error code,
+  ///    naming the call.
+  ///  - host, null: any memory (the process's memory is the device's).
+  ///  - Vulkan: the range is imported with VK_EXT_external_memory_host, as `register_memory`
+  ///    imports it (the same alignment rules, `invalid_argument` when they are not met);
+  ///    `unsupported` where the device lacks the extension, since without it a Vulkan queue
+  ///    cannot address host memory that ferry did not allocate.
+  ///  - interop pairs: `unsupported` (a pair would have to import the range into both APIs;
+  ///    register it with `register_memory` instead).
+  /// What cannot be checked is the caller's promise that the range is live, one allocation
+  /// (the driver is asked about its ends only) and stays page-locked.
+  ///
+  /// Thread-safety: like every HostPool method. The engine must not write the memory while a
+  /// ferry upload from it may be in flight, nor read or write it while a download into it
+  /// may be, except in the order the copies' points give.
+  HostBuffer adopt(void* data, std::uint64_t size,
+                   std::source_location where = std::source_location::current());
   /// @brief Bytes of pinned memory currently allocated by this pool.
   [[nodiscard]] std::uint64_t pinned_bytes() const;
 

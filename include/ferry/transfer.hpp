@@ -309,6 +309,21 @@ class FERRY_API Transfer {
   TimelinePoint upload_into(const HostBuffer& source, const DeviceBuffer& destination,
                             UploadOptions options = {},
                             std::source_location where = std::source_location::current());
+  /// @brief Copy `bytes` of pinned host memory from `source_offset` of `source` to
+  /// `destination_offset` of a caller-supplied destination (`preallocated`), by DMA from the
+  /// HostBuffer itself (pool, registered or adopted memory; no staging). Bytes of
+  /// `destination` outside the range are kept, so several sources can fill one destination
+  /// (a structure of pinned tensors into one allocation). Ordering as the whole-buffer
+  /// `upload_into`: the executor waits for the destination owner's work enqueued so far; the
+  /// owner waits for the copy when `owner_waits`. Returns the point at which the bytes are in
+  /// place; the source must stay unchanged until then.
+  /// Errors (`invalid_argument`, nothing is enqueued): `bytes` 0, a range outside `source` or
+  /// outside `destination` (naming the range and the size), buffers of another device, a
+  /// released or null buffer.
+  TimelinePoint upload_into(const HostBuffer& source, std::uint64_t source_offset, std::uint64_t bytes,
+                            const DeviceBuffer& destination, std::uint64_t destination_offset,
+                            UploadOptions options = {},
+                            std::source_location where = std::source_location::current());
   /// @brief Batch upload into a caller-supplied destination (`preallocated`): view i is
   /// copied to `offsets[i]` of `destination` (a pool buffer or adopted memory), through the
   /// pinned staging ring, with one DMA per chunk of each run of views whose destination

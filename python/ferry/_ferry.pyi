@@ -66,6 +66,9 @@ class Capabilities:
     def host_memory_registration(self) -> bool: ...
 
     @property
+    def host_memory_adoption(self) -> bool: ...
+
+    @property
     def timeline_export(self) -> bool: ...
 
     @property
@@ -325,7 +328,7 @@ class DeviceBuffer:
 
 class HostBuffer:
     """
-    Pinned (DMA-able) host memory, or Python memory registered with the device. Supports the buffer protocol (memoryview(h), numpy.frombuffer(h, ...)) for filling and reading. The memory stays alive while a copy uses it, even after the handle is dropped.
+    Pinned (DMA-able) host memory, Python memory registered with the device, or an engine's page-locked memory adopted with HostPool.adopt. Supports the buffer protocol (memoryview(h), numpy.frombuffer(h, ...)) for filling and reading. Pool and registered memory stays alive while a copy uses it, even after the handle is dropped; adopted memory is the engine's, kept alive by it until each copy's point is reached.
     """
 
     @property
@@ -336,6 +339,10 @@ class HostBuffer:
 
     @property
     def registered(self) -> bool: ...
+
+    @property
+    def adopted(self) -> bool:
+        """True for an engine's page-locked memory adopted with HostPool.adopt."""
 
     def __len__(self) -> int: ...
 
@@ -377,6 +384,11 @@ class HostPool:
     def register(self, memory: object) -> HostBuffer:
         """
         Register a writable contiguous Python buffer for DMA; the result keeps it alive. ferry.Error('unsupported') where the backend cannot register memory.
+        """
+
+    def adopt(self, address: int, nbytes: int) -> HostBuffer:
+        """
+        Adopt `nbytes` at `address`, host memory an engine already page-locked for this device (a pinned torch tensor's data_ptr()), as a HostBuffer that every pinned path copies by DMA directly. ferry never frees it and holds no reference to its owner: keep the memory alive and unchanged until each copy's point is reached. ferry.Error('invalid_argument') for a null address, 0 bytes, a wrapping range or (CUDA/HIP) memory that is not page-locked for the device; ('unsupported') where the backend cannot adopt host memory.
         """
 
     @property
@@ -500,7 +512,7 @@ class Transfer:
 
     def upload_into(self, source: object, destination: DeviceBuffer, offsets: object | None = None, *, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> TimelinePoint:
         """
-        Copy into a caller-supplied destination: a HostBuffer (pinned), or a list of contiguous buffers placed at `offsets` (staged; none may be empty). The executor waits for the destination owner's work so far; the owner waits for the copy when owner_waits. Returns the point at which every byte is in place.
+        Copy into a caller-supplied destination: a HostBuffer (pinned: DMA from it; `offsets`, when given, is the one destination offset it goes to, the other bytes are kept), or a list of contiguous buffers placed at `offsets` (staged; none may be empty). The executor waits for the destination owner's work so far; the owner waits for the copy when owner_waits. Returns the point at which every byte is in place.
         """
 
     def download(self, source: DeviceBuffer, destination: object, offset: int = 0, *, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> object:

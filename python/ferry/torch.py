@@ -18,10 +18,16 @@ structure, with the destination memory owned by the stream that will use it:
 - **No host sync.** The target stream waits on the GPU for ferry's copy: work enqueued on
   it after the call sees the data. Nobody calls ``record_stream``. Using the results on
   another stream needs the usual PyTorch care (``wait_stream``/``record_stream``).
-- **Sources.** CPU tensors, pageable or pinned, go through ferry's pinned staging ring and
-  may be modified once the call returns. Non-contiguous tensors are made contiguous first.
-  Tensors already on the target device are returned as they are (as ``Tensor.to`` does);
-  tensors on another GPU move with ``Tensor.to``.
+- **Sources.** Pinned CPU tensors (``t.is_pinned()``) are copied by DMA directly from their
+  own memory (``HostPool.adopt``), with no staging copy, as ``Tensor.to(non_blocking=True)``
+  copies them: they are read after the call returns, so leave them unchanged until the
+  target stream's work that follows the call may run (as with PyTorch). ferry keeps them
+  alive until their copy's point is reached, so dropping them at once is safe. Pageable CPU
+  tensors go through ferry's pinned staging ring and may be modified once the call returns.
+  Non-contiguous tensors are made contiguous first (a pageable copy, so staged). Tensors
+  already on the target device are returned as they are (as ``Tensor.to`` does); tensors on
+  another GPU move with ``Tensor.to``. ``synchronize()`` waits for every copy in flight and
+  lets go of the pinned sources held for them.
 - **device="cpu"** runs the same packing on ferry's host backend into CPU tensors allocated
   by PyTorch, and waits for the copy before returning (the host reads the results at once).
   Unlike ``Tensor.to("cpu")`` it always copies: the results never alias the sources.
@@ -61,7 +67,7 @@ from torch.overrides import TorchFunctionMode
 from . import _ferry
 from ._error import Error
 
-__all__ = ["to", "engine", "ALIGNMENT"]
+__all__ = ["to", "engine", "synchronize", "held_sources", "ALIGNMENT"]
 
 #: Offset alignment of every leaf inside the structure's allocation, in bytes.
 ALIGNMENT = 256
@@ -81,6 +87,45 @@ def engine(backend: _ferry.Backend, ordinal: int = 0) -> tuple[_ferry.Device, _f
             e = (dev, _ferry.Transfer(dev))
             _engines[key] = e
         return e
+
+
+# Pinned sources are read by DMA after `to` returns: each call's pinned tensors are held here
+# with the point at which its last copy completes (the executor's copies complete in order),
+# and let go of once it is reached, on later calls and at synchronize().
+_held_lock = threading.Lock()
+_held: list[tuple[_ferry.TimelinePoint, list[torch.Tensor]]] = []
+
+
+def _pinned(t: torch.Tensor) -> bool:
+    """Whether a CPU tensor's memory is page-locked (copied directly, not staged)."""
+    return t.is_pinned()
+
+
+def _hold(point: _ferry.TimelinePoint, tensors: list[torch.Tensor]) -> None:
+    with _held_lock:
+        _held[:] = [e for e in _held if not e[0].reached()]
+        _held.append((point, tensors))
+
+
+def _release_reached() -> None:
+    with _held_lock:
+        _held[:] = [e for e in _held if not e[0].reached()]
+
+
+def held_sources() -> int:
+    """How many pinned source tensors ferry still holds for copies not known to be complete."""
+    with _held_lock:
+        return sum(len(ts) for _, ts in _held)
+
+
+def synchronize() -> None:
+    """Wait on the host for every copy of every ``to`` call so far, and let go of the pinned
+    source tensors held for them."""
+    with _lock:
+        engines = list(_engines.values())
+    for _, xfer in engines:
+        xfer.synchronize()
+    _release_reached()
 
 
 def _target(device: Any) -> torch.device:
@@ -273,6 +318,7 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, mode: str =
             with torch.cuda.stream(target_stream) if not cpu else _nullcontext():
                 results[i] = t.to(dev_t, non_blocking=True)
 
+    _release_reached()
     if sources:
         dev, xfer = engine(backend, ordinal)
         offsets: list[int] = []
@@ -288,7 +334,7 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, mode: str =
         if mode == "torch":
             views = _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_stream)
         else:
-            views = _upload_ferry(xfer, owner, sources, dev_t, target_stream)
+            views = _upload_ferry(dev, xfer, owner, sources, offsets, total, dev_t, target_stream)
         for i, v in zip(packed, views):
             results[i] = v
     return rebuild(results)
@@ -312,12 +358,13 @@ def _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_strea
     else:
         with torch.cuda.stream(target_stream):
             whole = torch.empty(total, dtype=torch.uint8, device=dev_t)
+    pinned, pageable = _split(dev, sources, offsets)
     adopted = dev.adopt_memory(whole.data_ptr(), total, owner, tag="ferry.torch.to")
-    nonempty = [(s, o) for s, o in zip(sources, offsets) if s.nbytes > 0]
     try:
-        if nonempty:
-            xfer._upload_into_raw([s.data_ptr() for s, _ in nonempty], [s.nbytes for s, _ in nonempty], adopted,
-                                  [o for _, o in nonempty], owner_waits=True)
+        _upload_pinned(xfer, adopted, pinned, owner_waits=not pageable)
+        if pageable:
+            xfer._upload_into_raw([s.data_ptr() for s, _ in pageable], [s.nbytes for s, _ in pageable], adopted,
+                                  [o for _, o in pageable], owner_waits=True)
     finally:
         # Ends ferry's use: the owner (target stream) already waits for the copy, so the
         # caching allocator's stream-ordered reuse of `whole` comes after it.
@@ -327,12 +374,62 @@ def _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_strea
     return _views(whole, sources, offsets)
 
 
-def _upload_ferry(xfer, owner, sources, dev_t, target_stream):
+def _upload_ferry(dev, xfer, owner, sources, offsets, total, dev_t, target_stream):
     """mode="ferry": one block of ferry's pool owned by the target stream, through DLPack."""
-    batch = xfer._upload_batch_raw([s.data_ptr() for s in sources], [s.nbytes for s in sources], owner,
-                                   owner_waits=True, tag="ferry.torch.to")
-    if dev_t.type == "cpu":
-        whole = torch.from_dlpack(batch.buffer)
+    pinned, pageable = _split(dev, sources, offsets)
+    if not pinned:
+        batch = xfer._upload_batch_raw([s.data_ptr() for s in sources], [s.nbytes for s in sources], owner,
+                                       owner_waits=True, tag="ferry.torch.to")
+        buffer, offsets = batch.buffer, list(batch.offsets)
     else:
-        whole = torch.from_dlpack(batch.buffer.__dlpack__(stream=target_stream.cuda_stream))
-    return _views(whole, sources, list(batch.offsets))
+        # The batch layout (256-aligned offsets), in a block allocated here: the pinned
+        # sources go in by DMA from their own memory, the pageable ones through the ring.
+        buffer = dev.pool.allocate(total, owner, tag="ferry.torch.to")
+        _upload_pinned(xfer, buffer, pinned, owner_waits=not pageable)
+        if pageable:
+            xfer._upload_into_raw([s.data_ptr() for s, _ in pageable], [s.nbytes for s, _ in pageable], buffer,
+                                  [o for _, o in pageable], owner_waits=True)
+    if dev_t.type == "cpu":
+        whole = torch.from_dlpack(buffer)
+    else:
+        whole = torch.from_dlpack(buffer.__dlpack__(stream=target_stream.cuda_stream))
+    return _views(whole, sources, offsets)
+
+
+def _split(dev, sources, offsets):
+    """The non-empty sources with their offsets: (pinned, pageable). A pinned source comes
+    with its memory adopted as a HostBuffer; one the core refuses to adopt (pinned under
+    another device's context and not portable, which a copy engine of this device cannot
+    read directly) counts as pageable and is staged."""
+    pinned, pageable = [], []
+    for s, o in zip(sources, offsets):
+        if s.nbytes == 0:
+            continue
+        if _pinned(s):
+            try:
+                pinned.append((s, o, dev.host_pool.adopt(s.data_ptr(), s.nbytes)))
+                continue
+            except Error as e:
+                if e.code != "invalid_argument":
+                    raise
+        pageable.append((s, o))
+    return pinned, pageable
+
+
+def _upload_pinned(xfer, destination, pinned, owner_waits):
+    """Copy each pinned source by DMA from its own memory (adopted, never staged) to its
+    offset of `destination`; the owner waits for the last copy when `owner_waits` (the
+    executor's copies complete in order, so that covers them all). The sources are held
+    until the last copy's point is reached."""
+    if not pinned:
+        return
+    done = None
+    try:
+        last = len(pinned) - 1
+        for i, (_, o, h) in enumerate(pinned):
+            point = xfer.upload_into(h, destination, o, owner_waits=owner_waits and i == last)
+        done = point
+    finally:
+        # After an error the copies enqueued so far still read their sources: they are held
+        # until every copy enqueued on the executor completes.
+        _hold(done if done is not None else xfer.executor.mark(), [s for s, _, _ in pinned])

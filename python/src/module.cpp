@@ -12,7 +12,8 @@
 //  - Host memory handed in through the buffer protocol is held for the duration of the call
 //    only: pageable sources are staged before the call returns, destinations are written
 //    before it returns. Pinned memory (HostBuffer) is kept alive by the core until its copy
-//    completes.
+//    completes, except adopted memory (HostPool.adopt), which is the caller's to keep alive
+//    until the copy's point is reached (ferry.torch holds the tensors).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
@@ -364,6 +365,7 @@ NB_MODULE(_ferry, m) {
       .def_ro("copy_engines", &ferry::Capabilities::copy_engines)
       .def_ro("dedicated_transfer_queue", &ferry::Capabilities::dedicated_transfer_queue)
       .def_ro("host_memory_registration", &ferry::Capabilities::host_memory_registration)
+      .def_ro("host_memory_adoption", &ferry::Capabilities::host_memory_adoption)
       .def_ro("timeline_export", &ferry::Capabilities::timeline_export)
       .def_ro("min_alignment", &ferry::Capabilities::min_alignment)
       .def_ro("max_allocation_bytes", &ferry::Capabilities::max_allocation_bytes)
@@ -524,14 +526,18 @@ NB_MODULE(_ferry, m) {
       });
 
   nb::class_<PyHostBuffer>(m, "HostBuffer", nb::type_slots(kHostBufferSlots),
-                           "Pinned (DMA-able) host memory, or Python memory registered with the device. Supports "
-                           "the buffer protocol (memoryview(h), numpy.frombuffer(h, ...)) for filling and reading. "
-                           "The memory stays alive while a copy uses it, even after the handle is dropped.")
+                           "Pinned (DMA-able) host memory, Python memory registered with the device, or an "
+                           "engine's page-locked memory adopted with HostPool.adopt. Supports the buffer protocol "
+                           "(memoryview(h), numpy.frombuffer(h, ...)) for filling and reading. Pool and registered "
+                           "memory stays alive while a copy uses it, even after the handle is dropped; adopted "
+                           "memory is the engine's, kept alive by it until each copy's point is reached.")
       .def_prop_ro("size", [](const PyHostBuffer& h) { return h.buffer.size(); })
       .def_prop_ro("address", [](const PyHostBuffer& h) {
         return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(h.buffer.data()));
       })
       .def_prop_ro("registered", [](const PyHostBuffer& h) { return h.buffer.registered(); })
+      .def_prop_ro("adopted", [](const PyHostBuffer& h) { return h.buffer.adopted(); },
+                   "True for an engine's page-locked memory adopted with HostPool.adopt.")
       .def("__len__", [](const PyHostBuffer& h) { return h.buffer.size(); })
       .def("memoryview", [](nb::handle self) { return nb::steal(PyMemoryView_FromObject(self.ptr())); },
            "A writable memoryview of the bytes (keeps the buffer alive).");
@@ -563,6 +569,17 @@ NB_MODULE(_ferry, m) {
            }, "memory"_a,
            "Register a writable contiguous Python buffer for DMA; the result keeps it alive. "
            "ferry.Error('unsupported') where the backend cannot register memory.")
+      .def("adopt", [](PyHostPool& p, std::uint64_t address, std::uint64_t nbytes) {
+             return PyHostBuffer{p.device.device.host_pool().adopt(
+                 reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)), nbytes)};
+           }, "address"_a, "nbytes"_a,
+           "Adopt `nbytes` at `address`, host memory an engine already page-locked for this device "
+           "(a pinned torch tensor's data_ptr()), as a HostBuffer that every pinned path copies "
+           "by DMA directly. ferry never frees it and holds no reference to its owner: keep the "
+           "memory alive and unchanged until each copy's point is reached. ferry.Error "
+           "('invalid_argument') for a null address, 0 bytes, a wrapping range or (CUDA/HIP) "
+           "memory that is not page-locked for the device; ('unsupported') where the backend "
+           "cannot adopt host memory.")
       .def_prop_ro("pinned_bytes", [](const PyHostPool& p) { return p.device.device.host_pool().pinned_bytes(); });
 
   nb::class_<PyDevice>(m, "Device", "One device opened through one backend.")
@@ -730,10 +747,17 @@ NB_MODULE(_ferry, m) {
                                                      std::move(wait), std::move(signal));
              ferry::TimelinePoint p;
              if (nb::isinstance<PyHostBuffer>(source)) {
-               if (!offsets.is_none()) invalid("Transfer.upload_into: offsets are for a list of sources");
                const PyHostBuffer& h = nb::cast<const PyHostBuffer&>(source);
-               nb::gil_scoped_release nogil;
-               p = t.get().upload_into(h.buffer, destination.s->buffer, std::move(o));
+               if (!offsets.is_none()) {
+                 // A HostBuffer at one destination offset: the whole of it, placed there.
+                 const auto offset = nb::cast<std::uint64_t>(offsets);
+                 const std::uint64_t bytes = h.buffer.size();
+                 nb::gil_scoped_release nogil;
+                 p = t.get().upload_into(h.buffer, 0, bytes, destination.s->buffer, offset, std::move(o));
+               } else {
+                 nb::gil_scoped_release nogil;
+                 p = t.get().upload_into(h.buffer, destination.s->buffer, std::move(o));
+               }
              } else {
                if (offsets.is_none()) invalid("Transfer.upload_into: a list of sources needs `offsets`");
                const auto sources = nb::cast<std::vector<nb::object>>(source);
@@ -753,10 +777,11 @@ NB_MODULE(_ferry, m) {
              return p;
            }, "source"_a, "destination"_a, "offsets"_a = nb::none(), nb::kw_only(), "owner_waits"_a = true,
            "wait"_a = std::vector<ferry::TimelinePoint>{}, "signal"_a = std::vector<ferry::TimelinePoint>{},
-           "Copy into a caller-supplied destination: a HostBuffer (pinned), or a list of contiguous "
-           "buffers placed at `offsets` (staged; none may be empty). The executor waits for the "
-           "destination owner's work so far; the owner waits for the copy when owner_waits. "
-           "Returns the point at which every byte is in place.")
+           "Copy into a caller-supplied destination: a HostBuffer (pinned: DMA from it; `offsets`, "
+           "when given, is the one destination offset it goes to, the other bytes are kept), or a "
+           "list of contiguous buffers placed at `offsets` (staged; none may be empty). The "
+           "executor waits for the destination owner's work so far; the owner waits for the copy "
+           "when owner_waits. Returns the point at which every byte is in place.")
       .def("_upload_into_raw", [](PyTransfer& t, const std::vector<std::uint64_t>& addresses,
                                   const std::vector<std::uint64_t>& sizes, PyDeviceBuffer& destination,
                                   const std::vector<std::uint64_t>& offsets, bool owner_waits) {

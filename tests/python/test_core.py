@@ -70,6 +70,56 @@ def test_staging_disabled_refuses_pageable_sources_but_takes_pinned_ones(dev):
     assert bytes(memoryview(out)) == bytes(range(100))
 
 
+def test_adopted_host_memory_is_copied_directly_in_both_directions(dev):
+    # numpy memory stands for an engine's page-locked memory: the host backend adopts any.
+    assert dev.capabilities.host_memory_adoption
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev, staging=False)  # a staged copy would fail: every copy is DMA
+    src = np.random.default_rng(7).integers(0, 255, 1 << 20, dtype=np.uint8)
+    dst = np.zeros(1 << 20, dtype=np.uint8)
+    pinned = dev.host_pool.pinned_bytes
+    h = dev.host_pool.adopt(src.ctypes.data, src.nbytes)
+    out = dev.host_pool.adopt(dst.ctypes.data, dst.nbytes)
+    assert h.adopted and not h.registered and h.size == src.nbytes and h.address == src.ctypes.data
+    assert dev.host_pool.pinned_bytes == pinned  # ferry pinned none of it
+    up = xfer.upload(h, q)
+    xfer.download(up.buffer, out).wait()
+    assert np.array_equal(dst, src)
+    # One destination filled from two adopted ranges at offsets; the other bytes are kept.
+    d = dev.pool.allocate(4096, q)
+    xfer.upload_into(dev.host_pool.adopt(dst.ctypes.data, 4096), d)
+    xfer.upload_into(dev.host_pool.adopt(src.ctypes.data + 100, 50), d, 1000)
+    p = xfer.upload_into(dev.host_pool.adopt(src.ctypes.data + 500, 8), d, 4088)
+    p.wait()
+    back = np.zeros(4096, dtype=np.uint8)
+    xfer.download(d, dev.host_pool.adopt(back.ctypes.data, back.nbytes)).wait()
+    want = src[:4096].copy()
+    want[1000:1050] = src[100:150]
+    want[4088:] = src[500:508]
+    assert np.array_equal(back, want)
+    up.buffer.release()
+    d.release()
+
+
+def test_adopt_refuses_bad_input_naming_it_and_the_callers_line(dev):
+    a = np.zeros(64, dtype=np.uint8)
+    with pytest.raises(ferry.Error) as e:
+        line = here(); dev.host_pool.adopt(0, 64)  # noqa: E702
+    assert (e.value.code, e.value.lineno) == ("invalid_argument", line)
+    assert "HostPool::adopt" in str(e.value) and "null" in str(e.value)
+    with pytest.raises(ferry.Error) as e:
+        dev.host_pool.adopt(a.ctypes.data, 0)
+    assert e.value.code == "invalid_argument" and "size 0" in str(e.value)
+    with pytest.raises(ferry.Error) as e:
+        dev.host_pool.adopt((1 << 64) - 16, 64)
+    assert e.value.code == "invalid_argument" and "wraps" in str(e.value)
+    xfer = ferry.Transfer(dev)
+    d = dev.pool.allocate(64, dev.queue(ferry.QueueRole.compute))
+    with pytest.raises(ferry.Error) as e:
+        xfer.upload_into(dev.host_pool.adopt(a.ctypes.data, 64), d, 1)  # past the destination's end
+    assert e.value.code == "invalid_argument" and "destination" in str(e.value)
+
+
 def test_batch_upload_with_empty_inputs_and_batch_download(dev):
     q = dev.queue(ferry.QueueRole.compute)
     xfer = ferry.Transfer(dev)

@@ -125,3 +125,52 @@ def test_pinned_and_pageable_sources_both_copy():
     for s in srcs:
         r = ft.to(s, "cpu")
         same(r, s)
+
+
+class _Spy:
+    """Forwards to a Transfer and records the names of the methods called."""
+
+    def __init__(self, xfer):
+        self.xfer, self.calls = xfer, []
+
+    def __getattr__(self, name):
+        a = getattr(self.xfer, name)
+        if not callable(a):
+            return a
+
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return a(*args, **kwargs)
+        return call
+
+
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
+def test_pinned_sources_are_copied_from_their_own_memory_and_held_until_copied(monkeypatch, mode):
+    # Without CUDA no tensor is pinned; the host backend adopts any memory, so the direct
+    # path runs here with every tensor taken as pinned but one.
+    pageable = torch.arange(1000, dtype=torch.int16)
+    monkeypatch.setattr(ft, "_pinned", lambda t: t.data_ptr() != pageable.data_ptr())
+    dev, xfer = ft.engine(ferry.Backend.host)
+    spy = _Spy(xfer)
+    monkeypatch.setattr(ft, "engine", lambda backend, ordinal=0: (dev, spy))
+    ft.synchronize()
+    assert ft.held_sources() == 0
+    a = torch.arange(1 << 18, dtype=torch.int32)
+    b = torch.randn(3, 5, dtype=torch.float64)
+    empty = torch.empty(0)
+    r = ft.to({"a": a, "b": b, "e": empty}, "cpu", mode=mode)
+    same(r["a"], a)
+    same(r["b"], b)
+    same(r["e"], empty)
+    assert spy.calls.count("upload_into") == 2  # one DMA per pinned source, none staged
+    assert "_upload_into_raw" not in spy.calls and "_upload_batch_raw" not in spy.calls
+    # Mixed: the pageable tensor is staged, the pinned one is not.
+    spy.calls.clear()
+    r = ft.to([a, pageable], "cpu", mode=mode)
+    same(r[0], a)
+    same(r[1], pageable)
+    assert spy.calls.count("upload_into") == 1 and spy.calls.count("_upload_into_raw") == 1
+    # ferry held the pinned sources until their copies' points; synchronize lets go of them.
+    ft.synchronize()
+    assert ft.held_sources() == 0
+

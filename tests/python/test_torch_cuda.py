@@ -133,3 +133,37 @@ def test_dlpack_to_torch_orders_the_consumer_stream():
         total = t.sum(dtype=torch.int64)
     consumer.synchronize()
     assert int(total) == int(src.sum(dtype=torch.int64))
+
+
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
+def test_pinned_sources_are_copied_directly_and_held_until_their_copy_completes(mode):
+    # The copy waits behind ~0.2 s of work on the target stream, so it is still ahead when the
+    # caller drops the source; a pinned block freed then would be handed to the next
+    # pin_memory() and overwritten before the DMA read it.
+    s = torch.cuda.Stream()
+    src = torch.arange(1 << 22, dtype=torch.int32).pin_memory()
+    pageable = torch.arange(1000, dtype=torch.int16)
+    want = src.clone()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(400_000_000)
+        r = ft.to({"pinned": src, "pageable": pageable}, "cuda", target_stream=s, mode=mode)
+    del src
+    assert ft.held_sources() >= 1
+    junk = torch.empty(1 << 22, dtype=torch.int32).pin_memory()
+    junk.fill_(-1)
+    s.synchronize()
+    assert torch.equal(r["pinned"].cpu(), want)
+    assert torch.equal(r["pageable"].cpu(), pageable)
+    ft.synchronize()
+    assert ft.held_sources() == 0
+
+
+def test_pinned_memory_of_another_kind_is_refused_by_the_core():
+    dev, _ = ft.engine(ferry.Backend.hip if getattr(torch.version, "hip", None) else ferry.Backend.cuda)
+    pageable = torch.arange(4096, dtype=torch.uint8)
+    with pytest.raises(ferry.Error) as e:
+        dev.host_pool.adopt(pageable.data_ptr(), pageable.nbytes)
+    assert e.value.code == "invalid_argument" and "page-locked" in str(e.value)
+    pinned = torch.arange(4096, dtype=torch.uint8).pin_memory()
+    h = dev.host_pool.adopt(pinned.data_ptr(), pinned.nbytes)
+    assert h.adopted

@@ -264,10 +264,12 @@ inline std::optional<int> stream_device(cudaStream_t s) {
 #endif
 }
 
-/// Where a pointer's memory lives (Device::adopt_memory): device or managed memory of device
-/// `device`, or not device memory at all.
+/// Where a pointer's memory lives (Device::adopt_memory, HostPool::adopt): device or managed
+/// memory of device `device`, page-locked host memory allocated or registered for `device`,
+/// or neither.
 struct PointerLocation {
   bool device_memory = false;
+  bool host_memory = false;
   int device = -1;
 };
 
@@ -284,7 +286,8 @@ inline PointerLocation pointer_location(const void* p) {
   if (e != cudaSuccess) {
     raise_vendor_error(classify(e), "cudaPointerGetAttributes", describe(e), __FILE__, __LINE__);
   }
-  return {attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, attr.device};
+  return {attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, attr.type == cudaMemoryTypeHost,
+          attr.device};
 }
 
 // ---- Interop imports (backends/pair/): a timeline semaphore and device memory of another API

@@ -58,6 +58,8 @@
 #define cudaHostAllocMapped hipHostMallocMapped
 #define cudaHostAllocPortable hipHostMallocPortable
 #define cudaHostGetDevicePointer hipHostGetDevicePointer
+#define cudaHostGetFlags hipHostGetFlags
+#define cudaErrorInvalidValue hipErrorInvalidValue
 #define cudaHostRegister hipHostRegister
 #define cudaHostRegisterPortable hipHostRegisterPortable
 #define cudaHostUnregister hipHostUnregister
@@ -181,6 +183,7 @@ inline std::optional<int> stream_device(hipStream_t s) {
 /// See the CUDA shim. HIP answers a pointer it does not know with hipErrorInvalidValue.
 struct PointerLocation {
   bool device_memory = false;
+  bool host_memory = false;
   int device = -1;
 };
 
@@ -196,10 +199,12 @@ inline PointerLocation pointer_location(const void* p) {
   }
 #if HIP_VERSION_MAJOR >= 6
   const bool device_memory = attr.type == hipMemoryTypeDevice || attr.type == hipMemoryTypeManaged;
+  const bool host_memory = attr.type == hipMemoryTypeHost;
 #else
   const bool device_memory = attr.memoryType == hipMemoryTypeDevice || attr.isManaged != 0;
+  const bool host_memory = attr.memoryType == hipMemoryTypeHost && attr.isManaged == 0;
 #endif
-  return {device_memory, attr.device};
+  return {device_memory, host_memory, attr.device};
 }
 
 // ---- Interop imports (see the CUDA shim): refused. On Linux hipImportExternalSemaphore has
