@@ -44,7 +44,7 @@ Run plan(const Options& options, const DeviceFactory& factory) {
 
 void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
   const auto& o = run.options;
-  if (o.host_cost_calls > 0) {
+  if (o.host_cost_calls > 0 && !o.batch_study_only) {
     run.host_cost = run_host_cost(factory, o.host_cost_bytes, o.host_cost_calls, progress);
   }
   if (o.host_cost_only) {
@@ -52,7 +52,7 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
     return;
   }
   std::vector<Scenario> per_size;
-  for (auto workload : o.workloads) {
+  for (auto workload : o.batch_study_only ? std::vector<Workload>{} : o.workloads) {
     for (auto mode : o.strategies) {
       per_size.push_back(
           {.workload = workload, .mode = mode, .steps = o.steps, .units = o.compute_units, .inflight = o.inflight});
@@ -106,6 +106,12 @@ int bench_main(int argc, char** argv) {
   }
   const Progress progress{options->quiet, isatty(STDERR_FILENO) != 0};
 
+  if (options->host_cost_only && options->batch_study_only) {
+    throw std::invalid_argument("--host-cost-only and --batch-study-only exclude each other");
+  }
+  if (options->batch_study_only && options->batch_bytes == std::optional<std::uint64_t>(0)) {
+    throw std::invalid_argument("--batch-study-only with --batch-study off measures nothing");
+  }
   if (options->host_cost_only && options->host_cost_calls == 0) {
     throw std::invalid_argument("--host-cost-only with --host-cost off measures nothing");
   }

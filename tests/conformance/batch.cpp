@@ -412,3 +412,98 @@ CONFORMANCE_CASE("batch: empty views at the start, middle and end of batch uploa
                  "batch download, no views");
   conformance::check_round_trip(dev, xfer);
 }
+
+CONFORMANCE_CASE("batch: packed uploads of uneven views, every byte checked, chunks and units cut through views") {
+  // Staging packs many views into each chunk and cuts views at chunk and unit boundaries; one
+  // DMA moves each chunk. A misplaced cut, a view packed at the wrong stream position or a
+  // gap copied over would show as a wrong byte somewhere, so every byte of every destination
+  // is compared: views, alignment padding and the gaps between upload_into's ranges (which
+  // keep a guard). Rings of 4 KiB chunks (many laps, views spanning several chunks) and of
+  // 1 MiB chunks cut into several units (cuts at 4 KiB stream positions inside views), with
+  // packing by the caller alone and with helpers.
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  std::mt19937_64 rng(20261201);
+  std::vector<std::vector<std::byte>> inputs;
+  std::vector<HostView> views;
+  for (int i = 0; i < 180; ++i) {
+    std::uint64_t size = 0;
+    switch (i % 6) {
+      case 0: size = 0; break;                          // empty
+      case 1: size = 1 + rng() % 255; break;            // shorter than the alignment
+      case 2: size = 4096 + rng() % 3 - 1; break;       // about one 4 KiB chunk
+      case 3: size = 1 + rng() % 40000; break;          // odd sizes across chunks
+      case 4: size = (i % 36 == 4) ? MiB + 123 : 257; break;  // a few span 1 MiB chunks
+      default: size = 16 * KiB; break;
+    }
+    inputs.emplace_back(size);
+    fill_pattern(inputs.back(), 5000 + static_cast<std::uint64_t>(i));
+    views.push_back({size ? inputs.back().data() : nullptr, size});
+  }
+  TransferOptions small_ring;
+  small_ring.staging_chunk_bytes = 4 * KiB;
+  small_ring.staging_chunks = 3;
+  small_ring.staging_threads = 0;
+  TransferOptions units = small_ring;
+  units.staging_chunk_bytes = MiB;
+  units.staging_chunks = 2;
+  units.staging_threads = 3;
+  TransferOptions helpers_small = small_ring;
+  helpers_small.staging_threads = 2;
+  for (const TransferOptions& topt : {small_ring, units, helpers_small}) {
+    const std::uint64_t chunk_bytes = topt.staging_chunk_bytes;
+    const int threads = topt.staging_threads;
+    CAPTURE(chunk_bytes);
+    CAPTURE(threads);
+    Transfer xfer(dev, topt);
+
+    // upload(batch): inputs packed at aligned offsets; padding is not the caller's, so only
+    // the views are compared, each whole.
+    UploadBatch batch = xfer.upload(std::span<const HostView>(views), owner);
+    std::vector<std::byte> back(batch.buffer.size());
+    xfer.download(batch.buffer, std::span<std::byte>(back));
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      CAPTURE(i);
+      const std::span<const std::byte> got(back.data() + batch.offsets[i], views[i].size);
+      CHECK(first_mismatch(got, 5000 + i) == -1);
+    }
+    batch.buffer.release();
+
+    // upload_into: the non-empty views in shuffled order at offsets with gaps of 0 to 300
+    // bytes (adjacent ranges form one staged stream); every other byte keeps its guard.
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      if (views[i].size > 0) order.push_back(i);
+    }
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<HostView> into;
+    std::vector<std::uint64_t> at;
+    std::uint64_t end = 0;
+    for (std::size_t i : order) {
+      end += (rng() % 3 == 0) ? 0 : rng() % 301;
+      into.push_back(views[i]);
+      at.push_back(end);
+      end += views[i].size;
+    }
+    std::vector<std::byte> guard(end + 4096, kGuard);
+    Upload dst = xfer.upload(std::span<const std::byte>(guard), owner);
+    xfer.upload_into(std::span<const HostView>(into), dst.buffer, std::span<const std::uint64_t>(at)).wait();
+    std::vector<std::byte> result(guard.size());
+    xfer.download(dst.buffer, std::span<std::byte>(result));
+    std::vector<bool> covered(result.size(), false);
+    for (std::size_t j = 0; j < into.size(); ++j) {
+      const std::size_t i = order[j];
+      CAPTURE(i);
+      const std::span<const std::byte> got(result.data() + at[j], into[j].size);
+      CHECK(first_mismatch(got, 5000 + i) == -1);
+      std::fill(covered.begin() + static_cast<std::ptrdiff_t>(at[j]),
+                covered.begin() + static_cast<std::ptrdiff_t>(at[j] + into[j].size), true);
+    }
+    std::int64_t overwritten = -1;
+    for (std::size_t k = 0; k < result.size() && overwritten < 0; ++k) {
+      if (!covered[k] && result[k] != kGuard) overwritten = static_cast<std::int64_t>(k);
+    }
+    CHECK(overwritten == -1);
+    dst.buffer.release();
+  }
+}

@@ -2,9 +2,13 @@
 // ferry-bench: the whole-batch study. Many scattered pageable buffers in one upload call, and
 // one large pageable buffer, against the ceiling of any path that must stage on the host:
 // min(parallel host memcpy into pinned memory, pinned DMA), both measured in this run. The
-// memcpy side is measured in rounds alternating with ferry's calls (see BatchStudy).
+// memcpy side is measured in rounds alternating with ferry's calls, on the bytes of the call
+// it bounds (see BatchStudy).
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -31,22 +35,93 @@ Spread spread(std::vector<double> v) {
   return r;
 }
 
-// Pageable -> pinned with `threads` threads, each a contiguous part (best of 2).
-double parallel_memcpy_gbps(std::byte* dst, const std::byte* src, std::uint64_t bytes, unsigned threads) {
-  double best = 0;
-  for (int rep = 0; rep < 2; ++rep) {
-    const auto t0 = clock_type::now();
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) {
-      pool.emplace_back([=] {
-        const std::uint64_t a = bytes * t / threads, b = bytes * (t + 1) / threads;
-        std::memcpy(dst + a, src + a, b - a);
-      });
-    }
-    for (auto& th : pool) th.join();
-    best = std::max(best, static_cast<double>(bytes) / seconds_since(t0) / 1e9);
+// A team of copy threads started once, outside every timing, so that a ceiling pays the
+// wake-up of sleeping threads as ferry's helpers do, and not the creation of threads.
+class Team {
+ public:
+  explicit Team(unsigned threads) {
+    for (unsigned t = 0; t < threads; ++t) workers_.emplace_back([this, t] { loop(t); });
   }
-  return best;
+  ~Team() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  Team(const Team&) = delete;
+  Team& operator=(const Team&) = delete;
+  [[nodiscard]] unsigned size() const { return static_cast<unsigned>(workers_.size()); }
+
+  /// Run `part(t, threads)` on every thread; GB/s of `bytes` from the start signal to the
+  /// end of the last part.
+  double gbps(std::uint64_t bytes, const std::function<void(unsigned, unsigned)>& part) {
+    const auto t0 = clock_type::now();
+    {
+      std::lock_guard lock(mutex_);
+      job_ = &part;
+      pending_ = size();
+      ++generation_;
+    }
+    wake_.notify_all();
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    return static_cast<double>(bytes) / seconds_since(t0) / 1e9;
+  }
+
+ private:
+  void loop(unsigned t) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(unsigned, unsigned)>* job = nullptr;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      (*job)(t, size());
+      std::lock_guard lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(unsigned, unsigned)>* job_ = nullptr;
+  unsigned pending_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+// `bytes` of contiguous memory, each thread a contiguous part.
+double contiguous_gbps(Team& team, std::byte* dst, const std::byte* src, std::uint64_t bytes) {
+  return team.gbps(bytes, [=](unsigned t, unsigned n) {
+    const std::uint64_t a = bytes * t / n, b = bytes * (t + 1) / n;
+    std::memcpy(dst + a, src + a, b - a);
+  });
+}
+
+// The scattered buffers packed back to back into `packed` (gather) or filled from it
+// (scatter), each thread a contiguous run of buffers.
+double scattered_gbps(Team& team, std::vector<std::vector<std::byte>>& pieces, std::byte* packed, bool gather) {
+  std::uint64_t bytes = 0;
+  for (const auto& p : pieces) bytes += p.size();
+  const std::uint64_t each = pieces.empty() ? 0 : pieces.front().size();
+  return team.gbps(bytes, [&, packed, gather, each](unsigned t, unsigned n) {
+    const std::size_t a = pieces.size() * t / n, b = pieces.size() * (t + 1) / n;
+    for (std::size_t i = a; i < b; ++i) {
+      std::byte* staged = packed + i * each;
+      if (gather) {
+        std::memcpy(staged, pieces[i].data(), each);
+      } else {
+        std::memcpy(pieces[i].data(), staged, each);
+      }
+    }
+  });
 }
 
 double gbps_of(std::uint64_t bytes, clock_type::time_point t0) {
@@ -62,14 +137,6 @@ BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_
   ferry::Queue compute = dev.queue(ferry::QueueRole::compute);
   ferry::Transfer xfer(dev);
 
-  std::vector<std::byte> pageable(pageable_bytes);
-  for (std::size_t i = 0; i < pageable.size(); i += 4096) pageable[i] = static_cast<std::byte>(i >> 12);
-  ferry::HostBuffer pinned = dev.host_pool().allocate(pageable_bytes);
-  s.memcpy_threads = std::max(1u, std::thread::hardware_concurrency());
-  s.dma_gbps = dma_gbps;
-  s.dma_d2h_gbps = dma_d2h_gbps;
-  s.rounds = rounds;
-
   s.scattered_count = 4096;
   s.scattered_each = 16 << 10;
   const std::uint64_t scattered_bytes = s.scattered_count * s.scattered_each;
@@ -78,52 +145,89 @@ BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_
   for (auto& p : pieces) views.push_back({p.data(), p.size()});
   s.pageable_bytes = pageable_bytes;
 
-  // Warm-up: the staging ring, the pool's segments and the helper threads exist before round 1.
+  // The contiguous pageable source holds at least the scattered call's bytes: its first
+  // scattered_bytes are the contiguous twin of the scattered call.
+  std::vector<std::byte> pageable(std::max(pageable_bytes, scattered_bytes));
+  for (std::size_t i = 0; i < pageable.size(); i += 4096) pageable[i] = static_cast<std::byte>(i >> 12);
+  const std::span<const std::byte> whole(pageable.data(), pageable_bytes);
+  const std::span<const std::byte> twin(pageable.data(), scattered_bytes);
+  ferry::HostBuffer pinned = dev.host_pool().allocate(pageable.size());
+  Team team(std::max(1u, std::thread::hardware_concurrency()));
+  s.memcpy_threads = team.size();
+  s.dma_gbps = dma_gbps;
+  s.dma_d2h_gbps = dma_d2h_gbps;
+  s.rounds = rounds;
+  auto capped = [](double memcpy_gbps, double dma) { return dma > 0 ? std::min(memcpy_gbps, dma) : memcpy_gbps; };
+
+  // Warm-up: the staging ring, the pool's segments, the helper threads and the team's copies
+  // exist before round 1.
   ferry::UploadBatch resident = xfer.upload(std::span<const ferry::HostView>(views), compute);
   resident.ready.wait(std::chrono::minutes(5));
   std::vector<ferry::DownloadView> down;
   for (std::size_t i = 0; i < views.size(); ++i) down.push_back({resident.offsets[i], pieces[i].data(), pieces[i].size()});
-  xfer.upload(std::span<const std::byte>(pageable), compute).ready.wait(std::chrono::minutes(5));
+  xfer.upload(whole, compute).ready.wait(std::chrono::minutes(5));
+  xfer.upload(twin, compute).ready.wait(std::chrono::minutes(5));
+  (void)scattered_gbps(team, pieces, pinned.data(), true);
+  (void)contiguous_gbps(team, pinned.data(), pageable.data(), pageable.size());
 
-  std::vector<double> memcpy_in, memcpy_out, ceiling, ceiling_down, scattered, scattered_ratio, page, page_ratio,
-      scattered_down, down_ratio;
+  std::vector<double> gather, same, ceiling_s, scattered, scattered_ratio, contiguous, contiguous_ratio, memcpy_in,
+      ceiling, page, page_ratio, memcpy_out, ceiling_down, scattered_down, down_ratio;
+  // Each ferry call right after the ceiling that bounds it (A B A B ...).
+  auto upload_gbps = [&](auto&& input, std::uint64_t bytes) {
+    const auto t0 = clock_type::now();
+    auto up = xfer.upload(input, compute);
+    up.ready.wait(std::chrono::minutes(5));
+    const double g = gbps_of(bytes, t0);
+    up.buffer.release();
+    return g;
+  };
   for (int round = 0; round < rounds; ++round) {
     const std::string r = " (round " + std::to_string(round + 1) + "/" + std::to_string(rounds) + ")";
-    progress.phase("batch study: host memcpy ceiling" + r);
-    memcpy_in.push_back(parallel_memcpy_gbps(pinned.data(), pageable.data(), pageable_bytes, s.memcpy_threads));
-    ceiling.push_back(dma_gbps > 0 ? std::min(memcpy_in.back(), dma_gbps) : memcpy_in.back());
+    progress.phase("batch study: host memcpy ceiling of the scattered call" + r);
+    gather.push_back(scattered_gbps(team, pieces, pinned.data(), true));
+    same.push_back(contiguous_gbps(team, pinned.data(), pageable.data(), scattered_bytes));
+    ceiling_s.push_back(capped(std::max(gather.back(), same.back()), dma_gbps));
 
     progress.phase("batch study: 4096 x 16K scattered pageable upload" + r);
-    auto t0 = clock_type::now();
-    ferry::UploadBatch b = xfer.upload(std::span<const ferry::HostView>(views), compute);
-    b.ready.wait(std::chrono::minutes(5));
-    scattered.push_back(gbps_of(scattered_bytes, t0));
-    scattered_ratio.push_back(scattered.back() / ceiling.back());
-    b.buffer.release();
+    scattered.push_back(upload_gbps(std::span<const ferry::HostView>(views), scattered_bytes));
+    scattered_ratio.push_back(scattered.back() / ceiling_s.back());
+
+    progress.phase("batch study: one pageable buffer of the scattered call's size" + r);
+    const double same_again = contiguous_gbps(team, pinned.data(), pageable.data(), scattered_bytes);
+    const double ceiling_c = capped(std::max(gather.back(), same_again), dma_gbps);
+    contiguous.push_back(upload_gbps(twin, scattered_bytes));
+    contiguous_ratio.push_back(contiguous.back() / ceiling_c);
+
+    progress.phase("batch study: host memcpy ceiling of one pageable buffer" + r);
+    memcpy_in.push_back(contiguous_gbps(team, pinned.data(), pageable.data(), pageable_bytes));
+    ceiling.push_back(capped(memcpy_in.back(), dma_gbps));
 
     progress.phase("batch study: one pageable buffer" + r);
-    t0 = clock_type::now();
-    ferry::Upload u = xfer.upload(std::span<const std::byte>(pageable), compute);
-    u.ready.wait(std::chrono::minutes(5));
-    page.push_back(gbps_of(pageable_bytes, t0));
+    page.push_back(upload_gbps(whole, pageable_bytes));
     page_ratio.push_back(page.back() / ceiling.back());
-    u.buffer.release();
 
     progress.phase("batch study: host memcpy-out ceiling" + r);
-    memcpy_out.push_back(parallel_memcpy_gbps(pageable.data(), pinned.data(), pageable_bytes, s.memcpy_threads));
-    ceiling_down.push_back(dma_d2h_gbps > 0 ? std::min(memcpy_out.back(), dma_d2h_gbps) : memcpy_out.back());
+    const double scatter_out = scattered_gbps(team, pieces, pinned.data(), false);
+    const double same_out = contiguous_gbps(team, pageable.data(), pinned.data(), scattered_bytes);
+    memcpy_out.push_back(std::max(scatter_out, same_out));
+    ceiling_down.push_back(capped(memcpy_out.back(), dma_d2h_gbps));
 
     progress.phase("batch study: batch download into 4096 x 16K scattered pageable buffers" + r);
-    t0 = clock_type::now();
+    const auto t0 = clock_type::now();
     xfer.download(resident.buffer, std::span<const ferry::DownloadView>(down));  // blocking
     scattered_down.push_back(gbps_of(scattered_bytes, t0));
     down_ratio.push_back(scattered_down.back() / ceiling_down.back());
   }
   compute.synchronize(std::chrono::minutes(5));
-  s.memcpy_gbps = spread(memcpy_in);
-  s.ceiling_gbps = spread(ceiling);
+  s.memcpy_gather_gbps = spread(gather);
+  s.memcpy_same_gbps = spread(same);
+  s.ceiling_scattered_gbps = spread(ceiling_s);
   s.scattered_gbps = spread(scattered);
   s.scattered_ratio = spread(scattered_ratio);
+  s.contiguous_gbps = spread(contiguous);
+  s.contiguous_ratio = spread(contiguous_ratio);
+  s.memcpy_gbps = spread(memcpy_in);
+  s.ceiling_gbps = spread(ceiling);
   s.pageable_gbps = spread(page);
   s.pageable_ratio = spread(page_ratio);
   s.memcpy_out_gbps = spread(memcpy_out);

@@ -51,6 +51,9 @@ struct Options {
   std::uint64_t host_cost_bytes = 64ull << 10;
   /// Run only the host-cost measurement (no strategies, raw copies or batch study).
   bool host_cost_only = false;
+  /// Run only the whole-batch study, with the raw copies its DMA ceiling needs (no
+  /// strategies, no host cost).
+  bool batch_study_only = false;
   /// Whole-batch study: rounds of (ceiling, ferry) measured alternately.
   int batch_rounds = 5;
 };
@@ -142,22 +145,34 @@ struct Spread {
 /// min(parallel host memcpy, pinned DMA). The host memcpy side of the ceiling is measured in
 /// rounds alternating with ferry's calls (ceiling, ferry, ceiling, ferry, ...), so a host
 /// whose speed drifts moves both sides of a ratio alike; each ratio is taken within its round
-/// and the verdicts use the median ratio. GB/s, host-timed.
+/// and the verdicts use the median ratio. Each ceiling copies the bytes of the call it bounds
+/// (the same sources, or as many bytes), with threads started before the timing, as ferry's
+/// helpers are. GB/s, host-timed.
 struct BatchStudy {
   bool ran = false;
   int rounds = 0;
   unsigned memcpy_threads = 0;
-  Spread memcpy_gbps;            ///< pageable -> pinned, all threads
   double dma_gbps = 0;           ///< pinned DMA (vendor raw copy, else ferry's raw upload)
-  Spread ceiling_gbps;           ///< min of the two, per round
   std::uint64_t scattered_count = 0, scattered_each = 0;
+  /// Scattered upload ceiling: the faster of the same buffers gathered into pinned memory and
+  /// one contiguous pageable range of as many bytes copied into pinned memory.
+  Spread memcpy_gather_gbps;     ///< the same scattered buffers -> pinned, all threads
+  Spread memcpy_same_gbps;       ///< contiguous pageable -> pinned, as many bytes, all threads
+  Spread ceiling_scattered_gbps; ///< min(max of the two, DMA), per round
   Spread scattered_gbps;         ///< one Transfer::upload(span<HostView>) of the scattered buffers
-  Spread scattered_ratio;        ///< scattered / ceiling of the same round
+  Spread scattered_ratio;        ///< scattered / its ceiling of the same round
+  /// One contiguous pageable buffer of the scattered call's size through the same call, against
+  /// the same ceiling: what the per-buffer work costs is the gap between the two ratios.
+  Spread contiguous_gbps;
+  Spread contiguous_ratio;
   std::uint64_t pageable_bytes = 0;
-  Spread pageable_gbps;          ///< one Transfer::upload(span<const std::byte>)
+  Spread memcpy_gbps;            ///< pageable_bytes contiguous pageable -> pinned, all threads
+  Spread ceiling_gbps;           ///< min(memcpy_gbps, DMA), per round
+  Spread pageable_gbps;          ///< one Transfer::upload(span<const std::byte>) of pageable_bytes
   Spread pageable_ratio;
-  /// Downloads: ceiling min(parallel memcpy pinned -> pageable, pinned D2H DMA).
-  Spread memcpy_out_gbps;        ///< pinned -> pageable, all threads
+  /// Downloads: ceiling min(faster of pinned -> the same buffers and pinned -> contiguous
+  /// pageable of as many bytes, pinned D2H DMA).
+  Spread memcpy_out_gbps;
   double dma_d2h_gbps = 0;       ///< pinned D2H DMA (vendor where measured, else ferry's); 0 = unknown
   Spread ceiling_down_gbps;
   Spread scattered_down_gbps;    ///< one Transfer::download(buffer, span<DownloadView>) into the scattered buffers

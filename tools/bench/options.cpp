@@ -109,6 +109,8 @@ usage: ferry-bench [options]
                         (default 5); verdicts use the median ratio of each round
   --host-cost-size SIZE size of each of those uploads (default 64K)
   --host-cost-only      run only the host-cost measurement
+  --batch-study-only    run only the whole-batch study (with the raw copies at --sizes that
+                        give its DMA ceiling)
   --help                this text
 
 Each step: pinned host batch -> device (strategy), allocate the owner's temporary from the
@@ -176,6 +178,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.host_cost_bytes = parse_size(value(i, "--host-cost-size"));
     } else if (key == "--host-cost-only") {
       o.host_cost_only = true;
+    } else if (key == "--batch-study-only") {
+      o.batch_study_only = true;
     } else {
       throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
     }
