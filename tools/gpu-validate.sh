@@ -7,8 +7,11 @@
 # STEPs: build test-cuda test-vulkan test-pair bench-cuda bench-vulkan bench-pair memcheck
 # racecheck synccheck initcheck (default: all, in that order), and on request probe-cuda and
 # probe-front-end (tools/probe experiments, built only with -Dprobes=true: these steps turn the
-# option on in the build directory and build them first) and memcheck-pair (memcheck over the
-# vulkan_cuda suite). FERRY_GPU_DEADLINE (seconds, default 570) bounds the whole run; each step
+# option on in the build directory and build them first), memcheck-pair (memcheck over the
+# vulkan_cuda suite), first-launch (the first-launch case in a process of its own per GPU
+# backend), repeat (the executor-reuse ordering case 50 times on vulkan_cuda, a process each:
+# tools/repeat-case.sh), python (the pytest suite on the GPU build: needs -Dpython) and
+# seed-pinned (tools/python/seed_study.py --quick with pinned sources). FERRY_GPU_DEADLINE (seconds, default 570) bounds the whole run; each step
 # gets its own limit within it, so one slow step cannot eat the rest.
 # FERRY_BENCH_SIZES (default 64M,512M) sets the benchmark sizes.
 set -uo pipefail
@@ -91,6 +94,20 @@ for s in "${steps[@]}"; do
     probe-front-end)
       build_probes
       run_step probe-front-end 60 "$build/tools/probe/ferry-probe-front-end" --repeat 3 ;;
+    first-launch)
+      for p in cuda vulkan_cuda cuda_vulkan; do
+        run_step "first-launch-$p" 60 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
+          VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT \
+          "$build/tests/conformance-$p" '--test-case=first launch:*'
+      done ;;
+    repeat)
+      run_step repeat 330 env FERRY_BUILD_DIR="$build" FERRY_REPEAT_LOGS="$out/repeat-logs" bash tools/repeat-case.sh \
+        vulkan_cuda 'ordering: the executor never overwrites a block still in use' 50 ;;
+    python)
+      run_step python 120 env PYTHONPATH="$build/python" python3 -m pytest -q -rs -p no:cacheprovider tests/python ;;
+    seed-pinned)
+      run_step seed-pinned 150 env PYTHONPATH="$build/python" python3 tools/python/seed_study.py --quick \
+        --sources pinned --out "$out/seed-pinned" ;;
     memcheck-pair)
       run_step "$s" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/conformance-vulkan_cuda" "$skip" ;;
     bench-cuda) run_step bench-cuda 150 "$build/tools/ferry-bench" --backend cuda --sizes "$sizes" --quiet --out "$out/bench-cuda" --snapshot "$out/snapshot-cuda" ;;
