@@ -22,7 +22,7 @@ STRATEGIES = ["blocking", "side_stream", "preallocated", "ferry_torch", "ferry_f
 SIZE = 1 << 20
 ROW_KEYS = {"strategy": str, "workload": str, "size_bytes": int, "source": str, "peak_allocated_bytes": int,
             "peak_reserved_bytes": int, "mem_get_info_used_bytes": int, "copy_gbps": float, "host_us_per_call": float,
-            "wall_ms_per_step": float, "step_over_bound": float}
+            "host_us_per_leaf": float, "leaves": int, "wall_ms_per_step": float, "step_over_bound": float}
 
 
 def run_study(*extra, out=None):
@@ -53,6 +53,9 @@ def test_every_strategy_workload_order_and_source_has_a_row_with_the_documented_
             assert isinstance(r[k], kind), (k, r)
         assert r["wall_ms_per_step"] > 0 and r["copy_gbps"] > 0 and r["host_us_per_call"] > 0
         assert r["size_bytes"] == SIZE or r["source"] == "kjt"
+        # One tensor, or the KJT-like batch's leaves: the per-leaf cost divides the call's.
+        assert (r["leaves"] == 1) == (r["source"] != "kjt")
+        assert r["host_us_per_leaf"] == pytest.approx(r["host_us_per_call"] / r["leaves"])
     kjt = {r["size_bytes"] for r in doc["results"] if r["source"] == "kjt"}
     assert len(kjt) == 1 and kjt.pop() > 0
     assert {(r["source"], r.get("kjt_memory")) for r in doc["references"]} == {

@@ -753,13 +753,15 @@ def study(args, env, ft):
                     row = dict(strategy=name, workload=workload, **key)
                     if order:
                         row["order"] = order
-                    row.update(steps=steps, peak_allocated_bytes=alloc, peak_reserved_bytes=resv + fresv,
+                    n_leaves = len(leaves(src))
+                    row.update(steps=steps, leaves=n_leaves, peak_allocated_bytes=alloc, peak_reserved_bytes=resv + fresv,
                                torch_peak_reserved_bytes=resv, ferry_pool_peak_reserved_bytes=fresv,
                                mem_get_info_used_bytes=max(r["mem_get_info_peak_abs"] - base_used, 0),
                                mem_get_info_baseline_bytes=base_used,
                                copy_gbps=alone[name][0], copy_host_us=alone[name][1],
                                copy_gbps_in_workload=r["copy_gbps_in_workload"],
                                host_us_per_call=r["host_us_per_call"], host_us_per_call_mean=r["host_us_per_call_mean"],
+                               host_us_per_leaf=r["host_us_per_call"] / n_leaves,
                                wall_ms_per_step=r["wall_ms_per_step"], compute_only_ms_per_step=comp_ms,
                                copy_bound_ms=copy_bound_ms, step_over_bound=r["wall_ms_per_step"] / bound, **snaps)
                     results.append(row)
@@ -888,9 +890,10 @@ def print_report(doc):
               f"(pinned DMA {r['pinned_dma_gbps']:.1f} GB/s)")
     print()
     hdr = (f"{'workload':22} {'batch':22} {'strategy':13} {'alloc GiB':>9} {'resv GiB':>9} {'used GiB':>9} "
-           f"{'copy GB/s':>9} {'host µs':>9} {'ms/step':>8} {'/bound':>6}")
+           f"{'copy GB/s':>9} {'host µs':>9} {'µs/leaf':>8} {'ms/step':>8} {'/bound':>6}")
     print("peaks: allocated and reserved (torch's, plus ferry's pool), used = mem_get_info's used bytes above the "
-          "run's start; copy GB/s of the copy alone; host µs per copy call (median); ms per step and step / "
+          "run's start; copy GB/s of the copy alone; host µs per copy call (median) and per leaf tensor of the "
+          "batch; ms per step and step / "
           "max(compute-only step, pinned copy)")
     print(hdr)
     print("-" * len(hdr))
@@ -898,7 +901,8 @@ def print_report(doc):
         w = r["workload"] + ("/" + r["order"] if r.get("order") else "")
         print(f"{w:22} {batch_name(r):22} {r['strategy']:13} {r['peak_allocated_bytes'] / GIB:9.3f} "
               f"{r['peak_reserved_bytes'] / GIB:9.3f} {r['mem_get_info_used_bytes'] / GIB:9.3f} {r['copy_gbps']:9.1f} "
-              f"{r['host_us_per_call']:9.0f} {r['wall_ms_per_step']:8.2f} {r['step_over_bound']:6.2f}")
+              f"{r['host_us_per_call']:9.0f} {r['host_us_per_leaf']:8.1f} {r['wall_ms_per_step']:8.2f} "
+              f"{r['step_over_bound']:6.2f}")
     print()
     print("bars:")
     met = checked = 0
