@@ -89,6 +89,25 @@ def engine(backend: _ferry.Backend, ordinal: int = 0) -> tuple[_ferry.Device, _f
         return e
 
 
+# A Queue adopted from a stream stays registered with its device until the device closes
+# (Device::adopt_queue), so each target stream is adopted once per engine and kept here: one
+# adoption per call would grow the device's queues, and the pool's per-queue records, with
+# every call. The key is the native handle: torch.cuda.Stream objects are made afresh by
+# current_stream() for one stream, and torch's pooled streams are never destroyed.
+_queues: dict[tuple[Any, int, int], _ferry.Queue] = {}
+
+
+def _adopted_queue(key: tuple[Any, int], dev: _ferry.Device, stream: Any) -> _ferry.Queue:
+    """The Queue of `dev` adopted from `stream` (a torch.cuda.Stream), adopted on first use."""
+    handle = int(stream.cuda_stream)
+    with _lock:
+        q = _queues.get((*key, handle))
+        if q is None:
+            q = dev.adopt_queue(stream, _ferry.QueueRole.compute, "torch target stream")
+            _queues[(*key, handle)] = q
+        return q
+
+
 # Pinned sources are read by DMA after `to` returns: each call's pinned tensors are held here
 # with the point at which its last copy completes (the executor's copies complete in order),
 # and let go of once it is reached, on later calls and at synchronize().
@@ -330,7 +349,7 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, mode: str =
         if cpu:
             owner = dev.queue(_ferry.QueueRole.compute)
         else:
-            owner = dev.adopt_queue(target_stream, _ferry.QueueRole.compute, "torch target stream")
+            owner = _adopted_queue((backend, ordinal), dev, target_stream)
         if mode == "torch":
             views = _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_stream)
         else:

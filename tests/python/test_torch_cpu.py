@@ -174,3 +174,29 @@ def test_pinned_sources_are_copied_from_their_own_memory_and_held_until_copied(m
     ft.synchronize()
     assert ft.held_sources() == 0
 
+
+
+def test_a_target_stream_is_adopted_once_per_device(monkeypatch):
+    # A Queue adopted from a stream stays registered with its device until the device closes,
+    # so adopting the target stream on every call would grow the device with every call.
+    class Stream:
+        def __init__(self, handle):
+            self.cuda_stream = handle
+
+    class Dev:
+        def __init__(self):
+            self.adopted = []
+
+        def adopt_queue(self, stream, role, name):
+            self.adopted.append(stream.cuda_stream)
+            return ("queue", id(self), stream.cuda_stream)
+
+    monkeypatch.setattr(ft, "_queues", {})
+    a, b = Dev(), Dev()
+    # torch.cuda.current_stream() makes a new Stream object for the same stream on each call.
+    q1 = ft._adopted_queue(("cuda", 0), a, Stream(0x10))
+    q2 = ft._adopted_queue(("cuda", 0), a, Stream(0x10))
+    assert q1 is q2 and a.adopted == [0x10]
+    assert ft._adopted_queue(("cuda", 0), a, Stream(0x20)) != q1 and a.adopted == [0x10, 0x20]
+    ft._adopted_queue(("cuda", 1), b, Stream(0x10))
+    assert b.adopted == [0x10]

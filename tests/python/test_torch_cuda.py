@@ -167,3 +167,18 @@ def test_pinned_memory_of_another_kind_is_refused_by_the_core():
     pinned = torch.arange(4096, dtype=torch.uint8).pin_memory()
     h = dev.host_pool.adopt(pinned.data_ptr(), pinned.nbytes)
     assert h.adopted
+
+
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
+def test_repeated_calls_adopt_each_target_stream_once(mode):
+    x = torch.arange(4096, dtype=torch.float32)
+    side = torch.cuda.Stream()
+    ft.to(x, "cuda", mode=mode)
+    ft.to(x, "cuda", target_stream=side, mode=mode)
+    adopted = len(ft._queues)
+    for _ in range(20):
+        y = ft.to(x, "cuda", mode=mode)  # the current stream: a new Stream object each call
+        z = ft.to(x, "cuda", target_stream=side, mode=mode)
+    assert len(ft._queues) == adopted
+    torch.cuda.synchronize()
+    assert torch.equal(y.cpu(), x) and torch.equal(z.cpu(), x)
