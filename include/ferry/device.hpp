@@ -356,6 +356,10 @@ class FERRY_API Device {
   /// owner's work so far", a release, `mark()`) is a fresh mark enqueued on it, never an older
   /// mark reused because ferry enqueued nothing since (one event record on CUDA, one
   /// submission on Vulkan).
+  /// Lifetime: every Queue made by `create_queue` or `adopt_queue` stays registered with the
+  /// device until it closes, handles or not (its timeline may still be signalled by work in
+  /// flight, and close orders and destroys it): adopt a native queue once and keep the Queue,
+  /// never once per call.
   Queue adopt_queue(QueueRole role, const NativeQueue& native, std::string name = {},
                     std::source_location where = std::source_location::current());
   /// @brief Adopt an engine's own device memory (its allocator's: VMA, CUDA pools, PyTorch's
