@@ -245,6 +245,10 @@ class FERRY_API DevicePool {
   void reset_peaks();
   /// @brief Return idle segments (no allocated block, all free points reached) to the
   /// backend. Returns the bytes returned.
+  /// Blocking: on CUDA and HIP returning a segment (cudaFree) waits for all work of the
+  /// device, on every stream. So a thread must not trim, nor allocate near the device's
+  /// memory limit (the out-of-memory path trims), while a queue of the device waits for a
+  /// semaphore that only this thread would signal later: that wait never ends.
   std::uint64_t trim();
   /// @brief Check every invariant of the pool; throws `internal_error` naming the broken one
   /// (a bug in ferry, never the caller's or the device's fault).
