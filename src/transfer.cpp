@@ -554,11 +554,18 @@ TimelinePoint Transfer::upload_into(std::span<const HostView> views, const Devic
                         std::to_string(std::max(p, c)) + " overlap",
                     where);
     }
-    if (runs.empty() || runs.back().base + runs.back().total != offsets[c]) runs.push_back({offsets[c], 0, {}});
+    // A view starts a new run unless it follows the run's end directly, or (padding may be
+    // overwritten) after a gap shorter than kPaddingLimit, which the stream then covers.
+    const bool joins = !runs.empty() && (runs.back().base + runs.back().total == offsets[c] ||
+                                         (options.overwrite_padding &&
+                                          offsets[c] - (runs.back().base + runs.back().total) <
+                                              UploadOptions::kPaddingLimit));
+    if (!joins) runs.push_back({offsets[c], 0, {}});
     Run& r = runs.back();
+    const std::uint64_t at = offsets[c] - r.base;
     // const_cast: an upload only reads through StreamPiece::host.
-    r.pieces.push_back({r.total, const_cast<std::byte*>(static_cast<const std::byte*>(views[c].data)), views[c].size});
-    r.total += views[c].size;
+    r.pieces.push_back({at, const_cast<std::byte*>(static_cast<const std::byte*>(views[c].data)), views[c].size});
+    r.total = at + views[c].size;
   }
   std::uint64_t total = 0;
   for (const Run& r : runs) total += r.total;

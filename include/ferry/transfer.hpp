@@ -238,6 +238,18 @@ struct UploadOptions {
   /// Points signalled once the copy is complete (user semaphores only, values increasing).
   /// See "Wait and signal lists" in the file comment.
   std::vector<TimelinePoint> signal{};
+  /// Batch `upload_into` only: the destination bytes between two consecutive views (in
+  /// destination order) that are less than `kPaddingLimit` bytes apart are padding, which the
+  /// copy may overwrite with unspecified bytes. Views separated only by padding then share one
+  /// staged stream: one staging pass and one DMA per chunk instead of one per view, which is
+  /// what a layout aligning every view to 256 bytes (UploadBatch's, ferry.torch's) needs
+  /// for many small views. Set it only when nothing else lives in such gaps: with it the
+  /// call's "bytes outside the views are kept" holds only for gaps of `kPaddingLimit` bytes
+  /// or more and outside the first and last view. Default false.
+  bool overwrite_padding = false;
+  /// The gap below which `overwrite_padding` treats destination bytes between views as
+  /// padding: the batch alignment, so that in a 256-aligned layout no other view fits.
+  static constexpr std::uint64_t kPaddingLimit = 256;
 };
 
 /// @brief Options of one download or device-to-device copy: the extra ordering of the call.
@@ -327,7 +339,9 @@ class FERRY_API Transfer {
   /// @brief Batch upload into a caller-supplied destination (`preallocated`): view i is
   /// copied to `offsets[i]` of `destination` (a pool buffer or adopted memory), through the
   /// pinned staging ring, with one DMA per chunk of each run of views whose destination
-  /// ranges are contiguous. Bytes of `destination` outside the views' ranges are kept. Sources
+  /// ranges are contiguous (or separated by padding only, with
+  /// `UploadOptions::overwrite_padding`). Bytes of `destination` outside the views' ranges
+  /// are kept (padding excepted, with that option). Sources
   /// may be reused when the call returns. Ordering as `upload_into`: the executor waits for
   /// the destination owner's work enqueued so far; the owner waits for the copy when
   /// `owner_waits`. Returns the point at which every view is copied.

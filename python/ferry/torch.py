@@ -69,7 +69,11 @@ from ._error import Error
 
 __all__ = ["to", "engine", "synchronize", "held_sources", "ALIGNMENT"]
 
-#: Offset alignment of every leaf inside the structure's allocation, in bytes.
+#: Offset alignment of every leaf inside the structure's allocation, in bytes. It is also
+#: the core's padding limit (UploadOptions::kPaddingLimit): with every leaf aligned to it, a
+#: gap between two leaves shorter than it holds no other leaf (a pinned one copied by DMA
+#: included), so the pageable leaves' staged copy may overwrite such gaps
+#: (overwrite_padding) and moves many small leaves in one stream instead of one per leaf.
 ALIGNMENT = 256
 
 _lock = threading.Lock()
@@ -285,7 +289,25 @@ def _align(n: int) -> int:
 
 
 def _views(whole: torch.Tensor, sources: list[torch.Tensor], offsets: list[int]) -> list[torch.Tensor]:
-    return [whole[o:o + s.nbytes].view(s.dtype).view(s.shape) for s, o in zip(sources, offsets)]
+    """The leaves as views of `whole` (bytes): leaf i has sources[i]'s dtype, shape and
+    (contiguous) strides at byte offsets[i]. One tensor op per leaf: each leaf is an
+    as_strided view of a typed tensor over the whole storage (one per dtype), since slicing
+    and viewing a byte tensor costs three ops, which dominate the call for many small leaves."""
+    storage = whole.untyped_storage()
+    base = whole.storage_offset()  # in bytes: `whole` is uint8
+    typed: dict[torch.dtype, torch.Tensor] = {}
+    out = []
+    for s, o in zip(sources, offsets):
+        e = s.element_size()
+        if (base + o) % e:  # not element-aligned in the storage: slice and view the bytes
+            out.append(whole[o:o + s.nbytes].view(s.dtype).view(s.shape))
+            continue
+        t = typed.get(s.dtype)
+        if t is None:
+            t = torch.empty(0, dtype=s.dtype, device=whole.device).set_(storage, 0, (storage.nbytes() // e,), (1,))
+            typed[s.dtype] = t
+        out.append(t.as_strided(s.shape, s.stride(), (base + o) // e))
+    return out
 
 
 def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, mode: str = "torch") -> Any:
@@ -383,7 +405,8 @@ def _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_strea
         _upload_pinned(xfer, adopted, pinned, owner_waits=not pageable)
         if pageable:
             xfer._upload_into_raw([s.data_ptr() for s, _ in pageable], [s.nbytes for s, _ in pageable], adopted,
-                                  [o for _, o in pageable], owner_waits=True)
+                                  [o for _, o in pageable], owner_waits=True,
+                                  overwrite_padding=True)
     finally:
         # Ends ferry's use: the owner (target stream) already waits for the copy, so the
         # caching allocator's stream-ordered reuse of `whole` comes after it.
@@ -407,7 +430,8 @@ def _upload_ferry(dev, xfer, owner, sources, offsets, total, dev_t, target_strea
         _upload_pinned(xfer, buffer, pinned, owner_waits=not pageable)
         if pageable:
             xfer._upload_into_raw([s.data_ptr() for s, _ in pageable], [s.nbytes for s, _ in pageable], buffer,
-                                  [o for _, o in pageable], owner_waits=True)
+                                  [o for _, o in pageable], owner_waits=True,
+                                  overwrite_padding=True)
     if dev_t.type == "cpu":
         whole = torch.from_dlpack(buffer)
     else:

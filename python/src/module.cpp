@@ -784,11 +784,13 @@ NB_MODULE(_ferry, m) {
            "when owner_waits. Returns the point at which every byte is in place.")
       .def("_upload_into_raw", [](PyTransfer& t, const std::vector<std::uint64_t>& addresses,
                                   const std::vector<std::uint64_t>& sizes, PyDeviceBuffer& destination,
-                                  const std::vector<std::uint64_t>& offsets, bool owner_waits) {
+                                  const std::vector<std::uint64_t>& offsets, bool owner_waits,
+                                  bool overwrite_padding) {
              std::vector<ferry::HostView> views = raw_views(addresses, sizes, "Transfer._upload_into_raw");
              ferry::UploadOptions o;
              o.mode = ferry::CopyMode::preallocated;
              o.owner_waits = owner_waits;
+             o.overwrite_padding = overwrite_padding;
              ferry::TimelinePoint p;
              {
                nb::gil_scoped_release nogil;
@@ -798,7 +800,8 @@ NB_MODULE(_ferry, m) {
              destination.s->ready = p;
              return p;
            }, "addresses"_a, "sizes"_a, "destination"_a, "offsets"_a, "owner_waits"_a = true,
-           "upload_into from raw host addresses (ferry.torch's path).")
+           "overwrite_padding"_a = false,
+           "upload_into from raw host addresses (ferry.torch's path); overwrite_padding as in UploadOptions.")
       .def("download", [](PyTransfer& t, PyDeviceBuffer& source, nb::handle destination, std::uint64_t offset,
                           std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal) -> nb::object {
              ferry::CallOptions o{std::move(wait), std::move(signal)};

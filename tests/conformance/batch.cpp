@@ -504,6 +504,38 @@ CONFORMANCE_CASE("batch: packed uploads of uneven views, every byte checked, chu
       if (!covered[k] && result[k] != kGuard) overwritten = static_cast<std::int64_t>(k);
     }
     CHECK(overwritten == -1);
+
+    // The same with overwrite_padding: gaps shorter than kPaddingLimit may change (they join
+    // the staged stream); every view, every longer gap and the bytes past the last view keep
+    // theirs. The layout above has gaps on both sides of the limit.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // destination order
+    for (std::size_t j = 0; j < into.size(); ++j) ranges.emplace_back(at[j], at[j] + into[j].size);
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<bool> may_change(result.size(), false);
+    for (std::size_t j = 1; j < ranges.size(); ++j) {
+      const std::uint64_t gap_begin = ranges[j - 1].second, gap_end = ranges[j].first;
+      if (gap_end - gap_begin < UploadOptions::kPaddingLimit) {
+        std::fill(may_change.begin() + static_cast<std::ptrdiff_t>(gap_begin),
+                  may_change.begin() + static_cast<std::ptrdiff_t>(gap_end), true);
+      }
+    }
+    Upload padded = xfer.upload(std::span<const std::byte>(guard), owner);
+    xfer.upload_into(std::span<const HostView>(into), padded.buffer, std::span<const std::uint64_t>(at),
+                     {.overwrite_padding = true})
+        .wait();
+    xfer.download(padded.buffer, std::span<std::byte>(result));
+    for (std::size_t j = 0; j < into.size(); ++j) {
+      const std::size_t i = order[j];
+      CAPTURE(i);
+      const std::span<const std::byte> got(result.data() + at[j], into[j].size);
+      CHECK_MESSAGE(first_mismatch(got, 5000 + i) == -1, "view " << i << " with overwrite_padding");
+    }
+    std::int64_t kept_broken = -1;
+    for (std::size_t k = 0; k < result.size() && kept_broken < 0; ++k) {
+      if (!covered[k] && !may_change[k] && result[k] != kGuard) kept_broken = static_cast<std::int64_t>(k);
+    }
+    CHECK_MESSAGE(kept_broken == -1, "overwrite_padding changed a byte outside the padding");
+    padded.buffer.release();
     dst.buffer.release();
   }
 }
