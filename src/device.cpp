@@ -238,6 +238,7 @@ void Queue::signal(const TimelinePoint& point, std::source_location where) {
     q.backend->signal(*s.backend, point.value);
   }
   q.dirty = true;
+  detail::hold_semaphore(q, detail::access::semaphore(point));
   detail::flush(q);
 }
 

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +51,17 @@ struct QueueState {
   /// Calls and bytes recorded on a deferring backend since its last flush (submit_or_defer).
   std::uint32_t deferred_calls = 0;
   std::uint64_t deferred_bytes = 0;
+  /// Semaphores that work enqueued on this queue waits for or signals (other than its own
+  /// timeline), each kept alive until this queue's timeline reaches `until`, a mark after
+  /// that work. A backend operation uses its semaphore until it has run (the host backend's
+  /// worker, CUDA's stream memory operations, a pending Vulkan submission), while a caller
+  /// may drop its TimelineSemaphore as soon as it signalled it or saw it signalled. In
+  /// increasing `until`; under `mutex` (hold_semaphore).
+  struct Held {
+    std::uint64_t until = 0;
+    std::shared_ptr<SemaphoreState> semaphore;
+  };
+  std::deque<Held> held;
 };
 
 /// Submit what q recorded (BackendQueue::flush) and note its marks submitted (caller holds
@@ -72,5 +84,8 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query = true);
 /// Signal the queue's own timeline if work was enqueued since the last mark (always, on an
 /// external queue); returns the point.
 TimelinePoint enqueue_mark(QueueState& q);
+/// Keep `s` alive until q's next mark is reached: work just enqueued on q waits for or
+/// signals it (see QueueState::held). Also lets go of the semaphores q has passed.
+void hold_semaphore(QueueState& q, const std::shared_ptr<SemaphoreState>& s);
 
 }  // namespace ferry::detail

@@ -86,15 +86,22 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
   // Cheapest test first: only the last one asks the backend.
   if (&s != q.timeline.get() && !s.known_reached(point.value) && !already_waited(q, s.timeline_id, point.value)) {
     ensure_submitted(s, point.value);  // another queue waits: the signal must be on its way
-    std::lock_guard lock(s.mutex);  // one lock: the query and the wait
-    std::uint64_t value = UINT64_MAX;  // closed: all done
-    if (s.backend != nullptr) value = query ? observe_locked(s) : s.reached.load(std::memory_order_acquire);
-    if (value < point.value) {
-      if (s.device_id != q.device_id) s.foreign_waits.store(true, std::memory_order_relaxed);
-      q.backend->wait(*s.backend, point.value);
-      q.dirty = true;
-      if (q.backend->wait_orders_later_work()) note_waited(q, s.timeline_id, point.value);
+    bool waited = false;
+    {
+      std::lock_guard lock(s.mutex);  // one lock: the query and the wait
+      std::uint64_t value = UINT64_MAX;  // closed: all done
+      if (s.backend != nullptr) value = query ? observe_locked(s) : s.reached.load(std::memory_order_acquire);
+      if (value < point.value) {
+        if (s.device_id != q.device_id) s.foreign_waits.store(true, std::memory_order_relaxed);
+        q.backend->wait(*s.backend, point.value);
+        q.dirty = true;
+        waited = true;
+        if (q.backend->wait_orders_later_work()) note_waited(q, s.timeline_id, point.value);
+      }
     }
+    // Outside s.mutex: holding queries q's own timeline, whose mutex must never be taken
+    // under another semaphore's (two queues waiting on each other's timelines).
+    if (waited) hold_semaphore(q, detail::access::semaphore(point));
   }
   // Ownership acquires whose release is ordered before this point are recorded now.
   if (!q.pending_acquires.empty()) {
@@ -108,6 +115,17 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
       return true;
     });
   }
+}
+
+void hold_semaphore(QueueState& q, const std::shared_ptr<SemaphoreState>& s) {
+  // Passed entries go first, by the watermark; a long list asks the backend once, so that a
+  // queue whose points nobody waits for still lets go of what it passed.
+  if (q.held.size() >= 32) observe(*q.timeline);
+  while (!q.held.empty() && q.timeline->known_reached(q.held.front().until)) q.held.pop_front();
+  if (s.get() == q.timeline.get()) return;
+  const std::uint64_t until = q.last_mark + 1;  // the next mark follows the work just enqueued
+  if (!q.held.empty() && q.held.back().until == until && q.held.back().semaphore == s) return;
+  q.held.push_back({until, s});
 }
 
 TimelinePoint enqueue_mark(QueueState& q) {

@@ -191,21 +191,9 @@ class Call {
     signal_ = nullptr;
     try {
       for (std::size_t i = 0; i < signal.size(); ++i) {
-        detail::SemaphoreState& s = *detail::access::semaphore(signal[i]);
-        std::lock_guard slock(s.mutex);
-        FERRY_REQUIRE(s.backend != nullptr, function_,
-                      "signal point " + std::to_string(i) + ": the device is closed", where_);
-        FERRY_REQUIRE(signal[i].value > s.max_signal, function_,
-                      "signal point " + std::to_string(i) + ": value " + std::to_string(signal[i].value) +
-                          " no longer exceeds the highest value signalled on its semaphore (" +
-                          std::to_string(s.max_signal) +
-                          "): another thread signalled it during the call; the copy was enqueued, this "
-                          "signal and the later ones of the list were not",
-                      where_);
-        // Every signal goes through ferry and raises max_signal (as Queue::signal does).
-        s.max_signal = signal[i].value;
-        q.backend->signal(*s.backend, signal[i].value);
-        q.dirty = true;
+        signal_one(q, signal[i], i);
+        // Outside the semaphore's mutex (see enqueue_wait).
+        detail::hold_semaphore(q, detail::access::semaphore(signal[i]));
       }
     } catch (...) {
       detail::flush(q);  // the signals enqueued before the failure go out with the copy
@@ -214,6 +202,25 @@ class Call {
     // Always submitted at once: an engine may wait for its own semaphore where ferry cannot
     // see the wait (a flush on wait covers only ferry's waits).
     detail::flush(q);
+  }
+
+  /// Enqueue signal point `i` of the call's list on `q` (caller holds q.mutex).
+  void signal_one(detail::QueueState& q, const TimelinePoint& point, std::size_t i) {
+    detail::SemaphoreState& s = *detail::access::semaphore(point);
+    std::lock_guard slock(s.mutex);
+    FERRY_REQUIRE(s.backend != nullptr, function_, "signal point " + std::to_string(i) + ": the device is closed",
+                  where_);
+    FERRY_REQUIRE(point.value > s.max_signal, function_,
+                  "signal point " + std::to_string(i) + ": value " + std::to_string(point.value) +
+                      " no longer exceeds the highest value signalled on its semaphore (" +
+                      std::to_string(s.max_signal) +
+                      "): another thread signalled it during the call; the copy was enqueued, this "
+                      "signal and the later ones of the list were not",
+                  where_);
+    // Every signal goes through ferry and raises max_signal (as Queue::signal does).
+    s.max_signal = point.value;
+    q.backend->signal(*s.backend, point.value);
+    q.dirty = true;
   }
 
   /// Order the executor's access to `b` after its last user (see prepare_access); returns

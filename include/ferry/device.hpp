@@ -170,6 +170,11 @@ class FERRY_API TimelinePoint {
 ///
 /// Contract: values only increase. A host `signal(v)` with v <= the current value is an
 /// `invalid_argument` error. Queue-side signals are ordered after the queue's earlier work.
+///
+/// Lifetime: the handles (and the points made from them) share the semaphore. Queued work
+/// that waits for or signals it (`Queue::wait`, `Queue::signal`, a call's wait or signal
+/// list) holds it too, until the queue has passed that work: the last handle may go at once,
+/// for example right after signalling the value a queue waits for.
 class FERRY_API TimelineSemaphore {
  public:
   TimelineSemaphore() = default;

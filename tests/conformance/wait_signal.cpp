@@ -426,3 +426,33 @@ CONFORMANCE_CASE("wait/signal: bad lists are refused and enqueue nothing") {
   dst.release();
   conformance::check_round_trip(dev, xfer);
 }
+
+CONFORMANCE_CASE("wait/signal: a semaphore may be dropped while queued work still waits for or signals it") {
+  // The caller's TimelineSemaphore may go as soon as it signalled it (or saw it signalled):
+  // the queues' pending operations on it keep it alive until they ran. Under the host
+  // backend's latency injection the queue's worker reaches the wait after the drop, so a
+  // semaphore freed with the handle shows as a use after free under AddressSanitizer.
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  HostBuffer src = dev.host_pool().allocate(kBytes);
+  HostBuffer back = dev.host_pool().allocate(kBytes);
+  for (int round = 0; round < 20; ++round) {
+    CAPTURE(round);
+    fill_pattern(src.span(), 900 + static_cast<std::uint64_t>(round));
+    TimelinePoint copied;
+    Upload up;
+    {
+      TimelineSemaphore gate = dev.create_semaphore(0);
+      TimelineSemaphore told = dev.create_semaphore(0);
+      owner.wait(gate.at(1));                             // a queue's wait
+      up = xfer.upload(src, owner, {.wait = {gate.at(1)}, .signal = {told.at(1)}});  // a call's lists
+      owner.signal(told.at(2));                           // a queue's signal
+      gate.signal(1);
+    }  // both handles dropped with the waits and signals possibly still queued
+    xfer.download(up.buffer, back).wait(30s);
+    CHECK(first_mismatch(back.span(), 900 + static_cast<std::uint64_t>(round)) == -1);
+    owner.synchronize(30s);
+    up.buffer.release();
+  }
+}
