@@ -4,7 +4,6 @@
 // backend describes the range (BackendDevice::adopt_memory) and checks what only its driver
 // can tell. Copies then treat the block like a pool block (access.hpp); its release ends
 // ferry's use without returning anything to the pool (pool.cpp).
-#include <cstdio>
 #include <string>
 
 #include "access.hpp"
@@ -33,11 +32,7 @@ DeviceBuffer Device::adopt_memory(const NativeMemory& native, std::uint64_t size
                   "options.ready_after is a point of another device's semaphore", where);
   }
   FERRY_REQUIRE(native.pointer % kAdoptAlignment == 0, fn,
-                "pointer 0x" + [&] {
-                  char text[32];
-                  std::snprintf(text, sizeof text, "%llx", static_cast<unsigned long long>(native.pointer));
-                  return std::string(text);
-                }() + " is not a multiple of " + std::to_string(kAdoptAlignment) +
+                "pointer " + detail::hex_address(native.pointer) + " is not a multiple of " + std::to_string(kAdoptAlignment) +
                     " bytes (adopted ranges start at a 32-bit word)",
                 where);
   FERRY_REQUIRE(native.vulkan_offset % kAdoptAlignment == 0, fn,

@@ -7,6 +7,8 @@
 // ferry's own line (FERRY_ASSERT), never disguised as a device error.
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <source_location>
 #include <string>
 
@@ -16,6 +18,12 @@ namespace ferry::detail {
 
 /// Throw `invalid_argument` with `message` at the caller's location.
 [[noreturn]] void fail(ErrorCode code, const std::string& message, const std::source_location& where);
+/// `value` in hexadecimal with a 0x prefix: an address in an argument check's message.
+inline std::string hex_address(std::uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
+  return text;
+}
 /// Argument check of a public entry point: throws `invalid_argument` naming the function.
 /// A macro so the message (often built with std::to_string) is only built on failure: the
 /// checks sit on every call's hot path.

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The pinned host pool: allocations, registered user memory, adopted engine memory, and the
 // HostBuffer handle.
-#include <cstdio>
 #include <algorithm>
 
 #include "device_state.hpp"
@@ -57,6 +56,14 @@ const detail::HostMemory& live_host(const std::shared_ptr<detail::HostAllocation
   FERRY_REQUIRE(s->memory != nullptr, function, "the device of this host buffer is closed", where);
   return *s->memory;
 }
+
+// Track `a` among the device's live host buffers (close frees what is left) and hand it out
+// (caller holds d.host.mutex). Dead entries go first, so the list stays as long as the live set.
+HostBuffer track(detail::DeviceState& d, std::shared_ptr<detail::HostAllocation> a) {
+  std::erase_if(d.host.live, [](const auto& w) { return w.expired(); });
+  d.host.live.push_back(a);
+  return detail::access::make<HostBuffer>(std::move(a));
+}
 }  // namespace
 
 std::span<std::byte> HostBuffer::span(std::source_location where) const {
@@ -93,9 +100,7 @@ HostBuffer HostPool::allocate(std::uint64_t bytes, std::source_location where) {
   }
   std::lock_guard lock(d->host.mutex);
   d->host.pinned_bytes += a->memory->size;
-  std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
-  d->host.live.push_back(a);
-  return detail::access::make<HostBuffer>(std::move(a));
+  return track(*d, std::move(a));
 }
 
 HostBuffer HostPool::register_memory(std::span<std::byte> memory, std::source_location where) {
@@ -120,9 +125,7 @@ HostBuffer HostPool::register_memory(std::span<std::byte> memory, std::source_lo
     throw Error(err.code(), "HostPool::register_memory: " + err.message(), err.call(), where);
   }
   d->host.registered.emplace(start, end);
-  std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
-  d->host.live.push_back(a);
-  return detail::access::make<HostBuffer>(std::move(a));
+  return track(*d, std::move(a));
 }
 
 // Adopted memory is the engine's: described to the backend (which checks its pinning), kept
@@ -136,11 +139,7 @@ HostBuffer HostPool::adopt(void* data, std::uint64_t size, std::source_location 
   FERRY_REQUIRE(size > 0, fn, "size 0 is not allowed", where);
   const auto start = reinterpret_cast<std::uintptr_t>(data);
   FERRY_REQUIRE(size <= UINTPTR_MAX - start, fn,
-                "data 0x" + [&] {
-                  char text[32];
-                  std::snprintf(text, sizeof text, "%llx", static_cast<unsigned long long>(start));
-                  return std::string(text);
-                }() + " + size " + std::to_string(size) + " wraps around the address space",
+                "data " + detail::hex_address(start) + " + size " + std::to_string(size) + " wraps around the address space",
                 where);
   auto a = std::make_shared<detail::HostAllocation>();
   a->device = d;
@@ -155,9 +154,7 @@ HostBuffer HostPool::adopt(void* data, std::uint64_t size, std::source_location 
     }
   }
   std::lock_guard lock(d->host.mutex);
-  std::erase_if(d->host.live, [](const auto& w) { return w.expired(); });
-  d->host.live.push_back(a);
-  return detail::access::make<HostBuffer>(std::move(a));
+  return track(*d, std::move(a));
 }
 
 std::uint64_t HostPool::pinned_bytes() const {

@@ -124,15 +124,19 @@ def _pinned(t: torch.Tensor) -> bool:
     return t.is_pinned()
 
 
+def _release_reached_locked() -> None:
+    _held[:] = [e for e in _held if not e[0].reached()]
+
+
 def _hold(point: _ferry.TimelinePoint, tensors: list[torch.Tensor]) -> None:
     with _held_lock:
-        _held[:] = [e for e in _held if not e[0].reached()]
+        _release_reached_locked()
         _held.append((point, tensors))
 
 
 def _release_reached() -> None:
     with _held_lock:
-        _held[:] = [e for e in _held if not e[0].reached()]
+        _release_reached_locked()
 
 
 def held_sources() -> int:
