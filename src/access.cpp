@@ -33,9 +33,18 @@ const QueuePtr& last_user(const BlockState& b) { return b.recorded_user ? b.reco
 /// and after any other queue's access. When `keep_contents` (a read) and the last user holds
 /// the range, the user releases it to the executor, which acquires it after the wait.
 /// Overwritten contents need no ownership transfer. Caller holds no queue mutex.
-void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents) {
+void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents, bool user_idle) {
   const QueuePtr& user = last_user(b);
   const bool hand_off = keep_contents && b.holder && b.holder != exec;
+  if (user_idle && !hand_off) {
+    // The caller guarantees that no queue used the block beyond ferry's copies since its
+    // allocation: the copy follows the block's previous life (ready_after) and ferry's own
+    // accesses, and none of the user's queued work, so it can overlap that work.
+    std::lock_guard lock(exec->mutex);
+    enqueue_wait(*exec, b.last_access);
+    enqueue_wait(*exec, b.ready_after);
+    return;
+  }
   TimelinePoint user_done;
   if (user != exec) {
     std::lock_guard lock(user->mutex);

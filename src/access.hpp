@@ -33,8 +33,12 @@ const QueuePtr& last_user(const BlockState& b);
 /// The executor is about to access `b`: order it after the last user's work enqueued so far
 /// and after any other queue's access. When `keep_contents` (a read) and the last user holds
 /// the range, the user releases it to the executor, which acquires it after the wait.
-/// Overwritten contents need no ownership transfer. Caller holds no queue mutex.
-void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents);
+/// Overwritten contents need no ownership transfer. With `user_idle` (the caller's guarantee
+/// that the block is unused since its allocation, UploadOptions::destination_unused) the
+/// executor waits only for the block's ready_after and earlier accesses, unless the user must
+/// hand the range back first (queue-family ownership), which runs after the user's work.
+/// Caller holds no queue mutex.
+void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents, bool user_idle = false);
 /// The point after `other`'s work enqueued so far, for `waiter` to wait on (empty when they
 /// are the same queue). Takes other's mutex; the caller holds no queue mutex.
 TimelinePoint mark_other_user(const QueuePtr& other, const QueueState& waiter);

@@ -262,6 +262,7 @@ DeviceBuffer pool_allocate(DeviceState& d, const std::shared_ptr<DeviceState>& s
   block->size = placement->size;
   block->requested = bytes;
   block->owner = owner;
+  if (first_writer) block->first_writer = first_writer->id;
   block->tag = tag;
   if (placement->pending_reuse) {
     // The first pass looked the timeline up already (the second pass, when it ran, too).

@@ -225,9 +225,17 @@ class Call {
 
   /// Order the executor's access to `b` after its last user (see prepare_access); returns
   /// the queue that uses `b` next, to hand the range back to.
-  QueuePtr access(detail::BlockState& b, bool keep_contents) const {
+  QueuePtr access(detail::BlockState& b, bool keep_contents, bool user_idle = false) const {
+    // Without a ready_after that covers the block's previous life for the executor, "unused
+    // since its allocation" would let the copy overwrite what the owner's queued work of that
+    // life still reads: a block the owner allocated for itself carries no such point.
+    FERRY_REQUIRE(!user_idle || b.adopted || b.owner == state_.exec || b.first_writer == state_.exec->id, function_,
+                  "UploadOptions::destination_unused needs adopted memory or a block allocated with "
+                  "AllocationOptions::first_writer = this transfer's executor (its ready_after then covers the "
+                  "block's previous use); this block was allocated for its owner alone",
+                  where_);
     QueuePtr next = detail::last_user(b);
-    detail::prepare_access(state_.exec, b, keep_contents);
+    detail::prepare_access(state_.exec, b, keep_contents, user_idle);
     return next;
   }
 
@@ -475,7 +483,7 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
   call.lock();
   // The owner may still read the old contents: the executor waits for its work so far. A
   // smaller source leaves the tail as it was, so then the range changes hands properly.
-  const QueuePtr owner = call.access(b, host.memory->size < b.requested);
+  const QueuePtr owner = call.access(b, host.memory->size < b.requested, options.destination_unused);
   const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
     e.backend->copy_h2d(detail::ref(b), detail::HostRef{host.memory.get(), 0}, host.memory->size);
   });
@@ -498,7 +506,7 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, std::uint64_t sour
   call.lock();
   // The owner may still read the old contents, and the bytes outside the range stay: the
   // range changes hands with the rest of the buffer's contents kept.
-  const QueuePtr owner = call.access(b, bytes < b.requested);
+  const QueuePtr owner = call.access(b, bytes < b.requested, options.destination_unused);
   const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
     detail::DeviceRef dst = detail::ref(b);
     dst.offset += destination_offset;
@@ -580,7 +588,7 @@ TimelinePoint Transfer::upload_into(std::span<const HostView> views, const Devic
   auto& s = call.state();
   s.ensure_staging(d, where);
   // Bytes outside the views keep their contents unless the views cover the whole buffer.
-  const QueuePtr owner = call.access(b, total < b.requested);
+  const QueuePtr owner = call.access(b, total < b.requested, options.destination_unused);
   try {
     for (const Run& r : runs) s.staged_h2d(r.pieces, r.total, b, where, r.base);
   } catch (...) {

@@ -159,7 +159,8 @@ struct AllocationOptions {
   std::string tag{};  ///< free-form label recorded in pool events and snapshots
   /// The queue that will first write the block, when it is not the owner (an upload's
   /// executing queue). The pool then may hand out a block whose free point is still pending
-  /// and reports that point in `DeviceBuffer::ready_after()`.
+  /// and reports that point in `DeviceBuffer::ready_after()`. A `Transfer` copy with
+  /// `UploadOptions::destination_unused` into the block needs this set to its executor.
   Queue first_writer{};
 };
 

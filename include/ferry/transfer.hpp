@@ -247,6 +247,16 @@ struct UploadOptions {
   /// call's "bytes outside the views are kept" holds only for gaps of `kPaddingLimit` bytes
   /// or more and outside the first and last view. Default false.
   bool overwrite_padding = false;
+  /// `upload_into` only: the caller guarantees that no work on any queue has used the
+  /// destination since it was allocated (`DevicePool::allocate`) or adopted
+  /// (`Device::adopt_memory`), other than ferry's own copies. The copy then waits only for
+  /// `destination.ready_after()` and ferry's earlier accesses to it, not for all of the
+  /// owner's work enqueued so far, so the copy into a fresh block overlaps the compute already
+  /// queued on the owner. Where the owner must first hand the range back (Vulkan exclusive
+  /// buffers, after an earlier copy into part of it), that hand-back runs after the owner's
+  /// queued work and the call orders as without the flag. A false guarantee lets the copy
+  /// overwrite data that queued work still reads. Default false.
+  bool destination_unused = false;
   /// The gap below which `overwrite_padding` treats destination bytes between views as
   /// padding: the batch alignment, so that in a 256-aligned layout no other view fits.
   static constexpr std::uint64_t kPaddingLimit = 256;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "conformance.hpp"
@@ -181,4 +182,69 @@ CONFORMANCE_CASE("ordering: device-to-device copy between two owners") {
     d.wait();
     CHECK(first_mismatch(dst.span(), 400 + static_cast<std::uint64_t>(k), 2) == -1);
   }
+}
+
+CONFORMANCE_CASE("ordering: destination_unused waits for the block's ready_after, not the owner's queued work") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  if (xfer.executor() == owner || !dev.capabilities().dedicated_transfer_queue) {
+    MESSAGE("not supported here: transfers share the compute queue, which the test must block");
+    return;
+  }
+  const std::uint64_t n = 1 * MiB + 5;
+  const auto wait = std::chrono::seconds(30);
+  HostBuffer src = dev.host_pool().allocate(n);
+  fill_pattern(src.span(), 81);
+  UploadOptions unused;
+  unused.destination_unused = true;
+  unused.owner_waits = false;
+  AllocationOptions for_exec;
+  for_exec.first_writer = xfer.executor();
+
+  // Misuse first: a block the owner allocated for itself carries no ready_after for the
+  // executor, so the guarantee cannot be honoured.
+  {
+    DeviceBuffer own = dev.pool().allocate(n, owner);
+    conformance::expect_error(ErrorCode::invalid_argument, [&] { (void)xfer.upload_into(src, own, unused); },
+                              "destination_unused into a block without first_writer");
+    own.release();
+  }
+
+  // The owner's previous use of a block: released behind a gate (pending), then reused.
+  conformance::Gate old_use(dev, owner);
+  const std::uint64_t whole = 24 * MiB;  // a segment of its own, so the reuse is that block
+  DeviceBuffer first = dev.pool().allocate(whole, owner, for_exec);
+  first.release();  // free point: behind the gate
+  DeviceBuffer reused = dev.pool().allocate(whole, owner, for_exec);
+  CHECK_FALSE(reused.ready_after().empty());
+  // The gate also stands for compute queued on the owner after that free point, which a copy
+  // into a block unused by it must not wait for.
+  DeviceBuffer fresh = dev.pool().allocate(8 * MiB, owner, for_exec);  // its own segment, never used
+  const TimelinePoint fresh_done = xfer.upload_into(src, 0, n, fresh, 0, unused);
+  // Completes while the owner is still held: the copy does not wait for its queued work.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!fresh_done.reached() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(fresh_done.reached());
+
+  const TimelinePoint reused_done = xfer.upload_into(src, 0, n, reused, 0, unused);
+  CHECK_FALSE(reused_done.reached());  // waits for the block's previous use
+  // Without the flag the copy waits for the owner's queued work (the gate).
+  DeviceBuffer other = dev.pool().allocate(8 * MiB, owner, for_exec);
+  UploadOptions plain;
+  plain.owner_waits = false;
+  const TimelinePoint plain_done = xfer.upload_into(src, 0, n, other, 0, plain);
+  CHECK_FALSE(plain_done.reached());
+  old_use.open();
+  reused_done.wait(wait);
+  plain_done.wait(wait);
+  for (DeviceBuffer* b : {&fresh, &reused, &other}) {
+    HostBuffer back = dev.host_pool().allocate(b->size());
+    xfer.download(*b, back, 0).wait(wait);
+    CHECK(first_mismatch(back.span().first(n), 81) == -1);
+    b->release();
+  }
+  owner.synchronize();
 }
