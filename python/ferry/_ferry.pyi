@@ -352,8 +352,8 @@ class HostBuffer:
 class DevicePool:
     """The device's stream-ordered memory pool (Device.pool)."""
 
-    def allocate(self, nbytes: int, owner: Queue, tag: str = '') -> DeviceBuffer:
-        """Allocate `nbytes` (> 0) owned by `owner`."""
+    def allocate(self, nbytes: int, owner: Queue, tag: str = '', first_writer: Queue | None = None) -> DeviceBuffer:
+        """Allocate `nbytes` (> 0) owned by `owner`. `first_writer`: the queue that writes the block first when it is not the owner (a Transfer's executor); the block's ready_after then covers its previous use (AllocationOptions::first_writer)."""
 
     def budget(self) -> PoolBudget:
         """Cheap statistics."""
@@ -510,9 +510,9 @@ class Transfer:
         Upload many contiguous buffers (empty ones allowed) in one call into one owner-owned allocation, staged through the pinned ring; the sources may be reused when it returns.
         """
 
-    def upload_into(self, source: object, destination: DeviceBuffer, offsets: object | None = None, *, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> TimelinePoint:
+    def upload_into(self, source: object, destination: DeviceBuffer, offsets: object | None = None, *, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = [], destination_unused: bool = False) -> TimelinePoint:
         """
-        Copy into a caller-supplied destination: a HostBuffer (pinned: DMA from it; `offsets`, when given, is the one destination offset it goes to, the other bytes are kept), or a list of contiguous buffers placed at `offsets` (staged; none may be empty). The executor waits for the destination owner's work so far; the owner waits for the copy when owner_waits. Returns the point at which every byte is in place.
+        Copy into a caller-supplied destination: a HostBuffer (pinned: DMA from it; `offsets`, when given, is the one destination offset it goes to, the other bytes are kept), or a list of contiguous buffers placed at `offsets` (staged; none may be empty). The executor waits for the destination owner's work so far (only for its ready_after and ferry's earlier copies with destination_unused, the caller's guarantee that nothing used the buffer since its allocation: UploadOptions::destination_unused); the owner waits for the copy when owner_waits. Returns the point at which every byte is in place.
         """
 
     def download(self, source: DeviceBuffer, destination: object, offset: int = 0, *, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> object:

@@ -125,7 +125,14 @@ def _pinned(t: torch.Tensor) -> bool:
 
 
 def _release_reached_locked() -> None:
-    _held[:] = [e for e in _held if not e[0].reached()]
+    # Oldest first, up to the first point not reached: one executor's copies complete in
+    # order, so a call costs one query when nothing completed (an entry of another engine
+    # behind an unreached one waits for a later call).
+    n = 0
+    while n < len(_held) and _held[n][0].reached():
+        n += 1
+    if n:
+        del _held[:n]
 
 
 def _hold(point: _ferry.TimelinePoint, tensors: list[torch.Tensor]) -> None:
@@ -404,13 +411,15 @@ def _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_strea
         with torch.cuda.stream(target_stream):
             whole = torch.empty(total, dtype=torch.uint8, device=dev_t)
     pinned, pageable = _split(dev, sources, offsets)
-    adopted = dev.adopt_memory(whole.data_ptr(), total, owner, tag="ferry.torch.to")
+    # `whole` is free in the target stream's order from its point now on: the copies wait for
+    # that point (the adoption's ready_after) and nothing else uses `whole` before them.
+    adopted = dev.adopt_memory(whole.data_ptr(), total, owner, ready_after=owner.mark(), tag="ferry.torch.to")
     try:
         _upload_pinned(xfer, adopted, pinned, owner_waits=not pageable)
         if pageable:
             xfer._upload_into_raw([s.data_ptr() for s, _ in pageable], [s.nbytes for s, _ in pageable], adopted,
                                   [o for _, o in pageable], owner_waits=True,
-                                  overwrite_padding=True)
+                                  overwrite_padding=True, destination_unused=True)
     finally:
         # Ends ferry's use: the owner (target stream) already waits for the copy, so the
         # caching allocator's stream-ordered reuse of `whole` comes after it.
@@ -430,16 +439,23 @@ def _upload_ferry(dev, xfer, owner, sources, offsets, total, dev_t, target_strea
     else:
         # The batch layout (256-aligned offsets), in a block allocated here: the pinned
         # sources go in by DMA from their own memory, the pageable ones through the ring.
-        buffer = dev.pool.allocate(total, owner, tag="ferry.torch.to")
+        # Nothing uses the fresh block before these copies, so they wait only for its
+        # previous life (ready_after, which first_writer makes cover a block the target
+        # stream freed and may still be reading), as upload_batch's do, not for the target
+        # stream's queued compute.
+        buffer = dev.pool.allocate(total, owner, tag="ferry.torch.to", first_writer=xfer.executor)
         _upload_pinned(xfer, buffer, pinned, owner_waits=not pageable)
         if pageable:
             xfer._upload_into_raw([s.data_ptr() for s, _ in pageable], [s.nbytes for s, _ in pageable], buffer,
                                   [o for _, o in pageable], owner_waits=True,
-                                  overwrite_padding=True)
+                                  overwrite_padding=True, destination_unused=True)
     if dev_t.type == "cpu":
         whole = torch.from_dlpack(buffer)
     else:
-        whole = torch.from_dlpack(buffer.__dlpack__(stream=target_stream.cuda_stream))
+        # DLPack names PyTorch's default stream (handle 0, the legacy default stream on
+        # CUDA) 1; the owner is the target stream, which already waits for the copy.
+        handle = int(target_stream.cuda_stream)
+        whole = torch.from_dlpack(buffer.__dlpack__(stream=handle if handle else 1))
     return _views(whole, sources, offsets)
 
 
@@ -465,7 +481,8 @@ def _split(dev, sources, offsets):
 
 def _upload_pinned(xfer, destination, pinned, owner_waits):
     """Copy each pinned source by DMA from its own memory (adopted, never staged) to its
-    offset of `destination`; the owner waits for the last copy when `owner_waits` (the
+    offset of `destination` (fresh: unused since its allocation or adoption, so each copy
+    waits only for its ready_after); the owner waits for the last copy when `owner_waits` (the
     executor's copies complete in order, so that covers them all). The sources are held
     until the last copy's point is reached."""
     if not pinned:
@@ -474,7 +491,8 @@ def _upload_pinned(xfer, destination, pinned, owner_waits):
     try:
         last = len(pinned) - 1
         for i, (_, o, h) in enumerate(pinned):
-            point = xfer.upload_into(h, destination, o, owner_waits=owner_waits and i == last)
+            point = xfer.upload_into(h, destination, o, owner_waits=owner_waits and i == last,
+                                     destination_unused=True)
         done = point
     finally:
         # After an error the copies enqueued so far still read their sources: they are held

@@ -17,6 +17,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
@@ -221,11 +222,15 @@ std::pair<int, int> dlpack_device(const BufferState& s) {
 }
 
 /// `__dlpack__` of `size` bytes at `offset` of a buffer, as a 1-D uint8 tensor.
-/// Ordering: the consumer's `stream` (CUDA/HIP: an int handle; 1 and 2, the legacy and
-/// per-thread default streams, and None are waited for on the host) waits on the device for
-/// the owner's work so far, which covers every ferry copy into the buffer that the owner
-/// waited for, and for the last copy the bindings know of. -1 means no synchronization. On
-/// the CPU (host backend) the host waits, since the consumer reads at once.
+/// Ordering: the consumer's `stream` waits on the device for the owner's work so far, which
+/// covers every ferry copy into the buffer that the owner waited for, and for the last copy
+/// the bindings know of. The values are DLPack's: an int handle; on CUDA, None and 1 name the
+/// legacy default stream, which is adopted and waits on the device like any other (PyTorch's
+/// default stream is that one, so a host wait there would stall every default-stream
+/// consumer); 2 (the per-thread default stream, a different stream on each thread) and, on
+/// HIP, None and 0 (the null stream) cannot be adopted and are waited for on the host. -1
+/// means no synchronization. On the CPU (host backend) the host waits, since the consumer
+/// reads at once.
 nb::object dlpack(const std::shared_ptr<BufferState>& s, std::uint64_t offset, std::uint64_t size,
                   nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy) {
   const ferry::DeviceView view = s->buffer.view();  // throws for a released buffer
@@ -235,12 +240,12 @@ nb::object dlpack(const std::shared_ptr<BufferState>& s, std::uint64_t offset, s
   }
   (void)dl_device;
   const bool cpu = type == static_cast<int>(nb::device::cpu::value);
+  const bool cuda = s->backend == ferry::Backend::cuda;
   std::intptr_t consumer = 0;
-  bool host_wait = cpu || stream.is_none();
-  if (!cpu && !stream.is_none()) {
-    consumer = nb::cast<std::intptr_t>(stream);
-    if (consumer == 0 || consumer == 1 || consumer == 2) host_wait = true;
-  }
+  if (!cpu) consumer = stream.is_none() ? (cuda ? 1 : 0) : nb::cast<std::intptr_t>(stream);
+  // cudaStreamLegacy is handle 1, as in DLPack; the null handle and the per-thread default
+  // stream cannot be adopted (Device::adopt_queue).
+  bool host_wait = cpu || consumer == 0 || consumer == 2 || (!cuda && consumer == 1);
   ferry::Queue owner = s->buffer.owner();
   if (host_wait || consumer != -1) {
     if (host_wait) {
@@ -542,9 +547,15 @@ NB_MODULE(_ferry, m) {
       .def("memoryview", [](nb::handle self) { return nb::steal(PyMemoryView_FromObject(self.ptr())); },
            "A writable memoryview of the bytes (keeps the buffer alive).");
   nb::class_<PyPool>(m, "DevicePool", "The device's stream-ordered memory pool (Device.pool).")
-      .def("allocate", [](PyPool& p, std::uint64_t bytes, const ferry::Queue& owner, const std::string& tag) {
-             return wrap(p.device.device.pool().allocate(bytes, owner, {.tag = tag}), p.device);
-           }, "nbytes"_a, "owner"_a, "tag"_a = "", "Allocate `nbytes` (> 0) owned by `owner`.")
+      .def("allocate", [](PyPool& p, std::uint64_t bytes, const ferry::Queue& owner, const std::string& tag,
+                          std::optional<ferry::Queue> first_writer) {
+             ferry::AllocationOptions o{.tag = tag};
+             if (first_writer) o.first_writer = *first_writer;
+             return wrap(p.device.device.pool().allocate(bytes, owner, std::move(o)), p.device);
+           }, "nbytes"_a, "owner"_a, "tag"_a = "", "first_writer"_a = nb::none(),
+           "Allocate `nbytes` (> 0) owned by `owner`. `first_writer`: the queue that writes the block "
+           "first when it is not the owner (a Transfer's executor); the block's ready_after then "
+           "covers its previous use (AllocationOptions::first_writer).")
       .def("budget", [](const PyPool& p) { return p.device.device.pool().get_budget(); }, "Cheap statistics.")
       .def("statistics", [](const PyPool& p) { return p.device.device.pool().calculate_statistics(); },
            "Slow statistics (walks every block).")
@@ -742,9 +753,10 @@ NB_MODULE(_ferry, m) {
            "during the call).")
       .def("upload_into", [](PyTransfer& t, nb::handle source, PyDeviceBuffer& destination, nb::object offsets,
                              bool owner_waits, std::vector<ferry::TimelinePoint> wait,
-                             std::vector<ferry::TimelinePoint> signal) {
+                             std::vector<ferry::TimelinePoint> signal, bool destination_unused) {
              ferry::UploadOptions o = upload_options(nb::cast(ferry::CopyMode::preallocated), "", false, owner_waits,
                                                      std::move(wait), std::move(signal));
+             o.destination_unused = destination_unused;
              ferry::TimelinePoint p;
              if (nb::isinstance<PyHostBuffer>(source)) {
                const PyHostBuffer& h = nb::cast<const PyHostBuffer&>(source);
@@ -777,20 +789,24 @@ NB_MODULE(_ferry, m) {
              return p;
            }, "source"_a, "destination"_a, "offsets"_a = nb::none(), nb::kw_only(), "owner_waits"_a = true,
            "wait"_a = std::vector<ferry::TimelinePoint>{}, "signal"_a = std::vector<ferry::TimelinePoint>{},
+           "destination_unused"_a = false,
            "Copy into a caller-supplied destination: a HostBuffer (pinned: DMA from it; `offsets`, "
            "when given, is the one destination offset it goes to, the other bytes are kept), or a "
            "list of contiguous buffers placed at `offsets` (staged; none may be empty). The "
-           "executor waits for the destination owner's work so far; the owner waits for the copy "
-           "when owner_waits. Returns the point at which every byte is in place.")
+           "executor waits for the destination owner's work so far (only for its ready_after and "
+           "ferry's earlier copies with destination_unused, the caller's guarantee that nothing "
+           "used the buffer since its allocation: UploadOptions::destination_unused); the owner "
+           "waits for the copy when owner_waits. Returns the point at which every byte is in place.")
       .def("_upload_into_raw", [](PyTransfer& t, const std::vector<std::uint64_t>& addresses,
                                   const std::vector<std::uint64_t>& sizes, PyDeviceBuffer& destination,
                                   const std::vector<std::uint64_t>& offsets, bool owner_waits,
-                                  bool overwrite_padding) {
+                                  bool overwrite_padding, bool destination_unused) {
              std::vector<ferry::HostView> views = raw_views(addresses, sizes, "Transfer._upload_into_raw");
              ferry::UploadOptions o;
              o.mode = ferry::CopyMode::preallocated;
              o.owner_waits = owner_waits;
              o.overwrite_padding = overwrite_padding;
+             o.destination_unused = destination_unused;
              ferry::TimelinePoint p;
              {
                nb::gil_scoped_release nogil;
@@ -800,8 +816,9 @@ NB_MODULE(_ferry, m) {
              destination.s->ready = p;
              return p;
            }, "addresses"_a, "sizes"_a, "destination"_a, "offsets"_a, "owner_waits"_a = true,
-           "overwrite_padding"_a = false,
-           "upload_into from raw host addresses (ferry.torch's path); overwrite_padding as in UploadOptions.")
+           "overwrite_padding"_a = false, "destination_unused"_a = false,
+           "upload_into from raw host addresses (ferry.torch's path); overwrite_padding and "
+           "destination_unused as in UploadOptions.")
       .def("download", [](PyTransfer& t, PyDeviceBuffer& source, nb::handle destination, std::uint64_t offset,
                           std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal) -> nb::object {
              ferry::CallOptions o{std::move(wait), std::move(signal)};

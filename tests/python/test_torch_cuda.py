@@ -100,6 +100,42 @@ def test_a_reused_block_is_not_overwritten_while_earlier_work_reads_it(mode):
     assert int(new.sum(dtype=torch.int64)) == 2 * n
 
 
+def test_ferry_mode_reuses_its_block_only_after_the_target_stream_read_it():
+    stream = torch.cuda.Stream()
+    n = 32 << 20
+    ones = torch.full((n,), 1, dtype=torch.uint8).pin_memory()
+    twos = torch.full((n,), 2, dtype=torch.uint8).pin_memory()
+    with torch.cuda.stream(stream):
+        a = ft.to(ones, "cuda", target_stream=stream, mode="ferry")
+        address = a.data_ptr()
+        torch.cuda._sleep(500_000_000)  # keeps the stream busy before the read below
+        total = a.sum(dtype=torch.int64)  # reads `a` after the sleep
+        del a                           # stream-ordered release of the block
+        b = ft.to(twos, "cuda", target_stream=stream, mode="ferry")
+    assert b.data_ptr() == address, "ferry's pool did not reuse the block; the test saw nothing"
+    stream.synchronize()
+    assert int(total) == n               # the read saw the old bytes
+    assert int(b.sum(dtype=torch.int64)) == 2 * n
+
+
+def test_ferry_mode_copy_overlaps_the_compute_queued_on_the_target():
+    # mode="ferry" takes a block whose free point it knows, so its copy does not wait for the
+    # target stream's compute queued before the call (mode="torch" does: see the docs).
+    stream = torch.cuda.Stream()
+    pinned = torch.arange(1 << 20, dtype=torch.float32).pin_memory()
+    pageable = torch.arange(1000, dtype=torch.int64)
+    with torch.cuda.stream(stream):
+        warm = ft.to({"a": pinned, "b": pageable}, "cuda", target_stream=stream, mode="ferry")
+        del warm
+        torch.cuda._sleep(400_000_000)  # compute queued before the call
+        r = ft.to({"a": pinned, "b": pageable}, "cuda", target_stream=stream, mode="ferry")
+        ft.synchronize()                # every ferry copy done ...
+        busy = not stream.query()       # ... while the target stream still computes
+    stream.synchronize()
+    assert busy
+    assert torch.equal(r["a"].cpu(), pinned) and torch.equal(r["b"].cpu(), pageable)
+
+
 def test_default_target_is_the_current_stream_and_the_host_is_not_synchronized():
     src = torch.ones(16 << 20, dtype=torch.float32)
     s = torch.cuda.Stream()
@@ -111,6 +147,38 @@ def test_default_target_is_the_current_stream_and_the_host_is_not_synchronized()
     s.synchronize()
     assert busy
     assert float(total) == src.numel()
+
+
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
+def test_the_default_stream_as_target_is_not_synchronized_on_the_host(mode):
+    # PyTorch's default stream has handle 0, which DLPack calls 1 (the legacy default stream):
+    # both modes order it on the device, so the call returns while it still sleeps.
+    src = torch.ones(16 << 20, dtype=torch.float32)
+    main = torch.cuda.default_stream()
+    with torch.cuda.stream(main):
+        torch.cuda._sleep(200_000_000)
+        d = ft.to(src, "cuda", mode=mode)
+        busy = not main.query()
+        total = d.sum()
+    main.synchronize()
+    assert busy
+    assert float(total) == src.numel()
+
+
+def test_dlpack_export_to_the_default_stream_waits_on_the_device():
+    dev, xfer = ft.engine(ferry.Backend.cuda, torch.cuda.current_device())
+    q = dev.queue(ferry.QueueRole.compute)
+    src = torch.arange(1 << 20, dtype=torch.int32)
+    up = xfer.upload(memoryview(src.numpy()), q)
+    main = torch.cuda.default_stream()
+    with torch.cuda.stream(main):
+        torch.cuda._sleep(200_000_000)
+        t = torch.from_dlpack(up.buffer).view(torch.int32)  # torch passes stream=1
+        busy = not main.query()
+        total = t.sum(dtype=torch.int64)
+    main.synchronize()
+    assert busy
+    assert int(total) == int(src.sum(dtype=torch.int64))
 
 
 def test_adopt_queue_accepts_a_torch_stream():
