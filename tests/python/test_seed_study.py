@@ -21,8 +21,8 @@ SCRIPT = ROOT / "tools" / "python" / "seed_study.py"
 STRATEGIES = ["blocking", "side_stream", "preallocated", "ferry_torch", "ferry_ferry"]
 SIZE = 1 << 20
 ROW_KEYS = {"strategy": str, "workload": str, "size_bytes": int, "source": str, "peak_allocated_bytes": int,
-            "peak_reserved_bytes": int, "mem_get_info_used_bytes": int, "copy_gbps": float, "host_us_per_call": float,
-            "host_us_per_leaf": float, "leaves": int, "wall_ms_per_step": float, "step_over_bound": float}
+            "peak_reserved_bytes": int, "mem_get_info_used_bytes": int, "copy_gbps": float,
+            "copy_gbps_single_call": float, "host_us_per_call": float, "host_us_per_leaf": float, "leaves": int, "wall_ms_per_step": float, "step_over_bound": float}
 
 
 def run_study(*extra, out=None):
