@@ -57,6 +57,56 @@ struct Core {
 
   std::mutex mutex;                     ///< guards `streams`
   std::vector<cudaStream_t> streams;   ///< live queues (own and adopted), for wait_idle
+
+  /// A semaphore's counter: one mapped host word, seen by the host and the device.
+  struct Counter {
+    std::uint64_t* host = nullptr;
+    void* device = nullptr;
+  };
+  /// Counters come from page-sized slabs of mapped, portable host memory and go back to a
+  /// free list when their semaphore goes; the slabs are freed with the Core, once the device
+  /// is closed. Freeing each counter with its semaphore would call cudaFreeHost, which
+  /// synchronizes the device: dropping one semaphore while a queue waits for a host signal on
+  /// another (the host's next step) would then never return. Caller binds the context.
+  Counter take_counter() {
+    std::lock_guard lock(counters_mutex);
+    if (free_counters.empty()) {
+      void* slab = nullptr;
+      FERRY_GPU_CHECK(cudaHostAlloc(&slab, kSlabBytes, cudaHostAllocMapped | cudaHostAllocPortable));
+      void* device = nullptr;
+      try {
+        FERRY_GPU_CHECK(cudaHostGetDevicePointer(&device, slab, 0));
+      } catch (...) {
+        ignore_in_destructor(cudaFreeHost(slab));
+        throw;
+      }
+      slabs.push_back(slab);
+      // Capacity for every counter there is, so give_counter never allocates.
+      free_counters.reserve(slabs.size() * (kSlabBytes / kCounterStride));
+      // One counter per cache line: the host polls them while the device writes others.
+      for (std::size_t at = kSlabBytes; at >= kCounterStride; at -= kCounterStride) {
+        free_counters.push_back({reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(slab) + at - kCounterStride),
+                                 static_cast<std::byte*>(device) + at - kCounterStride});
+      }
+    }
+    const Counter c = free_counters.back();
+    free_counters.pop_back();
+    return c;
+  }
+  void give_counter(Counter c) noexcept {
+    std::lock_guard lock(counters_mutex);
+    free_counters.push_back(c);  // within the capacity reserved in take_counter
+  }
+  Core() = default;
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+  ~Core();
+
+  static constexpr std::size_t kSlabBytes = 4096;
+  static constexpr std::size_t kCounterStride = 64;
+  std::mutex counters_mutex;
+  std::vector<void*> slabs;
+  std::vector<Counter> free_counters;
 };
 
 /// The device a front-end call has bound to this thread (Device::bind_thread), if any: for
@@ -92,6 +142,15 @@ class ContextGuard {
 
 ErrorCode classify_register(cudaError_t e) {
   return e == cudaErrorHostMemoryAlreadyRegistered ? ErrorCode::invalid_argument : vendor::classify(e);
+}
+
+Core::~Core() {
+  if (slabs.empty()) return;
+  try {
+    ContextGuard guard(*this);
+    for (void* slab : slabs) ignore_in_destructor(cudaFreeHost(slab));
+  } catch (...) {  // no context to bind: the process is going; the driver reclaims the slabs
+  }
 }
 
 void* device_ptr(DeviceRef r) { return reinterpret_cast<void*>(r.segment->address + r.offset); }
@@ -139,28 +198,24 @@ class Semaphore final : public GpuSemaphore {
  public:
   Semaphore(std::shared_ptr<Core> core, std::uint64_t initial) : core_(std::move(core)) {
     ContextGuard guard(*core_);
-    void* host = nullptr;
     // Mapped: the GPU reads and writes it directly. Portable: valid in every context.
-    FERRY_GPU_CHECK(cudaHostAlloc(&host, sizeof(std::uint64_t), cudaHostAllocMapped | cudaHostAllocPortable));
-    counter_ = static_cast<std::uint64_t*>(host);
-    *counter_ = initial;
-    try {
-      FERRY_GPU_CHECK(cudaHostGetDevicePointer(&counter_device_, host, 0));
-    } catch (...) {
-      ignore_in_destructor(cudaFreeHost(host));
-      throw;
-    }
+    const Core::Counter c = core_->take_counter();
+    counter_ = c.host;
+    counter_device_ = c.device;
+    std::atomic_ref<std::uint64_t>(*counter_).store(initial, std::memory_order_release);
     known_ = initial;
   }
 
   ~Semaphore() override {
-    // Pending signals still write the counter: let them finish before it is freed.
+    // Pending signals still write the counter: let them finish before it is reused. The
+    // front end keeps a semaphore alive until the queues have passed its operations, so
+    // these events are complete and the waits return at once.
     for (const Pending& p : pending_) {
       ignore_in_destructor(cudaEventSynchronize(p.event));
       ignore_in_destructor(cudaEventDestroy(p.event));
     }
     for (cudaEvent_t e : spare_) ignore_in_destructor(cudaEventDestroy(e));
-    ignore_in_destructor(cudaFreeHost(counter_));
+    core_->give_counter({counter_, counter_device_});
   }
 
   std::uint64_t value() override {

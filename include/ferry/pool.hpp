@@ -292,6 +292,10 @@ class FERRY_API DevicePool {
 /// even if this handle is destroyed first (the copy holds a reference until its point is
 /// reached). Adopted memory is the engine's: the copy holds the handle's state, never the
 /// memory, which the engine keeps alive until the copy's point is reached.
+/// Freeing: the last reference to pool or registered memory frees or unregisters it with the
+/// vendor's call (cudaFreeHost/cudaHostUnregister on CUDA, the HIP equivalents), which waits
+/// for the device to go idle. Do not let it go while a queue waits for a host signal that
+/// the same thread gives only afterwards; keep such buffers until the signal is given.
 class FERRY_API HostBuffer {
  public:
   HostBuffer() = default;
