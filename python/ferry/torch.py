@@ -18,12 +18,14 @@ structure, with the destination memory owned by the stream that will use it:
 - **No host sync.** The target stream waits on the GPU for ferry's copy: work enqueued on
   it after the call sees the data. Nobody calls ``record_stream``. Using the results on
   another stream needs the usual PyTorch care (``wait_stream``/``record_stream``).
-- **Sources.** Pinned CPU tensors (``t.is_pinned()``) are copied by DMA directly from their
-  own memory (``HostPool.adopt``), with no staging copy, as ``Tensor.to(non_blocking=True)``
-  copies them: they are read after the call returns, so leave them unchanged until the
-  target stream's work that follows the call may run (as with PyTorch). ferry keeps them
-  alive until their copy's point is reached, so dropping them at once is safe. Pageable CPU
-  tensors go through ferry's pinned staging ring and may be modified once the call returns.
+- **Sources.** Pinned CPU tensors (``t.is_pinned()``) of ``DMA_MIN_BYTES`` or more are
+  copied by DMA directly from their own memory (``HostPool.adopt``), with no staging copy, as
+  ``Tensor.to(non_blocking=True)`` copies them: they are read after the call returns, so
+  leave them unchanged until the target stream's work that follows the call may run (as with
+  PyTorch). ferry keeps them alive until their copy's point is reached, so dropping them at
+  once is safe. Smaller pinned tensors are staged with the pageable ones (one DMA call each
+  would cost more host time than copying their bytes). Pageable CPU tensors go through
+  ferry's pinned staging ring and may be modified once the call returns.
   Non-contiguous tensors are made contiguous first (a pageable copy, so staged). Tensors
   already on the target device are returned as they are (as ``Tensor.to`` does); tensors on
   another GPU move with ``Tensor.to``. ``synchronize()`` waits for every copy in flight and
@@ -67,7 +69,7 @@ from torch.overrides import TorchFunctionMode
 from . import _ferry
 from ._error import Error
 
-__all__ = ["to", "engine", "synchronize", "held_sources", "ALIGNMENT"]
+__all__ = ["to", "engine", "synchronize", "held_sources", "ALIGNMENT", "DMA_MIN_BYTES"]
 
 #: Offset alignment of every leaf inside the structure's allocation, in bytes. It is also
 #: the core's padding limit (UploadOptions::kPaddingLimit): with every leaf aligned to it, a
@@ -75,6 +77,12 @@ __all__ = ["to", "engine", "synchronize", "held_sources", "ALIGNMENT"]
 #: included), so the pageable leaves' staged copy may overwrite such gaps
 #: (overwrite_padding) and moves many small leaves in one stream instead of one per leaf.
 ALIGNMENT = 256
+
+#: Pinned sources below this size are staged rather than copied by a DMA call of their own:
+#: adopting a tensor and enqueueing its copy costs about 20 µs of host time per tensor, more
+#: than copying this many bytes into the staging ring, which moves every staged leaf of the
+#: call in one stream.
+DMA_MIN_BYTES = 128 << 10
 
 _lock = threading.Lock()
 _engines: dict[tuple[Any, int], tuple[_ferry.Device, _ferry.Transfer]] = {}
@@ -468,7 +476,7 @@ def _split(dev, sources, offsets):
     for s, o in zip(sources, offsets):
         if s.nbytes == 0:
             continue
-        if _pinned(s):
+        if s.nbytes >= DMA_MIN_BYTES and _pinned(s):
             try:
                 pinned.append((s, o, dev.host_pool.adopt(s.data_ptr(), s.nbytes)))
                 continue

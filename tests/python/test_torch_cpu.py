@@ -162,6 +162,14 @@ def test_pinned_sources_are_copied_from_their_own_memory_and_held_until_copied(m
     same(r["a"], a)
     same(r["b"], b)
     same(r["e"], empty)
+    # `b` is below DMA_MIN_BYTES: staged, with the one DMA for `a`.
+    assert spy.calls.count("upload_into") == 1 and spy.calls.count("_upload_into_raw") == 1
+    spy.calls.clear()
+    monkeypatch.setattr(ft, "DMA_MIN_BYTES", 1)
+    r = ft.to({"a": a, "b": b, "e": empty}, "cpu", mode=mode)
+    same(r["a"], a)
+    same(r["b"], b)
+    same(r["e"], empty)
     assert spy.calls.count("upload_into") == 2  # one DMA per pinned source, none staged
     assert "_upload_into_raw" not in spy.calls and "_upload_batch_raw" not in spy.calls
     # Mixed: the pageable tensor is staged, the pinned one is not.

@@ -226,6 +226,21 @@ def test_pinned_sources_are_copied_directly_and_held_until_their_copy_completes(
     assert ft.held_sources() == 0
 
 
+def test_small_pinned_sources_are_staged_and_may_change_once_the_call_returns():
+    ft.synchronize()
+    s = torch.cuda.Stream()
+    small = torch.arange(1000, dtype=torch.int32).pin_memory()
+    assert small.nbytes < ft.DMA_MIN_BYTES
+    want = small.clone()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(200_000_000)  # a DMA from `small` would run after the fill below
+        r = ft.to(small, "cuda", target_stream=s)
+    assert ft.held_sources() == 0
+    small.fill_(-1)
+    s.synchronize()
+    assert torch.equal(r.cpu(), want)
+
+
 def test_pinned_memory_of_another_kind_is_refused_by_the_core():
     dev, _ = ft.engine(ferry.Backend.hip if getattr(torch.version, "hip", None) else ferry.Backend.cuda)
     pageable = torch.arange(4096, dtype=torch.uint8)
