@@ -36,7 +36,9 @@ const QueuePtr& last_user(const BlockState& b) { return b.recorded_user ? b.reco
 void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents, bool user_idle) {
   const QueuePtr& user = last_user(b);
   const bool hand_off = keep_contents && b.holder && b.holder != exec;
-  if (user_idle && !hand_off) {
+  // A hand-back the backend performs (Vulkan queue-family ownership) runs on the user after
+  // its queued work; where ownership is a no-op (CUDA, HIP, host) there is nothing to hand.
+  if (user_idle && !(hand_off && exec->backend->acquires_ownership())) {
     // The caller guarantees that no queue used the block beyond ferry's copies since its
     // allocation: the copy follows the block's previous life (ready_after) and ferry's own
     // accesses, and none of the user's queued work, so it can overlap that work.

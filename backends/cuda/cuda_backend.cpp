@@ -102,6 +102,20 @@ struct Core {
   Core& operator=(const Core&) = delete;
   ~Core();
 
+  /// An imported semaphore (the pair backend's) whose handle went: destroyed with the Core.
+  /// cudaDestroyExternalSemaphore may wait for the device like cudaFreeHost, with the same
+  /// hang when a queue waits for a host signal still to come; the Vulkan side likewise keeps
+  /// its queued semaphores until the device goes.
+  void retire_import(vendor::ExternalSemaphore handle) noexcept {
+    std::lock_guard lock(counters_mutex);
+    try {
+      retired_imports.push_back(handle);
+    } catch (...) {  // no memory to defer it: destroy it now
+      vendor::destroy_external_semaphore(handle);
+    }
+  }
+  std::vector<vendor::ExternalSemaphore> retired_imports;
+
   static constexpr std::size_t kSlabBytes = 4096;
   static constexpr std::size_t kCounterStride = 64;
   std::mutex counters_mutex;
@@ -145,9 +159,10 @@ ErrorCode classify_register(cudaError_t e) {
 }
 
 Core::~Core() {
-  if (slabs.empty()) return;
+  if (slabs.empty() && retired_imports.empty()) return;
   try {
     ContextGuard guard(*this);
+    for (vendor::ExternalSemaphore h : retired_imports) vendor::destroy_external_semaphore(h);
     for (void* slab : slabs) ignore_in_destructor(cudaFreeHost(slab));
   } catch (...) {  // no context to bind: the process is going; the driver reclaims the slabs
   }
@@ -370,10 +385,7 @@ class ExternalSemaphore final : public GpuSemaphore {
  public:
   ExternalSemaphore(std::shared_ptr<Core> core, vendor::ExternalSemaphore handle)
       : core_(std::move(core)), handle_(handle) {}
-  ~ExternalSemaphore() override {
-    ContextGuard guard(*core_);
-    vendor::destroy_external_semaphore(handle_);
-  }
+  ~ExternalSemaphore() override { core_->retire_import(handle_); }
   void enqueue_signal(cudaStream_t stream, std::uint64_t value) override {
     vendor::signal_external_semaphore(handle_, stream, value);
   }
