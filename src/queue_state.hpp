@@ -62,6 +62,11 @@ struct QueueState {
     std::shared_ptr<SemaphoreState> semaphore;
   };
   std::deque<Held> held;
+  /// `held` asks the backend for this queue's progress once it grows to this many entries,
+  /// then again only after kHeldBatch more: a queue whose device work runs far behind the
+  /// host would otherwise pay a driver query on every wait.
+  std::size_t held_observe_at = kHeldBatch;
+  static constexpr std::size_t kHeldBatch = 32;
 };
 
 /// Submit what q recorded (BackendQueue::flush) and note its marks submitted (caller holds

@@ -118,10 +118,13 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
 }
 
 void hold_semaphore(QueueState& q, const std::shared_ptr<SemaphoreState>& s) {
-  // Passed entries go first, by the watermark; a long list asks the backend once, so that a
-  // queue whose points nobody waits for still lets go of what it passed.
-  if (q.held.size() >= 32) observe(*q.timeline);
+  // Passed entries go first, by the watermark; a long list asks the backend once per
+  // kHeldBatch entries, so that a queue whose points nobody waits for still lets go of what
+  // it passed, without a query per call while its device work runs behind.
+  const bool ask = q.held.size() >= q.held_observe_at;
+  if (ask) observe(*q.timeline);
   while (!q.held.empty() && q.timeline->known_reached(q.held.front().until)) q.held.pop_front();
+  if (ask || q.held.size() < QueueState::kHeldBatch) q.held_observe_at = q.held.size() + QueueState::kHeldBatch;
   if (s.get() == q.timeline.get()) return;
   const std::uint64_t until = q.last_mark + 1;  // the next mark follows the work just enqueued
   if (!q.held.empty() && q.held.back().until == until && q.held.back().semaphore == s) return;
