@@ -112,3 +112,27 @@ def test_without_cuda_it_exits_with_a_message_naming_the_cpu_mode(tmp_path):
     assert r.returncode == 2
     assert "CUDA is not available" in r.stderr and "--device cpu" in r.stderr
     assert not (tmp_path / "results.json").exists()
+
+
+def _load_study(path):
+    spec = importlib.util.spec_from_file_location("seed_study_copy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_recorded_commit_is_the_running_trees_never_an_enclosing_checkouts(tmp_path, monkeypatch):
+    # A `git archive` copy unpacked inside another checkout (as on a GPU machine) has no git
+    # metadata of its own: git would answer with the enclosing checkout's HEAD.
+    outer = tmp_path / "outer"
+    copy = outer / "copy" / "tools" / "python"
+    copy.mkdir(parents=True)
+    git = ["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "outer"], check=True)
+    (copy / "seed_study.py").write_text(SCRIPT.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.delenv("FERRY_COMMIT", raising=False)
+    study_copy = _load_study(copy / "seed_study.py")
+    assert study_copy.ferry_commit() is None
+    monkeypatch.setenv("FERRY_COMMIT", "0123abc")
+    assert study_copy.ferry_commit() == "0123abc"

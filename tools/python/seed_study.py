@@ -965,10 +965,21 @@ def print_report(doc):
 
 
 def ferry_commit():
+    """The commit of the tree that runs: $FERRY_COMMIT when set (a `git archive` copy has no
+    git metadata of its own), else HEAD of the repository whose top level holds this script.
+    A copy nested inside another checkout reports None rather than that checkout's HEAD."""
+    if os.environ.get("FERRY_COMMIT"):
+        return os.environ["FERRY_COMMIT"]
     root = pathlib.Path(__file__).resolve().parent.parent.parent
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
     try:
-        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip() or None
+        top = git("rev-parse", "--show-toplevel")
+        if not top or pathlib.Path(top).resolve() != root:
+            return None
+        return git("rev-parse", "--short", "HEAD") or None
     except (OSError, subprocess.SubprocessError):
         return None
 
