@@ -174,7 +174,10 @@ class FERRY_API TimelinePoint {
 /// Lifetime: the handles (and the points made from them) share the semaphore. Queued work
 /// that waits for or signals it (`Queue::wait`, `Queue::signal`, a call's wait or signal
 /// list) holds it too, until the queue has passed that work: the last handle may go at once,
-/// for example right after signalling the value a queue waits for.
+/// for example right after signalling the value a queue waits for. Where destroying the
+/// native object could wait for the device (a Vulkan semaphore that queued work used, the
+/// CUDA import of a pair's semaphore), it is destroyed when the device closes instead, so a
+/// program that makes semaphores per frame on those backends should reuse them.
 class FERRY_API TimelineSemaphore {
  public:
   TimelineSemaphore() = default;
