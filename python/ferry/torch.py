@@ -423,11 +423,7 @@ def _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_strea
     # that point (the adoption's ready_after) and nothing else uses `whole` before them.
     adopted = dev.adopt_memory(whole.data_ptr(), total, owner, ready_after=owner.mark(), tag="ferry.torch.to")
     try:
-        _upload_pinned(xfer, adopted, pinned, owner_waits=not pageable)
-        if pageable:
-            xfer._upload_into_raw([s.data_ptr() for s, _ in pageable], [s.nbytes for s, _ in pageable], adopted,
-                                  [o for _, o in pageable], owner_waits=True,
-                                  overwrite_padding=True, destination_unused=True)
+        _fill(xfer, adopted, pinned, pageable)
     finally:
         # Ends ferry's use: the owner (target stream) already waits for the copy, so the
         # caching allocator's stream-ordered reuse of `whole` comes after it.
@@ -452,11 +448,7 @@ def _upload_ferry(dev, xfer, owner, sources, offsets, total, dev_t, target_strea
         # stream freed and may still be reading), as upload_batch's do, not for the target
         # stream's queued compute.
         buffer = dev.pool.allocate(total, owner, tag="ferry.torch.to", first_writer=xfer.executor)
-        _upload_pinned(xfer, buffer, pinned, owner_waits=not pageable)
-        if pageable:
-            xfer._upload_into_raw([s.data_ptr() for s, _ in pageable], [s.nbytes for s, _ in pageable], buffer,
-                                  [o for _, o in pageable], owner_waits=True,
-                                  overwrite_padding=True, destination_unused=True)
+        _fill(xfer, buffer, pinned, pageable)
     if dev_t.type == "cpu":
         whole = torch.from_dlpack(buffer)
     else:
@@ -485,6 +477,17 @@ def _split(dev, sources, offsets):
                     raise
         pageable.append((s, o))
     return pinned, pageable
+
+
+def _fill(xfer, destination, pinned, pageable):
+    """Fill `destination` (fresh: unused since its allocation or adoption) with the split
+    sources: the pinned ones by DMA, the pageable ones in one staged stream over the padding
+    between them. The owner waits for the last copy, which covers them all."""
+    _upload_pinned(xfer, destination, pinned, owner_waits=not pageable)
+    if pageable:
+        xfer._upload_into_raw([s.data_ptr() for s, _ in pageable], [s.nbytes for s, _ in pageable], destination,
+                              [o for _, o in pageable], owner_waits=True,
+                              overwrite_padding=True, destination_unused=True)
 
 
 def _upload_pinned(xfer, destination, pinned, owner_waits):
