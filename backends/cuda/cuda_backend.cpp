@@ -72,6 +72,7 @@ struct Core {
     std::lock_guard lock(counters_mutex);
     if (free_counters.empty()) {
       void* slab = nullptr;
+      // Mapped: the GPU reads and writes it directly. Portable: valid in every context.
       FERRY_GPU_CHECK(cudaHostAlloc(&slab, kSlabBytes, cudaHostAllocMapped | cudaHostAllocPortable));
       void* device = nullptr;
       try {
@@ -118,7 +119,7 @@ struct Core {
 
   static constexpr std::size_t kSlabBytes = 4096;
   static constexpr std::size_t kCounterStride = 64;
-  std::mutex counters_mutex;
+  std::mutex counters_mutex;  ///< guards slabs, free_counters and retired_imports
   std::vector<void*> slabs;
   std::vector<Counter> free_counters;
 };
@@ -213,7 +214,6 @@ class Semaphore final : public GpuSemaphore {
  public:
   Semaphore(std::shared_ptr<Core> core, std::uint64_t initial) : core_(std::move(core)) {
     ContextGuard guard(*core_);
-    // Mapped: the GPU reads and writes it directly. Portable: valid in every context.
     const Core::Counter c = core_->take_counter();
     counter_ = c.host;
     counter_device_ = c.device;
