@@ -6,11 +6,12 @@
 #   bash tools/gpu-validate.sh OUTDIR [STEP...]
 # STEPs: build test-cuda test-vulkan test-pair bench-cuda bench-vulkan bench-pair memcheck
 # racecheck synccheck initcheck (default: all, in that order), and on request probe-cuda and
-# probe-front-end (tools/probe experiments, built only with -Dprobes=true: these steps turn the
-# option on in the build directory and build them first), memcheck-pair (memcheck over the
+# probe-front-end and probe-staging (tools/probe experiments, built only with -Dprobes=true:
+# these steps turn the option on in the build directory and build them first), memcheck-pair (memcheck over the
 # vulkan_cuda suite), first-launch (the first-launch case in a process of its own per GPU
 # backend), repeat (the executor-reuse ordering case 50 times on vulkan_cuda, a process each:
-# tools/repeat-case.sh), python (the pytest suite on the GPU build: needs -Dpython) and
+# tools/repeat-case.sh), python (the pytest suite on the GPU build: needs -Dpython),
+# python-memcheck (the torch-on-CUDA tests under compute-sanitizer memcheck) and
 # seed-pinned (tools/python/seed_study.py --quick with pinned sources). FERRY_GPU_DEADLINE (seconds, default 570) bounds the whole run; each step
 # gets its own limit within it, so one slow step cannot eat the rest.
 # FERRY_BENCH_SIZES (default 64M,512M) sets the benchmark sizes.
@@ -94,6 +95,9 @@ for s in "${steps[@]}"; do
     probe-front-end)
       build_probes
       run_step probe-front-end 60 "$build/tools/probe/ferry-probe-front-end" --repeat 3 ;;
+    probe-staging)
+      build_probes
+      run_step probe-staging 60 "$build/tools/probe/ferry-probe-staging" ;;
     first-launch)
       for p in cuda vulkan_cuda cuda_vulkan; do
         run_step "first-launch-$p" 60 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
@@ -105,6 +109,9 @@ for s in "${steps[@]}"; do
         vulkan_cuda 'ordering: the executor never overwrites a block still in use' 50 ;;
     python)
       run_step python 120 env PYTHONPATH="$build/python" python3 -m pytest -q -rs -p no:cacheprovider tests/python ;;
+    python-memcheck)  # the GPU tests of the Python package under memcheck (torch's kernels included)
+      run_step python-memcheck 240 env PYTHONPATH="$build/python" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_torch_cuda.py ;;
     seed-pinned)
       run_step seed-pinned 150 env PYTHONPATH="$build/python" python3 tools/python/seed_study.py --quick \
         --sources pinned --out "$out/seed-pinned" ;;
