@@ -185,9 +185,8 @@ class BackendQueue {
   /// submission step.
   [[nodiscard]] virtual std::uint64_t driver_submits() const { return 0; }
   /// Whether a wait orders *all* later work of this queue after the waited value (a stream
-  /// operation on CUDA, HIP and host; on Vulkan, a semaphore wait also covers every later
-  /// submission to the queue), so the front end may skip a wait for a value this queue has
-  /// waited for already. Default false: the front end waits again each time.
+  /// operation: CUDA, HIP, host), so the front end may skip a wait for a value this queue has
+  /// waited for already. Default false: a wait may cover one submission only (Vulkan).
   [[nodiscard]] virtual bool wait_orders_later_work() const { return false; }
   /// Queue family index (Vulkan); 0 elsewhere.
   [[nodiscard]] virtual std::uint32_t family() const { return 0; }

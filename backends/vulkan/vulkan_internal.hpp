@@ -187,10 +187,6 @@ class VulkanQueue final : public BackendQueue {
   void hold_signals(bool held) override;
   [[nodiscard]] std::uint32_t family() const override { return family_; }
   [[nodiscard]] bool acquires_ownership() const override { return true; }
-  /// A semaphore wait's second synchronization scope includes every command later in
-  /// submission order on the queue (vkQueueSubmit and vkQueueSubmit2 alike), and ferry waits
-  /// at ALL_COMMANDS: a value waited for once orders all later work of this queue.
-  [[nodiscard]] bool wait_orders_later_work() const override { return true; }
 
   [[nodiscard]] VkQueue handle() const noexcept { return queue_; }
   [[nodiscard]] std::uint64_t driver_submits() const override {
