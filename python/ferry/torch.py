@@ -57,6 +57,7 @@ Errors raise ``ferry.Error`` with the caller's file and line.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import copy as _copy
 import dataclasses
@@ -168,6 +169,28 @@ def synchronize() -> None:
     for _, xfer in engines:
         xfer.synchronize()
     _release_reached()
+
+
+def _close_engines() -> None:
+    """Close every engine ferry.torch opened: wait for their copies, let go of the pinned
+    sources held for them, and close their devices, so that nothing of ferry outlives the
+    interpreter's teardown (an open device left to it is never closed, and nanobind reports
+    its handles as leaked). Runs at interpreter exit; a later ``to`` opens a fresh engine."""
+    with _lock:
+        engines = list(_engines.values())
+        _engines.clear()
+        _queues.clear()
+    for _, xfer in engines:
+        xfer.close()  # waits for its in-flight copies, which may still read held sources
+    with _held_lock:
+        _held.clear()
+    for dev, _ in engines:
+        dev.close()
+
+
+# Registered after torch's own handlers (torch is imported above), so it runs before them:
+# atexit runs handlers last-registered first.
+atexit.register(_close_engines)
 
 
 def _target(device: Any) -> torch.device:

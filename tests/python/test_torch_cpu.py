@@ -208,3 +208,30 @@ def test_a_target_stream_is_adopted_once_per_device(monkeypatch):
     assert ft._adopted_queue(("cuda", 0), a, Stream(0x20)) != q1 and a.adopted == [0x10, 0x20]
     ft._adopted_queue(("cuda", 1), b, Stream(0x10))
     assert b.adopted == [0x10]
+
+
+def test_engines_are_closed_at_interpreter_exit():
+    # A handler registered before ferry.torch is imported runs after ferry.torch's (atexit
+    # runs the last registered first): it sees the engine's device closed, not left open to
+    # the interpreter's teardown.
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import atexit
+seen = {}
+atexit.register(lambda: print("device open at exit:", seen["dev"].is_open))
+import torch
+import ferry
+import ferry.torch as ft
+out = ft.to({"a": torch.arange(1000), "b": torch.ones(3)}, "cpu")
+assert int(out["a"].sum()) == 499500
+seen["dev"] = ft.engine(ferry.Backend.host)[0]
+"""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "device open at exit: False" in r.stdout, r.stdout + r.stderr
+    assert "leaked" not in r.stderr, r.stderr
