@@ -3,8 +3,8 @@
 // memory into pinned staging memory, with plain stores (memcpy) and with non-temporal stores,
 // alone and while the copy engine reads other pinned memory (the pipelined upload's steady
 // state: chunk k is packed while chunk k-1 is DMAed), and how fast that DMA runs meanwhile.
-// The packing is split into units claimed by every thread in order, as ferry's staging does.
-// Only cudart is linked.
+// The packing is split into units claimed by every thread in order, as ferry's staging does,
+// and the streaming copy is ferry's own. Only cudart is linked.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -19,13 +19,7 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <emmintrin.h>
-#define PROBE_HAVE_STREAM 1
-#else
-#define PROBE_HAVE_STREAM 0
-#endif
-
+#include "parallel_copy.hpp"
 #include "probe_util.hpp"
 
 namespace {
@@ -40,28 +34,13 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// Plain copy, or 64-byte blocks of non-temporal stores (dst 16-byte aligned; a tail of less
-// than 64 bytes is copied plainly). The caller fences before another agent reads dst.
+// Plain copy, or ferry's own streaming copy (src/parallel_copy.cpp, compiled into the probe),
+// fenced per unit as ferry's staging does before a DMA may read the bytes.
 void copy_plain(std::byte* dst, const std::byte* src, std::size_t n) { std::memcpy(dst, src, n); }
 
 void copy_stream(std::byte* dst, const std::byte* src, std::size_t n) {
-#if PROBE_HAVE_STREAM
-  std::size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-  }
-  std::memcpy(dst + i, src + i, n - i);
-  _mm_sfence();
-#else
-  std::memcpy(dst, src, n);
-#endif
+  ferry::detail::stream_copy(dst, src, n);
+  ferry::detail::finish_stream_copies();
 }
 
 // Threads started once; run() wakes them (spinning: the probe measures copies, not wake-ups).
@@ -176,8 +155,7 @@ int main(int argc, char** argv) try {
               threads, reps);
   std::printf("DMA alone (pinned h2d, GPU-timed)                 %6.1f GB/s\n", median(alone));
   for (const bool stream : {false, true}) {
-    if (stream && !PROBE_HAVE_STREAM) break;
-    const char* name = stream ? "non-temporal" : "memcpy      ";
+    const char* name = stream ? "streaming   " : "memcpy      ";
     (void)pack_gbps(team, staging, pageable.data(), bytes, unit, stream);
     std::vector<double> idle, busy, dma;
     for (int r = 0; r < reps; ++r) idle.push_back(pack_gbps(team, staging, pageable.data(), bytes, unit, stream));
