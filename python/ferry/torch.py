@@ -173,9 +173,9 @@ def synchronize() -> None:
 
 def _close_engines() -> None:
     """Close every engine ferry.torch opened: wait for their copies, let go of the pinned
-    sources held for them, and close their devices, so that nothing of ferry outlives the
-    interpreter's teardown (an open device left to it is never closed, and nanobind reports
-    its handles as leaked). Runs at interpreter exit; a later ``to`` opens a fresh engine."""
+    sources held for them, and close their devices, rather than leave open devices to the
+    interpreter's teardown, which never closes them. Runs at interpreter exit; a later ``to``
+    opens a fresh engine."""
     with _lock:
         engines = list(_engines.values())
         _engines.clear()
