@@ -109,14 +109,18 @@ int main(int argc, char** argv) try {
   std::uint64_t bytes = 64ull << 20, unit = 256ull << 10;
   int reps = 9;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  const std::string usage = " (--bytes, --unit, --reps, --threads, each with a value)";
+  if (argc % 2 == 0) throw std::runtime_error(std::string("option ") + argv[argc - 1] + " has no value" + usage);
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--bytes") bytes = probe::parse_size(v);
     else if (k == "--unit") unit = probe::parse_size(v);
     else if (k == "--reps") reps = std::stoi(v);
     else if (k == "--threads") threads = static_cast<unsigned>(std::stoul(v));
-    else throw std::runtime_error("unknown option " + k + " (--bytes, --unit, --reps, --threads)");
+    else throw std::runtime_error("unknown option " + k + usage);
   }
+  if (reps < 1) throw std::runtime_error("--reps must be at least 1");
+  if (threads < 1) throw std::runtime_error("--threads must be at least 1 (the calling thread packs too)");
   std::vector<std::byte> pageable(bytes);
   for (std::size_t i = 0; i < bytes; i += 64) pageable[i] = static_cast<std::byte>(i >> 6);
   std::byte *staging = nullptr, *dma_src = nullptr, *device = nullptr;
