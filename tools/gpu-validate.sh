@@ -5,15 +5,16 @@
 # CUDA suite. Logs and results go to OUTDIR.
 #   bash tools/gpu-validate.sh OUTDIR [STEP...]
 # STEPs: build test-cuda test-vulkan test-pair bench-cuda bench-vulkan bench-pair memcheck
-# racecheck synccheck initcheck (default: all, in that order), and on request probe-cuda and
+# racecheck synccheck initcheck (default: all, in that order), and on request probe-cuda,
 # probe-front-end and probe-staging (tools/probe experiments, built only with -Dprobes=true:
-# these steps turn the option on in the build directory and build them first), memcheck-pair (memcheck over the
-# vulkan_cuda suite), first-launch (the first-launch case in a process of its own per GPU
-# backend), repeat (the executor-reuse ordering case 50 times on vulkan_cuda, a process each:
-# tools/repeat-case.sh), python (the pytest suite on the GPU build: needs -Dpython),
-# python-memcheck (the torch-on-CUDA tests under compute-sanitizer memcheck) and
-# seed-pinned (tools/python/seed_study.py --quick with pinned sources). FERRY_GPU_DEADLINE (seconds, default 570) bounds the whole run; each step
-# gets its own limit within it, so one slow step cannot eat the rest.
+# these steps turn the option on in the build directory and build them first), memcheck-pair
+# (memcheck over the vulkan_cuda suite), first-launch (the first-launch case in a process of
+# its own per GPU backend), repeat (the executor-reuse ordering case 50 times on vulkan_cuda,
+# a process each: tools/repeat-case.sh), python (the pytest suite on the GPU build: needs
+# -Dpython), python-memcheck (the torch-on-CUDA tests under compute-sanitizer memcheck) and
+# seed-pinned (tools/python/seed_study.py --quick with pinned sources).
+# FERRY_GPU_DEADLINE (seconds, default 570) bounds the whole run; each step gets its own limit
+# within it, so one slow step cannot eat the rest.
 # FERRY_BENCH_SIZES (default 64M,512M) sets the benchmark sizes.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

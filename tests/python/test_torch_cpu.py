@@ -3,6 +3,9 @@
 import collections
 import dataclasses
 import inspect
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -214,10 +217,6 @@ def test_engines_are_closed_at_interpreter_exit():
     # A handler registered before ferry.torch is imported runs after ferry.torch's (atexit
     # runs the last registered first): it sees the engine's device closed, not left open to
     # the interpreter's teardown.
-    import os
-    import subprocess
-    import sys
-
     script = """
 import atexit
 seen = {}
