@@ -55,7 +55,12 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
   for (auto workload : o.batch_study_only ? std::vector<Workload>{} : o.workloads) {
     for (auto mode : o.strategies) {
       per_size.push_back(
-          {.workload = workload, .mode = mode, .steps = o.steps, .units = o.compute_units, .inflight = o.inflight});
+          {.workload = workload,
+           .mode = mode,
+           .steps = o.steps,
+           .units = o.compute_units,
+           .inflight = o.inflight,
+           .trace = o.trace_steps});
       if (mode == ferry::CopyMode::owner_owned && o.overlap_variant) {
         per_size.push_back(per_size.back());
         per_size.back().overlap = true;
@@ -72,7 +77,8 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
       run.results.push_back(run_scenario(factory, sc, progress, label));
     }
     progress.phase("[" + std::to_string(++k) + "/" + std::to_string(total) + "] raw copy " + size_label(bytes));
-    run.raw.push_back(run_raw_copy(factory, bytes, std::clamp(o.steps, 3, 20), o.steps, o.compute_units, o.inflight));
+    run.raw.push_back(run_raw_copy(factory, bytes, std::clamp(o.steps, 3, 20), o.steps, o.compute_units, o.inflight,
+                                   o.trace_steps));
     // Overlap = step time / max(compute, copy), the copy being the raw copy of one batch: the
     // time a step cannot beat whatever the strategy.
     const double raw_copy_ms = run.raw.back().gbps > 0 ? static_cast<double>(bytes) / (run.raw.back().gbps * 1e6) : 0;
@@ -121,6 +127,7 @@ int bench_main(int argc, char** argv) {
   measure(run, factory, progress);
   print_table(run);
   print_verdicts(run);
+  if (options->trace_steps) print_step_times(run);
 
   if (options->out) {
     std::filesystem::create_directories(*options->out);

@@ -156,10 +156,13 @@ class VulkanSemaphore final : public BackendSemaphore {
 /// recycled once this queue's private progress timeline shows them complete: no allocation per
 /// operation in the steady state.
 ///
-/// Ordering inside a queue: before each command, a full memory barrier is recorded if the
-/// command touches a range that an earlier command of the batch wrote (or writes a range
-/// earlier commands read), and always before the first command of a batch (earlier
-/// submissions, and waits). Disjoint copies of one batch may overlap. A signal covers every
+/// Ordering inside a queue: before each command, a memory barrier is recorded if the command
+/// touches a range that an earlier command of the batch wrote (or writes a range earlier
+/// commands read), and always before the first command of a batch (earlier submissions, and
+/// waits). Its first scope is every stage and every write, so it also covers an engine's own
+/// submissions on the same VkQueue; its second scope is what ferry records after it: copies
+/// and compute dispatches (transfer and shader reads and writes). Disjoint copies of one batch
+/// may overlap. A signal covers every
 /// command recorded before it; commands recorded after it in the same batch delay it (a
 /// signal is reached later, never earlier, than its commands complete).
 ///

@@ -10,6 +10,7 @@
 
 #include "ferry/ferry.hpp"
 #include "ferry/testing.hpp"
+#include "step_trace.hpp"
 #include "vendor.hpp"
 
 namespace ferry_bench {
@@ -56,6 +57,8 @@ struct Options {
   bool batch_study_only = false;
   /// Whole-batch study: rounds of (ceiling, ferry) measured alternately.
   int batch_rounds = 5;
+  /// Time each footprint run's steps (and the raw Vulkan loop's) and print where they go.
+  bool trace_steps = false;
 };
 
 /// Parse argv; throws std::invalid_argument with a message on bad input. Returns nullopt for
@@ -76,6 +79,7 @@ struct Scenario {
   std::uint32_t units = 20;
   int inflight = 2;
   bool overlap = false;  ///< owner_owned with UploadOptions::overlap (overlap first)
+  bool trace = false;    ///< time the footprint run's steps (StepTrace)
 };
 
 /// "owner_owned", "owner_owned+overlap", ...
@@ -98,6 +102,7 @@ struct Result {
   double copy_ms = 0;                ///< copy-only pass, per upload
   double overlap = 0;                ///< step_ms / max(compute_ms, raw copy time of the batch)
   ferry::MemorySnapshot snapshot;    ///< pool snapshot after the footprint run
+  StepTimes times;                   ///< the footprint run's step timeline (--trace-steps)
 };
 
 /// Link-level references for one size, measured on a fresh device.
@@ -134,7 +139,7 @@ Result run_scenario(const DeviceFactory& factory, const Scenario& scenario, cons
 /// The references of one size; on the Vulkan backend also the raw Vulkan loop with the
 /// footprint runs' shape (`steps`, `units`, `inflight`).
 RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations, int steps,
-                     std::uint32_t units, int inflight);
+                     std::uint32_t units, int inflight, bool trace);
 
 /// Spread of a measurement repeated over rounds: median, min and max.
 struct Spread {
@@ -233,6 +238,8 @@ void print_header(const Run& run);
 void print_table(const Run& run);
 /// Verdict lines; returns false when a bar was checked and missed.
 bool print_verdicts(const Run& run);
+/// The traced step timelines (--trace-steps): one line per footprint run and raw loop.
+void print_step_times(const Run& run);
 void write_results_json(const Run& run, const std::filesystem::path& file);
 void write_snapshots(const Run& run, const std::filesystem::path& dir);
 

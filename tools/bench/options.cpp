@@ -111,6 +111,8 @@ usage: ferry-bench [options]
   --host-cost-only      run only the host-cost measurement
   --batch-study-only    run only the whole-batch study (with the raw copies at --sizes that
                         give its DMA ceiling)
+  --trace-steps         time each footprint run's steps (and the raw Vulkan loop's) from a
+                        polling thread and print where a step's time goes
   --help                this text
 
 Each step: pinned host batch -> device (strategy), allocate the owner's temporary from the
@@ -180,6 +182,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.host_cost_only = true;
     } else if (key == "--batch-study-only") {
       o.batch_study_only = true;
+    } else if (key == "--trace-steps") {
+      o.trace_steps = true;
     } else {
       throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
     }

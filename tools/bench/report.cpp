@@ -430,6 +430,21 @@ void print_table(const Run& run) {
   std::printf("\n");
 }
 
+void print_step_times(const Run& run) {
+  std::printf("\nstep timelines (medians over the steps after the third):\n");
+  for (const auto& r : run.results) {
+    std::printf("  %-8s %-22s %5s  %s\n", workload_name(r.scenario.workload), strategy_name(r.scenario).c_str(),
+                size_label(r.scenario.bytes).c_str(), r.times.text().c_str());
+  }
+  for (const auto& raw : run.raw) {
+    if (!raw.vulkan.measured) continue;
+    std::printf("  %-8s %-22s %5s  %s\n", "seed", "raw Vulkan loop", size_label(raw.bytes).c_str(),
+                raw.vulkan.seed.times.text().c_str());
+    std::printf("  %-8s %-22s %5s  %s\n", "pipeline", "raw Vulkan loop", size_label(raw.bytes).c_str(),
+                raw.vulkan.pipeline.times.text().c_str());
+  }
+}
+
 bool print_verdicts(const Run& run) {
   bool ok = true;
   const auto all = verdicts(run);

@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sys/resource.h>
 
 #include "bench.hpp"
+#include "step_trace.hpp"
 
 namespace ferry_bench {
 namespace {
@@ -119,6 +121,11 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
     c.weights = pool.allocate(sc.bytes, c.compute, {.tag = "weights"});
   }
   std::vector<ferry::TimelinePoint> marks(static_cast<std::size_t>(sc.steps));
+  std::vector<ferry::TimelinePoint> copied(marks.size());
+  std::optional<StepTrace> trace;
+  if (sc.trace) {
+    trace.emplace(marks.size(), [&](int kind, std::size_t i) { return (kind == 0 ? copied : marks)[i].reached(); });
+  }
   std::vector<double> host_us;
   host_us.reserve(marks.size());
   const auto t0 = clock_type::now();
@@ -135,10 +142,16 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
     tmp.release();
     if (in.upload.buffer) in.upload.buffer.release();
     marks[static_cast<std::size_t>(i)] = c.compute.mark();
+    copied[static_cast<std::size_t>(i)] = in.ready;
+    if (trace) trace->issued(static_cast<std::size_t>(i), u0);
   }
   c.compute.synchronize(std::chrono::minutes(10));
   c.xfer.synchronize(std::chrono::minutes(10));
   r.step_ms = ms_since(t0) / sc.steps;
+  if (trace) {
+    trace->stop();
+    r.times = trace->summary();
+  }
   r.host_us_per_call = median(host_us);
   if (destination) destination.release();
 
@@ -262,7 +275,7 @@ Result run_scenario(const DeviceFactory& factory, const Scenario& sc, const Prog
 }
 
 RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iterations, int steps,
-                     std::uint32_t units, int inflight) {
+                     std::uint32_t units, int inflight, bool trace) {
   ferry::Device dev = factory.open();
   // Same run-ahead as the strategies' copy-only passes, so the rows compare like for like.
   Scenario sc{.mode = ferry::CopyMode::preallocated, .bytes = bytes, .steps = iterations, .units = 1, .inflight = 2};
@@ -299,7 +312,7 @@ RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iter
   if (dev.backend() == ferry::Backend::vulkan) {
     c.ring.clear();
     dev.pool().trim();
-    raw.vulkan = measure_vulkan_anchor(dev, bytes, iterations, steps, units, inflight);
+    raw.vulkan = measure_vulkan_anchor(dev, bytes, iterations, steps, units, inflight, trace);
   }
   return raw;
 }

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "step_trace.hpp"
+
 namespace ferry {
 class Device;
 }
@@ -71,6 +73,7 @@ struct VulkanAnchor {
     double step_ms = 0;     ///< wall time / steps
     double compute_ms = 0;  ///< the step's dispatches alone
     double overlap = 0;     ///< step_ms / max(compute_ms, one back-to-back copy)
+    StepTimes times;        ///< where the steps' time went (traced runs only)
   };
   Loop seed;      ///< compute over an unrelated buffer during the copy, then one pass on the batch
   Loop pipeline;  ///< compute reads the batch; the copy of batch i+1 into a second buffer overlaps it
@@ -80,7 +83,7 @@ struct VulkanAnchor {
 /// the Vulkan backend; others give `measured = false` with the reason in `skipped`). Every
 /// Vulkan call's result is checked: a failure throws std::runtime_error naming the call.
 VulkanAnchor measure_vulkan_anchor(const ferry::Device& device, std::uint64_t bytes, int iterations, int steps,
-                                   std::uint32_t units, int inflight);
+                                   std::uint32_t units, int inflight, bool trace);
 
 /// Host time of one raw Vulkan submit per small copy: a command buffer holding one
 /// `vkCmdCopyBuffer` of `bytes` (host-visible -> device-local) on the transfer family,

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -92,6 +93,7 @@ void check(VkResult r, const char* call) {
   X(vkCreateSemaphore)            \
   X(vkDestroySemaphore)           \
   X(vkWaitSemaphores)             \
+  X(vkGetSemaphoreCounterValue)   \
   X(vkCreateShaderModule)         \
   X(vkDestroyShaderModule)        \
   X(vkCreateDescriptorSetLayout)  \
@@ -267,6 +269,11 @@ class Rig {
     check(vk.vkWaitSemaphores(device_, &wi, 600'000'000'000ull), "vkWaitSemaphores");
   }
   void idle() { check(vk.vkDeviceWaitIdle(device_), "vkDeviceWaitIdle"); }
+  std::uint64_t counter(VkSemaphore s) const {
+    std::uint64_t value = 0;
+    check(vk.vkGetSemaphoreCounterValue(device_, s, &value), "vkGetSemaphoreCounterValue");
+    return value;
+  }
 
   Fns vk;
   std::uint32_t compute_family = 0, transfer_family = 0;
@@ -531,7 +538,7 @@ double back_to_back(Rig& rig, VkQueue queue, VkCommandBuffer cmd, VkSemaphore se
 /// The step loop of one workload: `steps` steps, the host at most `inflight` steps ahead, as
 /// ferry-bench's footprint run. `copy_ms` is one back-to-back copy of the batch.
 VulkanAnchor::Loop step_loop(Rig& rig, Counters& v, Workload workload, std::uint64_t bytes, int steps,
-                             std::uint32_t units, int inflight, double copy_ms) {
+                             std::uint32_t units, int inflight, double copy_ms, bool trace) {
   const int buffers = workload == Workload::pipeline ? 2 : 1;
   VkCommandBuffer copy_cmd[2] = {}, use_cmd[2] = {};
   for (int b = 0; b < buffers; ++b) {
@@ -560,9 +567,16 @@ VulkanAnchor::Loop step_loop(Rig& rig, Counters& v, Workload workload, std::uint
   loop.compute_ms = back_to_back(rig, rig.compute, only, rig.freed, v.freed, std::clamp(steps, 3, 20), nullptr);
 
   const std::uint64_t freed0 = v.freed, copied0 = v.copied;
+  std::optional<StepTrace> traced;
+  if (trace) {
+    traced.emplace(static_cast<std::size_t>(steps), [&rig, freed0, copied0](int kind, std::size_t i) {
+      return rig.counter(kind == 0 ? rig.copied : rig.freed) >= (kind == 0 ? copied0 : freed0) + i + 1;
+    });
+  }
   const auto t0 = clock_type::now();
   for (int i = 0; i < steps; ++i) {
     if (i >= inflight) rig.host_wait(rig.freed, freed0 + static_cast<std::uint64_t>(i - inflight + 1));
+    const auto issued_at = clock_type::now();
     const int b = i % buffers;
     // The copy into buffer b waits for the step that last read it.
     Rig::Wait free_point;
@@ -575,9 +589,14 @@ VulkanAnchor::Loop step_loop(Rig& rig, Counters& v, Workload workload, std::uint
     } else {
       rig.submit(rig.compute, {use});
     }
+    if (traced) traced->issued(static_cast<std::size_t>(i), issued_at);
   }
   rig.host_wait(rig.freed, freed0 + static_cast<std::uint64_t>(steps));
   loop.step_ms = us_between(t0, clock_type::now()) / 1e3 / steps;
+  if (traced) {
+    traced->stop();
+    loop.times = traced->summary();
+  }
   v.freed = freed0 + static_cast<std::uint64_t>(steps);
   v.copied = copied0 + static_cast<std::uint64_t>(steps);
   const double bound = std::max(loop.compute_ms, copy_ms);
@@ -590,7 +609,7 @@ bool vulkan_device(const ferry::Device& device) { return device.backend() == fer
 }  // namespace
 
 VulkanAnchor measure_vulkan_anchor(const ferry::Device& device, std::uint64_t bytes, int iterations, int steps,
-                                   std::uint32_t units, int inflight) {
+                                   std::uint32_t units, int inflight, bool trace) {
   VulkanAnchor r;
   r.bytes = bytes;
   if (!vulkan_device(device)) {
@@ -627,8 +646,8 @@ VulkanAnchor measure_vulkan_anchor(const ferry::Device& device, std::uint64_t by
   rig.host_wait(rig.copied, v.copied);
   r.copy_us = median(copy_us);
 
-  r.seed = step_loop(rig, v, Workload::seed, bytes, steps, units, inflight, h2d_ms);
-  r.pipeline = step_loop(rig, v, Workload::pipeline, bytes, steps, units, inflight, h2d_ms);
+  r.seed = step_loop(rig, v, Workload::seed, bytes, steps, units, inflight, h2d_ms, trace);
+  r.pipeline = step_loop(rig, v, Workload::pipeline, bytes, steps, units, inflight, h2d_ms, trace);
   rig.idle();
   r.what = "raw Vulkan loop (vkCmdCopyBuffer from " +
            std::string(rig.system_staging ? "host-visible system memory" : "host-visible device memory") + ", " +

@@ -2,7 +2,7 @@
 #include "vendor.hpp"
 
 namespace ferry_bench {
-VulkanAnchor measure_vulkan_anchor(const ferry::Device&, std::uint64_t bytes, int, int, std::uint32_t, int) {
+VulkanAnchor measure_vulkan_anchor(const ferry::Device&, std::uint64_t bytes, int, int, std::uint32_t, int, bool) {
   VulkanAnchor r;
   r.bytes = bytes;
   r.skipped = "built without the Vulkan backend";

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+// ferry-bench: where a step loop's time goes. A thread polls the completion of each step's
+// copy and of each step's compute while the loop runs and stamps when it first sees each
+// reached; the host stamps when it issued each step. Polling costs one core and resolves a
+// few microseconds, far below the steps' milliseconds.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ferry_bench {
+
+/// Medians over a loop's steps (after the first `skip`), in milliseconds.
+struct StepTimes {
+  bool measured = false;
+  double host_lead_ms = 0;       ///< step i-1's compute done minus step i issued (> 0: host ahead)
+  double copy_period_ms = 0;     ///< copy i done minus copy i-1 done
+  double copy_after_step_ms = 0; ///< copy i done minus step i-1's compute done
+  double use_after_copy_ms = 0;  ///< step i's compute done minus copy i done
+  double step_period_ms = 0;     ///< step i's compute done minus step i-1's
+  [[nodiscard]] std::string text() const;
+};
+
+class StepTrace {
+ public:
+  using clock_type = std::chrono::steady_clock;
+  /// `reached(kind, i)`: whether step i's copy (kind 0) or compute (kind 1) is complete; it is
+  /// called from the polling thread only for steps already issued.
+  StepTrace(std::size_t steps, std::function<bool(int kind, std::size_t i)> reached)
+      : reached_(std::move(reached)), issued_at_(steps), done_at_{std::vector<clock_type::time_point>(steps),
+                                                                  std::vector<clock_type::time_point>(steps)} {
+    poller_ = std::thread([this] { poll(); });
+  }
+  ~StepTrace() { stop(); }
+  StepTrace(const StepTrace&) = delete;
+  StepTrace& operator=(const StepTrace&) = delete;
+
+  /// Step i was issued at `at` (called in step order, once whatever `reached` needs for
+  /// step i is in place).
+  void issued(std::size_t i, clock_type::time_point at) {
+    issued_at_[i] = at;
+    issued_.store(i + 1, std::memory_order_release);
+  }
+  /// Wait until every issued step's copy and compute were seen complete, then stop polling.
+  void stop() {
+    if (!poller_.joinable()) return;
+    stop_.store(true, std::memory_order_release);
+    poller_.join();
+  }
+  [[nodiscard]] StepTimes summary(std::size_t skip = 3) const;
+
+ private:
+  void poll() {
+    std::size_t next[2] = {0, 0};
+    for (;;) {
+      const std::size_t n = issued_.load(std::memory_order_acquire);
+      const bool stopping = stop_.load(std::memory_order_acquire);
+      for (int k = 0; k < 2; ++k) {
+        while (next[k] < n && reached_(k, next[k])) done_at_[k][next[k]++] = clock_type::now();
+      }
+      if (stopping && next[0] == n && next[1] == n) return;
+    }
+  }
+
+  std::function<bool(int, std::size_t)> reached_;
+  std::vector<clock_type::time_point> issued_at_;
+  std::vector<clock_type::time_point> done_at_[2];
+  std::atomic<std::size_t> issued_{0};
+  std::atomic<bool> stop_{false};
+  std::thread poller_;
+};
+
+inline StepTimes StepTrace::summary(std::size_t skip) const {
+  StepTimes t;
+  const std::size_t n = issued_.load(std::memory_order_acquire);
+  if (n < skip + 2) return t;
+  auto ms = [](clock_type::time_point a, clock_type::time_point b) {
+    return std::chrono::duration<double, std::milli>(a - b).count();
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  std::vector<double> lead, copy_period, copy_after, use_after, period;
+  for (std::size_t i = std::max<std::size_t>(skip, 1); i < n; ++i) {
+    lead.push_back(ms(done_at_[1][i - 1], issued_at_[i]));
+    copy_period.push_back(ms(done_at_[0][i], done_at_[0][i - 1]));
+    copy_after.push_back(ms(done_at_[0][i], done_at_[1][i - 1]));
+    use_after.push_back(ms(done_at_[1][i], done_at_[0][i]));
+    period.push_back(ms(done_at_[1][i], done_at_[1][i - 1]));
+  }
+  t.host_lead_ms = median(lead);
+  t.copy_period_ms = median(copy_period);
+  t.copy_after_step_ms = median(copy_after);
+  t.use_after_copy_ms = median(use_after);
+  t.step_period_ms = median(period);
+  t.measured = true;
+  return t;
+}
+
+inline std::string StepTimes::text() const {
+  if (!measured) return "not traced";
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "step %.3f ms; copy done every %.3f ms, %.3f ms after the previous step's compute; compute "
+                "done %.3f ms after its copy; host issued each step %.3f ms before the previous one finished",
+                step_period_ms, copy_period_ms, copy_after_step_ms, use_after_copy_ms, host_lead_ms);
+  return buf;
+}
+
+}  // namespace ferry_bench
