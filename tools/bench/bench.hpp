@@ -97,7 +97,8 @@ struct Result {
   bool rss_reset = false;            ///< whether the RSS peak was reset before the scenario
   double copy_gbps = 0;              ///< copy-only pass, host-timed
   double host_us_per_call = 0;       ///< median host time of one upload call (footprint run)
-  double step_ms = 0;                ///< footprint run: wall time / steps
+  double step_ms = 0;                ///< footprint run: steady-state step time (StepClock)
+  double step_ms_with_warmup = 0;    ///< footprint run: wall time / steps, first steps included
   double compute_ms = 0;             ///< compute-only pass, per step (the step's kernels, no copy)
   double copy_ms = 0;                ///< copy-only pass, per upload
   double overlap = 0;                ///< step_ms / max(compute_ms, raw copy time of the batch)

@@ -117,8 +117,9 @@ usage: ferry-bench [options]
 
 Each step: pinned host batch -> device (strategy), allocate the owner's temporary from the
 pool, the workload's synthetic compute on the owner queue, release both (stream-ordered), host
-waits for the step `inflight` steps back. Bandwidths are host-timed (N uploads, one host wait
-at the end).
+waits for the step `inflight` steps back. Step times are the steady state: from the completion
+of step 3 to that of the last step. Bandwidths are host-timed (N uploads, one host wait at the
+end).
 )";
 }
 

@@ -128,10 +128,13 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
   }
   std::vector<double> host_us;
   host_us.reserve(marks.size());
-  const auto t0 = clock_type::now();
+  StepClock clock(sc.steps, sc.inflight);
   for (int i = 0; i < sc.steps; ++i) {
     progress.step(label + ": step " + std::to_string(i + 1) + "/" + std::to_string(sc.steps));
-    if (i >= sc.inflight) marks[static_cast<std::size_t>(i - sc.inflight)].wait(std::chrono::minutes(10));
+    if (i >= sc.inflight) {
+      marks[static_cast<std::size_t>(i - sc.inflight)].wait(std::chrono::minutes(10));
+      clock.waited(i);
+    }
     const auto& source = c.ring[static_cast<std::size_t>(i) % c.ring.size()];
     const auto u0 = clock_type::now();
     StepInput in = upload_once(c.xfer, source, c.compute, sc, destination);
@@ -145,9 +148,10 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
     copied[static_cast<std::size_t>(i)] = in.ready;
     if (trace) trace->issued(static_cast<std::size_t>(i), u0);
   }
+  marks.back().wait(std::chrono::minutes(10));
+  r.step_ms = clock.step_ms(&r.step_ms_with_warmup);
   c.compute.synchronize(std::chrono::minutes(10));
   c.xfer.synchronize(std::chrono::minutes(10));
-  r.step_ms = ms_since(t0) / sc.steps;
   if (trace) {
     trace->stop();
     r.times = trace->summary();

@@ -17,6 +17,38 @@
 
 namespace ferry_bench {
 
+/// The step time of a loop in its steady state. The loop's first steps pay one-time costs
+/// that a long training loop amortizes (a pool growing its segments, first submissions), so
+/// a step loop is timed from the completion of its step `warm` - 1 to the completion of its
+/// last step. The host sees a step complete when it waits for it: before issuing step i it
+/// waits for step i - inflight, and at the end for the last step. With too few steps for
+/// that, the whole loop is timed.
+class StepClock {
+ public:
+  using clock_type = std::chrono::steady_clock;
+  static constexpr int warm = 3;
+  StepClock(int steps, int inflight) : steps_(steps), inflight_(inflight), start_(clock_type::now()) {}
+  /// The host's wait for step i - inflight returned, before it issues step i.
+  void waited(int i) {
+    if (i == warm - 1 + inflight_) from_ = clock_type::now();
+  }
+  /// The loop's last step was seen complete: the steady-state step time and, in `with_warmup`,
+  /// the whole loop's time per step (ms).
+  double step_ms(double* with_warmup = nullptr) const {
+    const auto end = clock_type::now();
+    auto ms = [](clock_type::time_point a, clock_type::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    if (with_warmup != nullptr) *with_warmup = ms(start_, end) / steps_;
+    if (warm - 1 + inflight_ >= steps_) return ms(start_, end) / steps_;
+    return ms(from_, end) / (steps_ - warm);
+  }
+
+ private:
+  int steps_, inflight_;
+  clock_type::time_point start_, from_{};
+};
+
 /// Medians over a loop's steps (after the first `skip`), in milliseconds.
 struct StepTimes {
   bool measured = false;

@@ -70,7 +70,8 @@ struct VulkanAnchor {
   double copy_us = 0;       ///< median host time of one copy: record the command buffer + submit
   /// Step loops with ferry-bench's shape (30 steps, `units` passes, `inflight` ahead), in ms.
   struct Loop {
-    double step_ms = 0;     ///< wall time / steps
+    double step_ms = 0;     ///< steady-state step time (StepClock)
+    double step_ms_with_warmup = 0;  ///< wall time / steps, first steps included
     double compute_ms = 0;  ///< the step's dispatches alone
     double overlap = 0;     ///< step_ms / max(compute_ms, one back-to-back copy)
     StepTimes times;        ///< where the steps' time went (traced runs only)

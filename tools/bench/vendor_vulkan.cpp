@@ -573,9 +573,12 @@ VulkanAnchor::Loop step_loop(Rig& rig, Counters& v, Workload workload, std::uint
       return rig.counter(kind == 0 ? rig.copied : rig.freed) >= (kind == 0 ? copied0 : freed0) + i + 1;
     });
   }
-  const auto t0 = clock_type::now();
+  StepClock clock(steps, inflight);
   for (int i = 0; i < steps; ++i) {
-    if (i >= inflight) rig.host_wait(rig.freed, freed0 + static_cast<std::uint64_t>(i - inflight + 1));
+    if (i >= inflight) {
+      rig.host_wait(rig.freed, freed0 + static_cast<std::uint64_t>(i - inflight + 1));
+      clock.waited(i);
+    }
     const auto issued_at = clock_type::now();
     const int b = i % buffers;
     // The copy into buffer b waits for the step that last read it.
@@ -592,7 +595,7 @@ VulkanAnchor::Loop step_loop(Rig& rig, Counters& v, Workload workload, std::uint
     if (traced) traced->issued(static_cast<std::size_t>(i), issued_at);
   }
   rig.host_wait(rig.freed, freed0 + static_cast<std::uint64_t>(steps));
-  loop.step_ms = us_between(t0, clock_type::now()) / 1e3 / steps;
+  loop.step_ms = clock.step_ms(&loop.step_ms_with_warmup);
   if (traced) {
     traced->stop();
     loop.times = traced->summary();
