@@ -12,7 +12,9 @@
 # its own per GPU backend), repeat (the executor-reuse ordering case 50 times on vulkan_cuda,
 # a process each: tools/repeat-case.sh), python (the pytest suite on the GPU build: needs
 # -Dpython), python-memcheck (the torch-on-CUDA tests under compute-sanitizer memcheck) and
-# seed-pinned (tools/python/seed_study.py --quick with pinned sources).
+# seed-pinned (tools/python/seed_study.py --quick with pinned sources), and trace (ferry-bench
+# --trace-steps at 64M on CUDA and Vulkan: where each workload's step time goes, beside the raw
+# Vulkan loop's).
 # FERRY_GPU_DEADLINE (seconds, default 570) bounds the whole run; each step gets its own limit
 # within it, so one slow step cannot eat the rest.
 # FERRY_BENCH_SIZES (default 64M,512M) sets the benchmark sizes.
@@ -119,6 +121,11 @@ for s in "${steps[@]}"; do
     memcheck-pair)
       run_step "$s" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/conformance-vulkan_cuda" "$skip" ;;
     bench-cuda) run_step bench-cuda 150 "$build/tools/ferry-bench" --backend cuda --sizes "$sizes" --quiet --out "$out/bench-cuda" --snapshot "$out/snapshot-cuda" ;;
+    trace)
+      for b in cuda vulkan; do
+        run_step "trace-$b" 90 "$build/tools/ferry-bench" --backend $b --sizes 64M --batch-study off --host-cost off \
+          --trace-steps --quiet
+      done ;;
     bench-vulkan) run_step bench-vulkan 150 "$build/tools/ferry-bench" --backend vulkan --sizes "$sizes" --quiet --out "$out/bench-vulkan" --snapshot "$out/snapshot-vulkan" ;;
     memcheck)  # the out-of-memory case makes cudaMalloc fail on purpose: memcheck reports that as an error
       run_step "$s" 150 env FERRY_STRESS_OPS="$sanitizer_ops" compute-sanitizer --tool "$s" --error-exitcode 9 "$build/tests/conformance-cuda" \
