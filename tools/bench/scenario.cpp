@@ -317,6 +317,14 @@ RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iter
     c.ring.clear();
     dev.pool().trim();
     raw.vulkan = measure_vulkan_anchor(dev, bytes, iterations, steps, units, inflight, trace);
+  } else if ((dev.backend() == ferry::Backend::vulkan_cuda || dev.backend() == ferry::Backend::cuda_vulkan) &&
+             ferry::Device::built_with(ferry::Backend::vulkan)) {
+    // A pair's Vulkan side is a Vulkan device of the same ordinal: its raw loop is the
+    // pair's Vulkan anchor, beside the CUDA one above.
+    c.ring.clear();
+    dev.pool().trim();
+    const ferry::Device vk = ferry::Device::open({.backend = ferry::Backend::vulkan});
+    raw.vulkan = measure_vulkan_anchor(vk, bytes, iterations, steps, units, inflight, trace);
   }
   return raw;
 }
