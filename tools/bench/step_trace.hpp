@@ -89,15 +89,21 @@ class StepTrace {
   [[nodiscard]] StepTimes summary(std::size_t skip = 3) const;
 
  private:
+  // A query that throws (a lost device) ends the trace: the loop's own waits report the
+  // error, and the summary says the steps were not traced.
   void poll() {
     std::size_t next[2] = {0, 0};
-    for (;;) {
-      const std::size_t n = issued_.load(std::memory_order_acquire);
-      const bool stopping = stop_.load(std::memory_order_acquire);
-      for (int k = 0; k < 2; ++k) {
-        while (next[k] < n && reached_(k, next[k])) done_at_[k][next[k]++] = clock_type::now();
+    try {
+      for (;;) {
+        const std::size_t n = issued_.load(std::memory_order_acquire);
+        const bool stopping = stop_.load(std::memory_order_acquire);
+        for (int k = 0; k < 2; ++k) {
+          while (next[k] < n && reached_(k, next[k])) done_at_[k][next[k]++] = clock_type::now();
+        }
+        if (stopping && next[0] == n && next[1] == n) return;
       }
-      if (stopping && next[0] == n && next[1] == n) return;
+    } catch (...) {
+      failed_.store(true, std::memory_order_release);
     }
   }
 
@@ -106,13 +112,14 @@ class StepTrace {
   std::vector<clock_type::time_point> done_at_[2];
   std::atomic<std::size_t> issued_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
   std::thread poller_;
 };
 
 inline StepTimes StepTrace::summary(std::size_t skip) const {
   StepTimes t;
   const std::size_t n = issued_.load(std::memory_order_acquire);
-  if (n < skip + 2) return t;
+  if (n < skip + 2 || failed_.load(std::memory_order_acquire)) return t;
   auto ms = [](clock_type::time_point a, clock_type::time_point b) {
     return std::chrono::duration<double, std::milli>(a - b).count();
   };
