@@ -161,8 +161,10 @@ void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& ou
   // (same API, same driver path); cudaMemcpyAsync is then a reference, not a bar.
   const bool vulkan_copies = run.backend == "vulkan" || run.backend == "vulkan_cuda";
   const bool vendor_judges = !(vulkan_copies && raw && raw->vulkan.measured);
-  const double vendor_bar = !vendor_judges ? 0 : gpu_bars ? bandwidth_bar(run) : 0.98;
-  const std::string vendor_note = vendor_judges ? "" : " (reported; Vulkan copies are judged against the raw Vulkan loop)";
+  const double vendor_bar = !vendor_judges ? 0 : bytes < (16u << 20) ? 0 : gpu_bars ? bandwidth_bar(run) : 0.98;
+  const std::string vendor_suffix = vendor_bar > 0 ? " (bar >= " + fmt("%.0f", vendor_bar * 100) + "%)"
+                                  : vendor_judges ? ""
+                                                  : " (reported; Vulkan copies are judged against the raw Vulkan loop)";
   const std::string size = size_label(bytes);
   if (owner && raw && raw->gbps > 0) {
     const double v = owner->copy_gbps / raw->gbps;
@@ -174,19 +176,15 @@ void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& ou
   }
   if (owner && raw && raw->vendor.measured && raw->vendor.h2d_gbps > 0) {
     const double v = owner->copy_gbps / raw->vendor.h2d_gbps;
-    out.push_back({bytes, "", "owner_owned_h2d_vs_vendor", v, bytes >= (16u << 20) ? vendor_bar : 0, false,
+    out.push_back({bytes, "", "owner_owned_h2d_vs_vendor", v, vendor_bar, false,
                    size + ": owner_owned upload = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " (" +
-                       fmt("%.2f", raw->vendor.h2d_gbps) + " GB/s)" +
-                       (bytes >= (16u << 20) && vendor_bar > 0 ? " (bar >= " + fmt("%.0f", vendor_bar * 100) + "%)"
-                                                                : vendor_note)});
+                       fmt("%.2f", raw->vendor.h2d_gbps) + " GB/s)" + vendor_suffix});
   }
   if (raw && raw->vendor.measured && raw->vendor.d2h_gbps > 0) {
     const double v = raw->d2h_gbps / raw->vendor.d2h_gbps;
-    out.push_back({bytes, "", "download_d2h_vs_vendor", v, bytes >= (16u << 20) ? vendor_bar : 0, false,
+    out.push_back({bytes, "", "download_d2h_vs_vendor", v, vendor_bar, false,
                    size + ": download = " + fmt("%.1f", v * 100) + "% of " + raw->vendor.what + " d2h (" +
-                       fmt("%.2f", raw->vendor.d2h_gbps) + " GB/s)" +
-                       (bytes >= (16u << 20) && vendor_bar > 0 ? " (bar >= " + fmt("%.0f", vendor_bar * 100) + "%)"
-                                                                : vendor_note)});
+                       fmt("%.2f", raw->vendor.d2h_gbps) + " GB/s)" + vendor_suffix});
   }
   if (raw && raw->vulkan.measured) {
     const VulkanAnchor& a = raw->vulkan;

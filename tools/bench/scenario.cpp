@@ -217,6 +217,41 @@ double gbps(std::uint64_t bytes, double ms) { return ms > 0 ? static_cast<double
 
 }  // namespace
 
+// The step trace's summary (step_trace.hpp), with the medians of the footprint run's.
+StepTimes StepTrace::summary(std::size_t skip) const {
+  StepTimes t;
+  const std::size_t n = issued_.load(std::memory_order_acquire);
+  if (n < skip + 2 || failed_.load(std::memory_order_acquire)) return t;
+  auto ms = [](clock_type::time_point a, clock_type::time_point b) {
+    return std::chrono::duration<double, std::milli>(a - b).count();
+  };
+  std::vector<double> lead, copy_period, copy_after, use_after, period;
+  for (std::size_t i = std::max<std::size_t>(skip, 1); i < n; ++i) {
+    lead.push_back(ms(done_at_[1][i - 1], issued_at_[i]));
+    copy_period.push_back(ms(done_at_[0][i], done_at_[0][i - 1]));
+    copy_after.push_back(ms(done_at_[0][i], done_at_[1][i - 1]));
+    use_after.push_back(ms(done_at_[1][i], done_at_[0][i]));
+    period.push_back(ms(done_at_[1][i], done_at_[1][i - 1]));
+  }
+  t.host_lead_ms = median(lead);
+  t.copy_period_ms = median(copy_period);
+  t.copy_after_step_ms = median(copy_after);
+  t.use_after_copy_ms = median(use_after);
+  t.step_period_ms = median(period);
+  t.measured = true;
+  return t;
+}
+
+std::string StepTimes::text() const {
+  if (!measured) return "not traced";
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "step %.3f ms; copy done every %.3f ms, %.3f ms after the previous step's compute; compute "
+                "done %.3f ms after its copy; host issued each step %.3f ms before the previous one finished",
+                step_period_ms, copy_period_ms, copy_after_step_ms, use_after_copy_ms, host_lead_ms);
+  return buf;
+}
+
 const char* workload_name(Workload workload) { return workload == Workload::seed ? "seed" : "pipeline"; }
 
 std::string strategy_name(const Scenario& scenario) {
@@ -313,18 +348,14 @@ RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iter
     c.compute.synchronize(std::chrono::minutes(1));
   }
   raw.vendor = measure_vendor_copy(bytes, iterations);
-  if (dev.backend() == ferry::Backend::vulkan) {
+  // A pair's Vulkan side is a Vulkan device of the same ordinal: its raw loop is the pair's
+  // Vulkan anchor, beside the CUDA one above.
+  const bool pair = dev.backend() == ferry::Backend::vulkan_cuda || dev.backend() == ferry::Backend::cuda_vulkan;
+  if (dev.backend() == ferry::Backend::vulkan || (pair && ferry::Device::built_with(ferry::Backend::vulkan))) {
     c.ring.clear();
     dev.pool().trim();
-    raw.vulkan = measure_vulkan_anchor(dev, bytes, iterations, steps, units, inflight, trace);
-  } else if ((dev.backend() == ferry::Backend::vulkan_cuda || dev.backend() == ferry::Backend::cuda_vulkan) &&
-             ferry::Device::built_with(ferry::Backend::vulkan)) {
-    // A pair's Vulkan side is a Vulkan device of the same ordinal: its raw loop is the
-    // pair's Vulkan anchor, beside the CUDA one above.
-    c.ring.clear();
-    dev.pool().trim();
-    const ferry::Device vk = ferry::Device::open({.backend = ferry::Backend::vulkan});
-    raw.vulkan = measure_vulkan_anchor(vk, bytes, iterations, steps, units, inflight, trace);
+    const ferry::Device anchor = pair ? ferry::Device::open({.backend = ferry::Backend::vulkan}) : dev;
+    raw.vulkan = measure_vulkan_anchor(anchor, bytes, iterations, steps, units, inflight, trace);
   }
   return raw;
 }

@@ -5,12 +5,10 @@
 // few microseconds, far below the steps' milliseconds.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -115,43 +113,5 @@ class StepTrace {
   std::atomic<bool> failed_{false};
   std::thread poller_;
 };
-
-inline StepTimes StepTrace::summary(std::size_t skip) const {
-  StepTimes t;
-  const std::size_t n = issued_.load(std::memory_order_acquire);
-  if (n < skip + 2 || failed_.load(std::memory_order_acquire)) return t;
-  auto ms = [](clock_type::time_point a, clock_type::time_point b) {
-    return std::chrono::duration<double, std::milli>(a - b).count();
-  };
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  };
-  std::vector<double> lead, copy_period, copy_after, use_after, period;
-  for (std::size_t i = std::max<std::size_t>(skip, 1); i < n; ++i) {
-    lead.push_back(ms(done_at_[1][i - 1], issued_at_[i]));
-    copy_period.push_back(ms(done_at_[0][i], done_at_[0][i - 1]));
-    copy_after.push_back(ms(done_at_[0][i], done_at_[1][i - 1]));
-    use_after.push_back(ms(done_at_[1][i], done_at_[0][i]));
-    period.push_back(ms(done_at_[1][i], done_at_[1][i - 1]));
-  }
-  t.host_lead_ms = median(lead);
-  t.copy_period_ms = median(copy_period);
-  t.copy_after_step_ms = median(copy_after);
-  t.use_after_copy_ms = median(use_after);
-  t.step_period_ms = median(period);
-  t.measured = true;
-  return t;
-}
-
-inline std::string StepTimes::text() const {
-  if (!measured) return "not traced";
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "step %.3f ms; copy done every %.3f ms, %.3f ms after the previous step's compute; compute "
-                "done %.3f ms after its copy; host issued each step %.3f ms before the previous one finished",
-                step_period_ms, copy_period_ms, copy_after_step_ms, use_after_copy_ms, host_lead_ms);
-  return buf;
-}
 
 }  // namespace ferry_bench
