@@ -36,35 +36,44 @@ void TransferState::staged_h2d(const std::vector<StreamPiece>& pieces, std::uint
     return k < R ? before[g.buffer(k)] : dma[k - R];
   };
   PipelinedCopy job(*copier, plan);
-  std::uint64_t released = 0, issued = 0;
+  // A chunk's DMA is issued as soon as all its units are packed, in any order: a helper that
+  // is descheduled in the middle of one unit then delays that chunk only, not every chunk
+  // after it (the executor's copies land in disjoint ranges, and its marks complete in order,
+  // so the call's last mark still covers every chunk).
+  std::vector<std::uint8_t> sent(K, 0);
+  std::uint64_t released = 0, first_unsent = 0, sent_count = 0;
   unsigned idle = 0;
-  while (issued < K) {
+  while (sent_count < K) {
     bool progress = false;
-    while (released < K && (released < R || released - R < issued) && gate(released).reached()) {
+    while (released < K && (released < R || sent[released - R]) && gate(released).reached()) {
       job.release_through(static_cast<std::uint32_t>(released++));
       progress = true;
     }
-    while (issued < released && job.chunk_done(static_cast<std::uint32_t>(issued))) {
-      const std::uint64_t at = issued * g.chunk, n = std::min(g.chunk, total - at);
-      Slot& slot = ring[g.buffer(issued)];
+    while (first_unsent < released && sent[first_unsent]) ++first_unsent;
+    for (std::uint64_t k = first_unsent; k < released; ++k) {
+      if (sent[k] || !job.chunk_done(static_cast<std::uint32_t>(k))) continue;
+      const std::uint64_t at = k * g.chunk, n = std::min(g.chunk, total - at);
+      Slot& slot = ring[g.buffer(k)];
       std::lock_guard elock(exec->mutex);
       exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + base + at},
-                              HostRef{detail::access::state(slot.buffer)->memory.get(), g.offset(issued)}, n);
+                              HostRef{detail::access::state(slot.buffer)->memory.get(), g.offset(k)}, n);
       exec->dirty = true;
-      dma[issued] = slot.free = enqueue_mark(*exec);
+      // The newest mark on the executor: it covers every earlier use of the buffer too.
+      dma[k] = slot.free = enqueue_mark(*exec);
       detail::flush(*exec);
-      ++issued;
+      sent[k] = 1;
+      ++sent_count;
       progress = true;
     }
-    if (issued == K) break;
+    if (sent_count == K) break;
     if (job.run_one() || progress) {
       idle = 0;
       continue;
     }
-    if (issued == released) {
+    if (sent_count == released) {
       gate(released).wait(std::chrono::hours(1), where);  // DMA-bound: sleep on the queue
     } else {
-      pause(idle);  // helpers are finishing the oldest chunk
+      pause(idle);  // helpers are finishing the oldest chunks
     }
   }
   next_slot = g.next_first();
@@ -80,31 +89,41 @@ void TransferState::staged_d2h(const std::vector<StreamPiece>& pieces, const std
   std::uint64_t released = 0, issued = 0;
   std::size_t run = 0;
   unsigned idle = 0;
+  bool progress = false;
+  auto release_reached = [&] {
+    while (released < issued && dma[released].reached()) {
+      job.release_through(static_cast<std::uint32_t>(released++));
+      progress = true;
+    }
+  };
   while (!job.all_done()) {
-    bool progress = false;
+    progress = false;
     // DMA ahead while the ring has room: chunk k reuses the staging of chunk k - R, whose
     // scatter must be complete; in the first lap, wait for earlier calls' use of the buffer.
     while (issued < K && (issued < R || job.chunk_done(static_cast<std::uint32_t>(issued - R)))) {
       Slot& slot = ring[g.buffer(issued)];
       if (issued < R && g.offset(issued) == 0) slot.free.wait(std::chrono::hours(1), where);
       const std::uint64_t cb = issued * g.chunk, ce = std::min(total, cb + g.chunk);
-      std::lock_guard elock(exec->mutex);
-      while (run < runs.size() && runs[run].stream + runs[run].size <= cb) ++run;
-      for (std::size_t r = run; r < runs.size() && runs[r].stream < ce; ++r) {
-        const std::uint64_t a = std::max(cb, runs[r].stream), e = std::min(ce, runs[r].stream + runs[r].size);
-        exec->backend->copy_d2h(HostRef{detail::access::state(slot.buffer)->memory.get(), g.offset(issued) + (a - cb)},
-                                DeviceRef{b.segment, b.offset + runs[r].source + (a - runs[r].stream)}, e - a);
+      {
+        std::lock_guard elock(exec->mutex);
+        while (run < runs.size() && runs[run].stream + runs[run].size <= cb) ++run;
+        for (std::size_t r = run; r < runs.size() && runs[r].stream < ce; ++r) {
+          const std::uint64_t a = std::max(cb, runs[r].stream), e = std::min(ce, runs[r].stream + runs[r].size);
+          exec->backend->copy_d2h(
+              HostRef{detail::access::state(slot.buffer)->memory.get(), g.offset(issued) + (a - cb)},
+              DeviceRef{b.segment, b.offset + runs[r].source + (a - runs[r].stream)}, e - a);
+        }
+        exec->dirty = true;
+        dma[issued] = slot.free = enqueue_mark(*exec);
+        detail::flush(*exec);
       }
-      exec->dirty = true;
-      dma[issued] = slot.free = enqueue_mark(*exec);
-      detail::flush(*exec);
       ++issued;
       progress = true;
+      // Hand finished chunks to the helpers between issues: a submission can cost several
+      // microseconds, and the helpers would otherwise idle until the whole ring is issued.
+      release_reached();
     }
-    while (released < issued && dma[released].reached()) {
-      job.release_through(static_cast<std::uint32_t>(released++));
-      progress = true;
-    }
+    release_reached();
     if (job.run_one() || progress) {
       idle = 0;
       continue;
