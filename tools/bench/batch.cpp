@@ -5,6 +5,8 @@
 // memcpy side is measured in rounds alternating with ferry's calls, on the bytes of the call
 // it bounds (see BatchStudy).
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -58,6 +60,13 @@ class Team {
   /// end of the last part.
   double gbps(std::uint64_t bytes, const std::function<void(unsigned, unsigned)>& part) {
     const auto t0 = clock_type::now();
+    start(part);
+    wait();
+    return static_cast<double>(bytes) / seconds_since(t0) / 1e9;
+  }
+
+  /// Wake every thread to run `part(t, threads)`; `part` must live until wait() returns.
+  void start(const std::function<void(unsigned, unsigned)>& part) {
     {
       std::lock_guard lock(mutex_);
       job_ = &part;
@@ -65,9 +74,11 @@ class Team {
       ++generation_;
     }
     wake_.notify_all();
+  }
+  /// Until every thread has returned from the part start() gave it.
+  void wait() {
     std::unique_lock lock(mutex_);
     done_.wait(lock, [&] { return pending_ == 0; });
-    return static_cast<double>(bytes) / seconds_since(t0) / 1e9;
   }
 
  private:
@@ -128,6 +139,45 @@ double gbps_of(std::uint64_t bytes, clock_type::time_point t0) {
   return static_cast<double>(bytes) / seconds_since(t0) / 1e9;
 }
 
+// The scattered buffers staged by hand, as an engine without ferry's staging would: the team
+// packs them with memcpy into pinned memory chunk by chunk (each thread a slice of every
+// chunk, in chunk order), and this thread uploads each chunk (a pinned range into `dst`, one
+// DMA) as soon as every slice of it is packed. `dst` belongs to the executor, so each copy is
+// just a DMA on the executor, with no hand-over between queues.
+double hand_staged_gbps(Team& team, const std::vector<std::vector<std::byte>>& pieces, ferry::Transfer& xfer,
+                        const ferry::HostBuffer& pinned, const ferry::DeviceBuffer& dst, std::uint64_t chunk_bytes) {
+  const std::uint64_t each = pieces.front().size();
+  const std::size_t per_chunk = static_cast<std::size_t>(std::max<std::uint64_t>(1, chunk_bytes / each));
+  const std::size_t chunks = (pieces.size() + per_chunk - 1) / per_chunk;
+  const std::unique_ptr<std::atomic<unsigned>[]> packed(new std::atomic<unsigned>[chunks]);
+  for (std::size_t k = 0; k < chunks; ++k) packed[k].store(0, std::memory_order_relaxed);
+  std::byte* const base = pinned.data();
+  const std::function<void(unsigned, unsigned)> part = [&](unsigned t, unsigned n) {
+    for (std::size_t k = 0; k < chunks; ++k) {
+      const std::size_t first = k * per_chunk, count = std::min(per_chunk, pieces.size() - first);
+      for (std::size_t i = first + count * t / n; i < first + count * (t + 1) / n; ++i) {
+        std::memcpy(base + i * each, pieces[i].data(), each);
+      }
+      packed[k].fetch_add(1, std::memory_order_release);
+    }
+  };
+  ferry::UploadOptions options;
+  options.destination_unused = true;  // only these copies ever write `dst`
+  options.owner_waits = false;
+  const auto t0 = clock_type::now();
+  team.start(part);
+  ferry::TimelinePoint last;
+  for (std::size_t k = 0; k < chunks; ++k) {
+    while (packed[k].load(std::memory_order_acquire) < team.size()) std::this_thread::yield();
+    const std::uint64_t at = k * per_chunk * each, n = std::min(per_chunk, pieces.size() - k * per_chunk) * each;
+    last = xfer.upload_into(pinned, at, n, dst, at, options);
+  }
+  last.wait(std::chrono::minutes(5));
+  const double g = gbps_of(pieces.size() * each, t0);
+  team.wait();
+  return g;
+}
+
 }  // namespace
 
 BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_bytes, double dma_gbps,
@@ -167,11 +217,18 @@ BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_
   for (std::size_t i = 0; i < views.size(); ++i) down.push_back({resident.offsets[i], pieces[i].data(), pieces[i].size()});
   xfer.upload(whole, compute).ready.wait(std::chrono::minutes(5));
   xfer.upload(twin, compute).ready.wait(std::chrono::minutes(5));
+  // The hand-staged anchor packs into pinned memory of its own, as a user's code would, in
+  // chunks of the size ferry's staging cuts such a call into.
+  const ferry::Queue executor = dev.queue(ferry::QueueRole::transfer);
+  ferry::HostBuffer hand_pinned = dev.host_pool().allocate(scattered_bytes);
+  ferry::DeviceBuffer hand_dst = dev.pool().allocate(scattered_bytes, executor);
+  s.hand_chunk = 2 << 20;
+  (void)hand_staged_gbps(team, pieces, xfer, hand_pinned, hand_dst, s.hand_chunk);
   (void)scattered_gbps(team, pieces, pinned.data(), true);
   (void)contiguous_gbps(team, pinned.data(), pageable.data(), pageable.size());
 
   std::vector<double> gather, same, ceiling_s, scattered, scattered_ratio, contiguous, contiguous_ratio, memcpy_in,
-      ceiling, page, page_ratio, memcpy_out, ceiling_down, scattered_down, down_ratio;
+      ceiling, page, page_ratio, memcpy_out, ceiling_down, scattered_down, down_ratio, hand, hand_ratio, vs_hand;
   // Each ferry call right after the ceiling that bounds it (A B A B ...).
   auto upload_gbps = [&](auto&& input, std::uint64_t bytes) {
     const auto t0 = clock_type::now();
@@ -189,8 +246,18 @@ BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_
     ceiling_s.push_back(capped(std::max(gather.back(), same.back()), dma_gbps));
 
     progress.phase("batch study: 4096 x 16K scattered pageable upload" + r);
+    // Ferry's call and the hand-staged one take turns going first, so neither always finds
+    // the buffers just read by the other.
+    const auto by_hand = [&] {
+      progress.phase("batch study: the scattered buffers staged by hand" + r);
+      hand.push_back(hand_staged_gbps(team, pieces, xfer, hand_pinned, hand_dst, s.hand_chunk));
+    };
+    if (round % 2 == 1) by_hand();
     scattered.push_back(upload_gbps(std::span<const ferry::HostView>(views), scattered_bytes));
     scattered_ratio.push_back(scattered.back() / ceiling_s.back());
+    if (round % 2 == 0) by_hand();
+    hand_ratio.push_back(hand.back() / ceiling_s.back());
+    vs_hand.push_back(scattered.back() / hand.back());
 
     progress.phase("batch study: one pageable buffer of the scattered call's size" + r);
     const double same_again = contiguous_gbps(team, pinned.data(), pageable.data(), scattered_bytes);
@@ -224,6 +291,9 @@ BatchStudy run_batch_study(const DeviceFactory& factory, std::uint64_t pageable_
   s.ceiling_scattered_gbps = spread(ceiling_s);
   s.scattered_gbps = spread(scattered);
   s.scattered_ratio = spread(scattered_ratio);
+  s.hand_staged_gbps = spread(hand);
+  s.hand_staged_ratio = spread(hand_ratio);
+  s.scattered_vs_hand = spread(vs_hand);
   s.contiguous_gbps = spread(contiguous);
   s.contiguous_ratio = spread(contiguous_ratio);
   s.memcpy_gbps = spread(memcpy_in);

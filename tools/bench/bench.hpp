@@ -167,6 +167,13 @@ struct BatchStudy {
   Spread ceiling_scattered_gbps; ///< min(max of the two, DMA), per round
   Spread scattered_gbps;         ///< one Transfer::upload(span<HostView>) of the scattered buffers
   Spread scattered_ratio;        ///< scattered / its ceiling of the same round
+  /// The same buffers staged by hand in each round right after ferry's call: memcpy into
+  /// pinned memory by the same threads, chunk by chunk, each chunk's pinned upload issued as
+  /// soon as it is packed (what an engine writes without ferry's staging).
+  std::uint64_t hand_chunk = 0;
+  Spread hand_staged_gbps;
+  Spread hand_staged_ratio;      ///< hand-staged / the ceiling of the same round
+  Spread scattered_vs_hand;      ///< ferry's scattered call / the hand-staged one, per round
   /// One contiguous pageable buffer of the scattered call's size through the same call, against
   /// the same ceiling: what the per-buffer work costs is the gap between the two ratios.
   Spread contiguous_gbps;

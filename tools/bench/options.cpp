@@ -101,7 +101,9 @@ usage: ferry-bench [options]
   --quiet               no progress on stderr
   --batch-study SIZE|off  whole-batch study: 4096 x 16K scattered pageable buffers and one SIZE
                         pageable buffer, against the host-staging ceiling measured in the same
-                        run (default 1G; host backend 64M)
+                        run, and the scattered buffers staged by hand (memcpy into pinned
+                        chunks, each uploaded once packed) as its anchor (default 1G; host
+                        backend 64M)
   --host-cost N|off     host cost per upload call: N uploads of one small pinned range to the
                         owner queue, each released right after, each call timed (default 4096);
                         on CUDA beside a bare cudaMemcpyAsync of the same size
