@@ -1,0 +1,413 @@
+// SPDX-License-Identifier: MIT
+// ferry-probe-handoff: an experiment, not part of ferry. What one hand-off between two queues
+// costs on the device, raw and through ferry. A chain of N rounds is enqueued up front, each
+// round one queue signalling a timeline that the other waits for and answering on the same
+// timeline; the host times the chain from the first enqueue to its end, so a hand-off costs
+// (wall time - enqueue time) / (2 N) at most, with no copies or kernels in the way.
+//
+//  - raw Vulkan -> CUDA -> Vulkan: a Vulkan timeline semaphore exported as an opaque fd and
+//    imported into CUDA (cudaImportExternalSemaphore); empty vkQueueSubmits on a compute
+//    queue wait for and signal it, a CUDA stream answers with
+//    cudaWaitExternalSemaphoresAsync / cudaSignalExternalSemaphoresAsync. This is the hand-off
+//    of the cuda_vulkan and vulkan_cuda pairs with nothing of ferry's in it.
+//  - raw CUDA stream -> stream (events) and raw Vulkan queue -> queue (one timeline) as the
+//    same-API references.
+//  - ferry: Queue::signal / Queue::wait between the compute and the transfer queue of each
+//    backend named (the pairs: one Vulkan queue, one CUDA stream).
+//
+//   ferry-probe-handoff [--rounds N] [--backends LIST]   (default 200; cuda,vulkan,cuda_vulkan)
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+// Vulkan's structures are filled by designated sType and the fields set after it.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#include <unistd.h>
+#include <vulkan/vulkan.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ferry/ferry.hpp"
+#include "probe_util.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double us_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+}
+
+void cu(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void vkc(VkResult r, const char* what) {
+  if (r != VK_SUCCESS) throw std::runtime_error(std::string(what) + " failed: VkResult " + std::to_string(r));
+}
+
+struct Result {
+  double enqueue_us = 0, wall_us = 0;
+  int handoffs = 0;
+  void print(const char* what) const {
+    std::printf("%-58s %8.1f us per hand-off (chain %.0f us, enqueue %.0f us, %d hand-offs)\n", what,
+                (wall_us) / handoffs, wall_us, enqueue_us, handoffs);
+  }
+};
+
+/// The raw Vulkan side: an instance, the physical device that is CUDA device 0, a device with
+/// one or two queues and external timeline semaphores. Destroys what it made on every path.
+class RawVulkan {
+ public:
+  RawVulkan() {
+    lib_ = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib_ == nullptr) throw std::runtime_error("libvulkan.so.1 could not be opened");
+    gipa_ = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib_, "vkGetInstanceProcAddr"));
+    if (gipa_ == nullptr) throw std::runtime_error("no vkGetInstanceProcAddr");
+    try {
+      open();
+    } catch (...) {
+      close();
+      throw;
+    }
+  }
+  RawVulkan(const RawVulkan&) = delete;
+  RawVulkan& operator=(const RawVulkan&) = delete;
+  ~RawVulkan() { close(); }
+
+  VkSemaphore timeline(bool exportable) {
+    VkExportSemaphoreCreateInfo ex{VK_STRUCTURE_TYPE_EXPORT_SEMAPHORE_CREATE_INFO};
+    ex.handleTypes = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
+    VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO, exportable ? &ex : nullptr};
+    type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    VkSemaphoreCreateInfo ci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, &type};
+    VkSemaphore s = VK_NULL_HANDLE;
+    vkc(create_semaphore_(device_, &ci, nullptr, &s), "vkCreateSemaphore");
+    semaphores_.push_back(s);
+    return s;
+  }
+  int export_fd(VkSemaphore s) {
+    VkSemaphoreGetFdInfoKHR gi{VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR};
+    gi.semaphore = s;
+    gi.handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
+    int fd = -1;
+    vkc(get_fd_(device_, &gi, &fd), "vkGetSemaphoreFdKHR");
+    return fd;
+  }
+  /// An empty submission on queue `q` (0 or 1): waits for `wait` (0 = none), signals `signal`.
+  void submit(int q, VkSemaphore s, std::uint64_t wait, std::uint64_t signal) {
+    VkTimelineSemaphoreSubmitInfo t{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO, &t};
+    const VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+    if (wait > 0) {
+      si.waitSemaphoreCount = 1;
+      si.pWaitSemaphores = &s;
+      si.pWaitDstStageMask = &stage;
+      t.waitSemaphoreValueCount = 1;
+      t.pWaitSemaphoreValues = &wait;
+    }
+    si.signalSemaphoreCount = 1;
+    si.pSignalSemaphores = &s;
+    t.signalSemaphoreValueCount = 1;
+    t.pSignalSemaphoreValues = &signal;
+    vkc(queue_submit_(queues_[q], 1, &si, VK_NULL_HANDLE), "vkQueueSubmit");
+  }
+  void host_wait(VkSemaphore s, std::uint64_t value) {
+    VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+    wi.semaphoreCount = 1;
+    wi.pSemaphores = &s;
+    wi.pValues = &value;
+    vkc(wait_semaphores_(device_, &wi, 60'000'000'000ull), "vkWaitSemaphores");
+  }
+  [[nodiscard]] bool two_queues() const { return queues_[1] != VK_NULL_HANDLE; }
+  void idle() { vkc(device_wait_idle_(device_), "vkDeviceWaitIdle"); }
+
+ private:
+  template <class F>
+  F instance_fn(const char* name) {
+    auto f = reinterpret_cast<F>(gipa_(instance_, name));
+    if (f == nullptr) throw std::runtime_error(std::string("no ") + name);
+    return f;
+  }
+  template <class F>
+  F device_fn(const char* name) {
+    auto f = reinterpret_cast<F>(get_device_proc_(device_, name));
+    if (f == nullptr) throw std::runtime_error(std::string("no ") + name);
+    return f;
+  }
+
+  void open() {
+    auto create_instance = reinterpret_cast<PFN_vkCreateInstance>(gipa_(VK_NULL_HANDLE, "vkCreateInstance"));
+    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+    app.apiVersion = VK_API_VERSION_1_2;
+    VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+    ici.pApplicationInfo = &app;
+    vkc(create_instance(&ici, nullptr, &instance_), "vkCreateInstance");
+    destroy_instance_ = instance_fn<PFN_vkDestroyInstance>("vkDestroyInstance");
+    auto enumerate = instance_fn<PFN_vkEnumeratePhysicalDevices>("vkEnumeratePhysicalDevices");
+    auto props2 = instance_fn<PFN_vkGetPhysicalDeviceProperties2>("vkGetPhysicalDeviceProperties2");
+    auto families_of =
+        instance_fn<PFN_vkGetPhysicalDeviceQueueFamilyProperties>("vkGetPhysicalDeviceQueueFamilyProperties");
+    auto create_device = instance_fn<PFN_vkCreateDevice>("vkCreateDevice");
+    get_device_proc_ = instance_fn<PFN_vkGetDeviceProcAddr>("vkGetDeviceProcAddr");
+
+    cudaDeviceProp prop{};
+    cu(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    std::uint32_t n = 0;
+    vkc(enumerate(instance_, &n, nullptr), "vkEnumeratePhysicalDevices");
+    std::vector<VkPhysicalDevice> devices(n);
+    vkc(enumerate(instance_, &n, devices.data()), "vkEnumeratePhysicalDevices");
+    VkPhysicalDevice physical = VK_NULL_HANDLE;
+    for (VkPhysicalDevice d : devices) {
+      VkPhysicalDeviceIDProperties id{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
+      VkPhysicalDeviceProperties2 p{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &id};
+      props2(d, &p);
+      if (std::memcmp(id.deviceUUID, prop.uuid.bytes, VK_UUID_SIZE) == 0) physical = d;
+    }
+    if (physical == VK_NULL_HANDLE) throw std::runtime_error("no Vulkan device is CUDA device 0");
+
+    families_of(physical, &n, nullptr);
+    std::vector<VkQueueFamilyProperties> families(n);
+    families_of(physical, &n, families.data());
+    std::uint32_t compute = n, other = n;
+    for (std::uint32_t f = 0; f < n; ++f) {
+      if ((families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) && compute == n) compute = f;
+    }
+    for (std::uint32_t f = 0; f < n; ++f) {
+      if (f != compute && (families[f].queueFlags & (VK_QUEUE_TRANSFER_BIT | VK_QUEUE_COMPUTE_BIT))) {
+        other = f;
+        break;
+      }
+    }
+    if (compute == n) throw std::runtime_error("no compute queue family");
+    const float priority[2] = {1.0f, 1.0f};
+    VkDeviceQueueCreateInfo qi[2] = {{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO},
+                                     {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}};
+    qi[0].queueFamilyIndex = compute;
+    qi[0].queueCount = 1;
+    qi[0].pQueuePriorities = priority;
+    qi[1].queueFamilyIndex = other;
+    qi[1].queueCount = 1;
+    qi[1].pQueuePriorities = priority;
+    VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    v12.timelineSemaphore = VK_TRUE;
+    const char* extensions[] = {VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME};
+    VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &v12};
+    di.queueCreateInfoCount = other == n ? 1 : 2;
+    di.pQueueCreateInfos = qi;
+    di.enabledExtensionCount = 1;
+    di.ppEnabledExtensionNames = extensions;
+    vkc(create_device(physical, &di, nullptr, &device_), "vkCreateDevice");
+    destroy_device_ = device_fn<PFN_vkDestroyDevice>("vkDestroyDevice");
+    auto get_queue = device_fn<PFN_vkGetDeviceQueue>("vkGetDeviceQueue");
+    create_semaphore_ = device_fn<PFN_vkCreateSemaphore>("vkCreateSemaphore");
+    destroy_semaphore_ = device_fn<PFN_vkDestroySemaphore>("vkDestroySemaphore");
+    get_fd_ = device_fn<PFN_vkGetSemaphoreFdKHR>("vkGetSemaphoreFdKHR");
+    queue_submit_ = device_fn<PFN_vkQueueSubmit>("vkQueueSubmit");
+    wait_semaphores_ = device_fn<PFN_vkWaitSemaphores>("vkWaitSemaphores");
+    device_wait_idle_ = device_fn<PFN_vkDeviceWaitIdle>("vkDeviceWaitIdle");
+    get_queue(device_, compute, 0, &queues_[0]);
+    if (other != n) get_queue(device_, other, 0, &queues_[1]);
+  }
+
+  void close() noexcept {
+    if (device_ != VK_NULL_HANDLE) {
+      if (device_wait_idle_ != nullptr) (void)device_wait_idle_(device_);
+      for (VkSemaphore s : semaphores_) destroy_semaphore_(device_, s, nullptr);
+      if (destroy_device_ != nullptr) destroy_device_(device_, nullptr);
+    }
+    if (instance_ != VK_NULL_HANDLE && destroy_instance_ != nullptr) destroy_instance_(instance_, nullptr);
+    if (lib_ != nullptr) dlclose(lib_);
+  }
+
+  void* lib_ = nullptr;
+  PFN_vkGetInstanceProcAddr gipa_ = nullptr;
+  PFN_vkGetDeviceProcAddr get_device_proc_ = nullptr;
+  PFN_vkDestroyInstance destroy_instance_ = nullptr;
+  PFN_vkDestroyDevice destroy_device_ = nullptr;
+  PFN_vkCreateSemaphore create_semaphore_ = nullptr;
+  PFN_vkDestroySemaphore destroy_semaphore_ = nullptr;
+  PFN_vkGetSemaphoreFdKHR get_fd_ = nullptr;
+  PFN_vkQueueSubmit queue_submit_ = nullptr;
+  PFN_vkWaitSemaphores wait_semaphores_ = nullptr;
+  PFN_vkDeviceWaitIdle device_wait_idle_ = nullptr;
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queues_[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
+  std::vector<VkSemaphore> semaphores_;
+};
+
+/// Vulkan -> CUDA -> Vulkan through one exported timeline. The chain starts and ends on the
+/// Vulkan queue, so the host waits on a value Vulkan itself signals.
+Result raw_cross_api(RawVulkan& vk, int rounds) {
+  const VkSemaphore s = vk.timeline(true);
+  cudaExternalSemaphoreHandleDesc desc{};
+  desc.type = cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd;
+  desc.handle.fd = vk.export_fd(s);  // CUDA owns the fd once the import succeeds
+  cudaExternalSemaphore_t ext = nullptr;
+  if (cudaError_t e = cudaImportExternalSemaphore(&ext, &desc); e != cudaSuccess) {
+    ::close(desc.handle.fd);
+    cu(e, "cudaImportExternalSemaphore");
+  }
+  cudaStream_t stream = nullptr;
+  Result r;
+  try {
+    cu(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    const auto t0 = clock_type::now();
+    std::uint64_t v = 0;
+    for (int k = 0; k < rounds; ++k) {
+      vk.submit(0, s, v, v + 1);
+      ++v;
+      cudaExternalSemaphoreWaitParams wp{};
+      wp.params.fence.value = v;
+      cu(cudaWaitExternalSemaphoresAsync(&ext, &wp, 1, stream), "cudaWaitExternalSemaphoresAsync");
+      cudaExternalSemaphoreSignalParams sp{};
+      sp.params.fence.value = v + 1;
+      cu(cudaSignalExternalSemaphoresAsync(&ext, &sp, 1, stream), "cudaSignalExternalSemaphoresAsync");
+      ++v;
+    }
+    vk.submit(0, s, v, v + 1);
+    ++v;
+    r.enqueue_us = us_since(t0);
+    vk.host_wait(s, v);
+    r.wall_us = us_since(t0);
+    r.handoffs = 2 * rounds;
+    cu(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  } catch (...) {
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+    (void)cudaDestroyExternalSemaphore(ext);
+    throw;
+  }
+  cu(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  cu(cudaDestroyExternalSemaphore(ext), "cudaDestroyExternalSemaphore");
+  return r;
+}
+
+/// Vulkan queue -> Vulkan queue (two families) through one timeline.
+Result raw_vulkan(RawVulkan& vk, int rounds) {
+  const VkSemaphore s = vk.timeline(false);
+  const auto t0 = clock_type::now();
+  std::uint64_t v = 0;
+  for (int k = 0; k < 2 * rounds; ++k, ++v) vk.submit(k % 2, s, v, v + 1);
+  vk.submit(0, s, v, v + 1);
+  ++v;
+  Result r;
+  r.enqueue_us = us_since(t0);
+  vk.host_wait(s, v);
+  r.wall_us = us_since(t0);
+  r.handoffs = 2 * rounds;
+  return r;
+}
+
+/// CUDA stream -> stream through events.
+Result raw_cuda(int rounds) {
+  cudaStream_t st[2] = {nullptr, nullptr};
+  std::vector<cudaEvent_t> events(2 * static_cast<std::size_t>(rounds), nullptr);
+  Result r;
+  auto cleanup = [&] {
+    for (cudaEvent_t e : events) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+    for (cudaStream_t s : st) {
+      if (s != nullptr) (void)cudaStreamDestroy(s);
+    }
+  };
+  try {
+    for (cudaStream_t& s : st) cu(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    for (cudaEvent_t& e : events) cu(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    const auto t0 = clock_type::now();
+    for (std::size_t k = 0; k < events.size(); ++k) {
+      cudaStream_t s = st[k % 2];
+      if (k > 0) cu(cudaStreamWaitEvent(s, events[k - 1], 0), "cudaStreamWaitEvent");
+      cu(cudaEventRecord(events[k], s), "cudaEventRecord");
+    }
+    r.enqueue_us = us_since(t0);
+    cu(cudaEventSynchronize(events.back()), "cudaEventSynchronize");
+    r.wall_us = us_since(t0);
+    r.handoffs = static_cast<int>(events.size()) - 1;
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  cleanup();
+  return r;
+}
+
+/// The same chain through ferry: compute and transfer queue of `backend`, one ferry timeline.
+Result through_ferry(ferry::Backend backend, int rounds) {
+  ferry::DeviceOptions o;
+  o.backend = backend;
+  ferry::Device dev = ferry::Device::open(o);
+  ferry::Queue a = dev.queue(ferry::QueueRole::compute);
+  ferry::Queue b = dev.queue(ferry::QueueRole::transfer);
+  ferry::TimelineSemaphore s = dev.create_semaphore();
+  // One warm-up chain: the first waits and signals of a queue pay one-time setup.
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::uint64_t base = s.value();
+    const int n = pass == 0 ? 4 : rounds;
+    const auto t0 = clock_type::now();
+    std::uint64_t v = base;
+    for (int k = 0; k < n; ++k) {
+      if (v > base) a.wait(s.at(v));
+      a.signal(s.at(v + 1));
+      ++v;
+      b.wait(s.at(v));
+      b.signal(s.at(v + 1));
+      ++v;
+    }
+    a.wait(s.at(v));
+    a.signal(s.at(v + 1));
+    ++v;
+    Result r;
+    r.enqueue_us = us_since(t0);
+    s.wait(v, std::chrono::seconds(60));
+    r.wall_us = us_since(t0);
+    r.handoffs = 2 * n;
+    if (pass == 1) return r;
+  }
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 200;
+  std::string backends = "cuda,vulkan,cuda_vulkan";
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--rounds" && i + 1 < argc) {
+        const std::uint64_t n = probe::parse_size(argv[++i]);
+        if (n > 100000) throw std::runtime_error("--rounds: at most 100000");
+        rounds = static_cast<int>(n);
+      } else if (a == "--backends" && i + 1 < argc) {
+        backends = argv[++i];
+      } else {
+        std::fprintf(stderr, "usage: ferry-probe-handoff [--rounds N] [--backends LIST]\n");
+        return 2;
+      }
+    }
+    std::printf("%d rounds, 2 hand-offs each; per hand-off = chain time / hand-offs\n", rounds);
+    raw_cuda(rounds).print("raw CUDA stream -> stream (events)");
+    {
+      RawVulkan vk;
+      if (vk.two_queues()) raw_vulkan(vk, rounds).print("raw Vulkan queue -> queue (one timeline)");
+      raw_cross_api(vk, rounds).print("raw Vulkan -> CUDA -> Vulkan (exported timeline)");
+    }
+    const std::vector<ferry::Backend> list =
+        probe::parse_list<ferry::Backend>(backends, [](const std::string& n) { return ferry::parse_backend(n); });
+    for (const ferry::Backend b : list) {
+      const std::string name(ferry::to_string(b));
+      through_ferry(b, rounds).print(("ferry " + name + ": compute queue <-> transfer queue").c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferry-probe-handoff: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
