@@ -6,8 +6,8 @@
 // (wall time - enqueue time) / (2 N) at most, with no copies or kernels in the way.
 //
 //  - raw Vulkan -> CUDA -> Vulkan: a Vulkan timeline semaphore exported as an opaque fd and
-//    imported into CUDA (cudaImportExternalSemaphore); empty vkQueueSubmits on a compute
-//    queue wait for and signal it, a CUDA stream answers with
+//    imported into CUDA (cudaImportExternalSemaphore); empty vkQueueSubmits on a queue of
+//    each family that can copy or compute wait for and signal it, a CUDA stream answers with
 //    cudaWaitExternalSemaphoresAsync / cudaSignalExternalSemaphoresAsync. This is the hand-off
 //    of the cuda_vulkan and vulkan_cuda pairs with nothing of ferry's in it.
 //  - raw CUDA stream -> stream (events) and raw Vulkan queue -> queue (one timeline) as the
@@ -101,6 +101,9 @@ class RawVulkan {
   }
   /// An empty submission on queue `q` (0 or 1): waits for `wait` (0 = none), signals `signal`.
   void submit(int q, VkSemaphore s, std::uint64_t wait, std::uint64_t signal) {
+    submit_on(queues_[q], s, wait, signal);
+  }
+  void submit_on(VkQueue queue, VkSemaphore s, std::uint64_t wait, std::uint64_t signal) {
     VkTimelineSemaphoreSubmitInfo t{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO, &t};
     const VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
@@ -115,7 +118,7 @@ class RawVulkan {
     si.pSignalSemaphores = &s;
     t.signalSemaphoreValueCount = 1;
     t.pSignalSemaphoreValues = &signal;
-    vkc(queue_submit_(queues_[q], 1, &si, VK_NULL_HANDLE), "vkQueueSubmit");
+    vkc(queue_submit_(queue, 1, &si, VK_NULL_HANDLE), "vkQueueSubmit");
   }
   void host_wait(VkSemaphore s, std::uint64_t value) {
     VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
@@ -125,6 +128,18 @@ class RawVulkan {
     vkc(wait_semaphores_(device_, &wi, 60'000'000'000ull), "vkWaitSemaphores");
   }
   [[nodiscard]] bool two_queues() const { return queues_[1] != VK_NULL_HANDLE; }
+  /// The queues made, one per family that can copy or compute.
+  [[nodiscard]] std::size_t families() const { return family_queues_.size(); }
+  [[nodiscard]] VkQueue family_queue(std::size_t i) const { return family_queues_[i]; }
+  [[nodiscard]] std::uint32_t family_index(std::size_t i) const { return family_index_[i]; }
+  [[nodiscard]] std::string family_text(std::size_t i) const {
+    std::string t;
+    if (family_flags_[i] & VK_QUEUE_GRAPHICS_BIT) t += "graphics+";
+    if (family_flags_[i] & VK_QUEUE_COMPUTE_BIT) t += "compute+";
+    if (family_flags_[i] & VK_QUEUE_TRANSFER_BIT) t += "transfer+";
+    if (!t.empty()) t.pop_back();
+    return t;
+  }
   void idle() { vkc(device_wait_idle_(device_), "vkDeviceWaitIdle"); }
 
  private:
@@ -174,32 +189,33 @@ class RawVulkan {
     families_of(physical, &n, nullptr);
     std::vector<VkQueueFamilyProperties> families(n);
     families_of(physical, &n, families.data());
-    std::uint32_t compute = n, other = n;
+    // One queue of every family that can copy or compute: the first compute family's is queue
+    // 0, the first other family's queue 1, every family's in families_.
+    const float priority = 1.0f;
+    std::vector<VkDeviceQueueCreateInfo> qi;
     for (std::uint32_t f = 0; f < n; ++f) {
-      if ((families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) && compute == n) compute = f;
+      if (!(families[f].queueFlags & (VK_QUEUE_TRANSFER_BIT | VK_QUEUE_COMPUTE_BIT))) continue;
+      VkDeviceQueueCreateInfo q{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+      q.queueFamilyIndex = f;
+      q.queueCount = 1;
+      q.pQueuePriorities = &priority;
+      qi.push_back(q);
+      family_flags_.push_back(families[f].queueFlags);
     }
-    for (std::uint32_t f = 0; f < n; ++f) {
-      if (f != compute && (families[f].queueFlags & (VK_QUEUE_TRANSFER_BIT | VK_QUEUE_COMPUTE_BIT))) {
-        other = f;
-        break;
-      }
+    std::uint32_t compute = n, other = n;
+    for (const auto& q : qi) {
+      if ((families[q.queueFamilyIndex].queueFlags & VK_QUEUE_COMPUTE_BIT) && compute == n) compute = q.queueFamilyIndex;
+    }
+    for (const auto& q : qi) {
+      if (q.queueFamilyIndex != compute && other == n) other = q.queueFamilyIndex;
     }
     if (compute == n) throw std::runtime_error("no compute queue family");
-    const float priority[2] = {1.0f, 1.0f};
-    VkDeviceQueueCreateInfo qi[2] = {{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO},
-                                     {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}};
-    qi[0].queueFamilyIndex = compute;
-    qi[0].queueCount = 1;
-    qi[0].pQueuePriorities = priority;
-    qi[1].queueFamilyIndex = other;
-    qi[1].queueCount = 1;
-    qi[1].pQueuePriorities = priority;
     VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     v12.timelineSemaphore = VK_TRUE;
     const char* extensions[] = {VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME};
     VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &v12};
-    di.queueCreateInfoCount = other == n ? 1 : 2;
-    di.pQueueCreateInfos = qi;
+    di.queueCreateInfoCount = static_cast<std::uint32_t>(qi.size());
+    di.pQueueCreateInfos = qi.data();
     di.enabledExtensionCount = 1;
     di.ppEnabledExtensionNames = extensions;
     vkc(create_device(physical, &di, nullptr, &device_), "vkCreateDevice");
@@ -213,6 +229,12 @@ class RawVulkan {
     device_wait_idle_ = device_fn<PFN_vkDeviceWaitIdle>("vkDeviceWaitIdle");
     get_queue(device_, compute, 0, &queues_[0]);
     if (other != n) get_queue(device_, other, 0, &queues_[1]);
+    for (const auto& q : qi) {
+      VkQueue queue = VK_NULL_HANDLE;
+      get_queue(device_, q.queueFamilyIndex, 0, &queue);
+      family_queues_.push_back(queue);
+      family_index_.push_back(q.queueFamilyIndex);
+    }
   }
 
   void close() noexcept {
@@ -240,11 +262,14 @@ class RawVulkan {
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queues_[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
   std::vector<VkSemaphore> semaphores_;
+  std::vector<VkQueue> family_queues_;
+  std::vector<std::uint32_t> family_index_;
+  std::vector<VkQueueFlags> family_flags_;
 };
 
 /// Vulkan -> CUDA -> Vulkan through one exported timeline. The chain starts and ends on the
 /// Vulkan queue, so the host waits on a value Vulkan itself signals.
-Result raw_cross_api(RawVulkan& vk, int rounds) {
+Result raw_cross_api(RawVulkan& vk, VkQueue queue, int rounds) {
   const VkSemaphore s = vk.timeline(true);
   cudaExternalSemaphoreHandleDesc desc{};
   desc.type = cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd;
@@ -261,7 +286,7 @@ Result raw_cross_api(RawVulkan& vk, int rounds) {
     const auto t0 = clock_type::now();
     std::uint64_t v = 0;
     for (int k = 0; k < rounds; ++k) {
-      vk.submit(0, s, v, v + 1);
+      vk.submit_on(queue, s, v, v + 1);
       ++v;
       cudaExternalSemaphoreWaitParams wp{};
       wp.params.fence.value = v;
@@ -271,7 +296,7 @@ Result raw_cross_api(RawVulkan& vk, int rounds) {
       cu(cudaSignalExternalSemaphoresAsync(&ext, &sp, 1, stream), "cudaSignalExternalSemaphoresAsync");
       ++v;
     }
-    vk.submit(0, s, v, v + 1);
+    vk.submit_on(queue, s, v, v + 1);
     ++v;
     r.enqueue_us = us_since(t0);
     vk.host_wait(s, v);
@@ -397,7 +422,11 @@ int main(int argc, char** argv) {
     {
       RawVulkan vk;
       if (vk.two_queues()) raw_vulkan(vk, rounds).print("raw Vulkan queue -> queue (one timeline)");
-      raw_cross_api(vk, rounds).print("raw Vulkan -> CUDA -> Vulkan (exported timeline)");
+      for (std::size_t f = 0; f < vk.families(); ++f) {
+        const std::string what = "raw Vulkan family " + std::to_string(vk.family_index(f)) + " (" +
+                                 vk.family_text(f) + ") -> CUDA -> Vulkan";
+        raw_cross_api(vk, vk.family_queue(f), rounds).print(what.c_str());
+      }
     }
     const std::vector<ferry::Backend> list =
         probe::parse_list<ferry::Backend>(backends, [](const std::string& n) { return ferry::parse_backend(n); });
