@@ -6,8 +6,9 @@
 #   bash tools/gpu-validate.sh OUTDIR [STEP...]
 # STEPs: build test-cuda test-vulkan test-pair bench-cuda bench-vulkan bench-pair memcheck
 # racecheck synccheck initcheck (default: all, in that order), and on request probe-cuda,
-# probe-front-end, probe-staging and probe-handoff (tools/probe experiments, built only with -Dprobes=true:
-# these steps turn the option on in the build directory and build them first), memcheck-pair
+# probe-front-end, probe-staging and probe-handoff (tools/probe experiments, built only with
+# -Dprobes=true: these steps turn the option on in the build directory and build them
+# first), memcheck-pair
 # (memcheck over the vulkan_cuda suite), first-launch (the first-launch case in a process of
 # its own per GPU backend), repeat (the executor-reuse ordering case 50 times on vulkan_cuda,
 # a process each: tools/repeat-case.sh), python (the pytest suite on the GPU build: needs
@@ -103,7 +104,8 @@ for s in "${steps[@]}"; do
       run_step probe-staging 60 "$build/tools/probe/ferry-probe-staging" ;;
     probe-handoff)
       build_probes
-      run_step probe-handoff 60 "$build/tools/probe/ferry-probe-handoff" --rounds 500 ;;
+      run_step probe-handoff 60 "$build/tools/probe/ferry-probe-handoff" --rounds 500 \
+        --backends cuda,vulkan,cuda_vulkan,vulkan_cuda ;;
     first-launch)
       for p in cuda vulkan_cuda cuda_vulkan; do
         run_step "first-launch-$p" 60 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
