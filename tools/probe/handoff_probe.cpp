@@ -104,18 +104,22 @@ class RawVulkan {
     submit_on(queues_[q], s, wait, signal);
   }
   void submit_on(VkQueue queue, VkSemaphore s, std::uint64_t wait, std::uint64_t signal) {
+    submit_on(queue, s, wait, s, signal);
+  }
+  /// An empty submission: waits for `wait` of `ws` (0 = none), signals `signal` of `ss`.
+  void submit_on(VkQueue queue, VkSemaphore ws, std::uint64_t wait, VkSemaphore ss, std::uint64_t signal) {
     VkTimelineSemaphoreSubmitInfo t{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO, &t};
     const VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
     if (wait > 0) {
       si.waitSemaphoreCount = 1;
-      si.pWaitSemaphores = &s;
+      si.pWaitSemaphores = &ws;
       si.pWaitDstStageMask = &stage;
       t.waitSemaphoreValueCount = 1;
       t.pWaitSemaphoreValues = &wait;
     }
     si.signalSemaphoreCount = 1;
-    si.pSignalSemaphores = &s;
+    si.pSignalSemaphores = &ss;
     t.signalSemaphoreValueCount = 1;
     t.pSignalSemaphoreValues = &signal;
     vkc(queue_submit_(queue, 1, &si, VK_NULL_HANDLE), "vkQueueSubmit");
@@ -313,6 +317,57 @@ Result raw_cross_api(RawVulkan& vk, VkQueue queue, int rounds) {
   return r;
 }
 
+/// Vulkan queue `home` -> CUDA -> `home`, each crossing relayed by queue `relay`: home and
+/// relay share a Vulkan-only timeline, relay and CUDA the exported one. What a relay through
+/// a queue of a fast family would cost in place of home's own crossing.
+Result raw_relayed(RawVulkan& vk, VkQueue home, VkQueue relay, int rounds) {
+  const VkSemaphore local = vk.timeline(false), shared = vk.timeline(true);
+  cudaExternalSemaphoreHandleDesc desc{};
+  desc.type = cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd;
+  desc.handle.fd = vk.export_fd(shared);
+  cudaExternalSemaphore_t ext = nullptr;
+  if (cudaError_t e = cudaImportExternalSemaphore(&ext, &desc); e != cudaSuccess) {
+    ::close(desc.handle.fd);
+    cu(e, "cudaImportExternalSemaphore");
+  }
+  cudaStream_t stream = nullptr;
+  Result r;
+  try {
+    cu(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    const auto t0 = clock_type::now();
+    std::uint64_t lv = 0, sv = 0;  // last values of the local and the shared timeline
+    for (int k = 0; k < rounds; ++k) {
+      vk.submit_on(home, local, lv, lv + 1);  // home's work, then hand to the relay
+      ++lv;
+      vk.submit_on(relay, local, lv, shared, sv + 1);  // relay: local -> shared
+      ++sv;
+      cudaExternalSemaphoreWaitParams wp{};
+      wp.params.fence.value = sv;
+      cu(cudaWaitExternalSemaphoresAsync(&ext, &wp, 1, stream), "cudaWaitExternalSemaphoresAsync");
+      cudaExternalSemaphoreSignalParams sp{};
+      sp.params.fence.value = sv + 1;
+      cu(cudaSignalExternalSemaphoresAsync(&ext, &sp, 1, stream), "cudaSignalExternalSemaphoresAsync");
+      ++sv;
+      vk.submit_on(relay, shared, sv, local, lv + 1);  // relay: shared -> local
+      ++lv;
+    }
+    vk.submit_on(home, local, lv, lv + 1);
+    ++lv;
+    r.enqueue_us = us_since(t0);
+    vk.host_wait(local, lv);
+    r.wall_us = us_since(t0);
+    r.handoffs = 2 * rounds;
+    cu(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  } catch (...) {
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+    (void)cudaDestroyExternalSemaphore(ext);
+    throw;
+  }
+  cu(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  cu(cudaDestroyExternalSemaphore(ext), "cudaDestroyExternalSemaphore");
+  return r;
+}
+
 /// Vulkan queue -> Vulkan queue (two families) through one timeline.
 Result raw_vulkan(RawVulkan& vk, int rounds) {
   const VkSemaphore s = vk.timeline(false);
@@ -426,6 +481,12 @@ int main(int argc, char** argv) {
         const std::string what = "raw Vulkan family " + std::to_string(vk.family_index(f)) + " (" +
                                  vk.family_text(f) + ") -> CUDA -> Vulkan";
         raw_cross_api(vk, vk.family_queue(f), rounds).print(what.c_str());
+      }
+      // The first family's crossings relayed by each other family's queue.
+      for (std::size_t f = 1; f < vk.families(); ++f) {
+        const std::string what = "raw Vulkan family " + std::to_string(vk.family_index(0)) + " -> CUDA -> back, via family " +
+                                 std::to_string(vk.family_index(f));
+        raw_relayed(vk, vk.family_queue(0), vk.family_queue(f), rounds).print(what.c_str());
       }
     }
     const std::vector<ferry::Backend> list =
