@@ -6,10 +6,10 @@
 // it bounds (see BatchStudy).
 #include <algorithm>
 #include <atomic>
-#include <memory>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <cstring>
 #include <thread>

@@ -167,9 +167,10 @@ struct BatchStudy {
   Spread ceiling_scattered_gbps; ///< min(max of the two, DMA), per round
   Spread scattered_gbps;         ///< one Transfer::upload(span<HostView>) of the scattered buffers
   Spread scattered_ratio;        ///< scattered / its ceiling of the same round
-  /// The same buffers staged by hand in each round right after ferry's call: memcpy into
-  /// pinned memory by the same threads, chunk by chunk, each chunk's pinned upload issued as
-  /// soon as it is packed (what an engine writes without ferry's staging).
+  /// The same buffers staged by hand in each round beside ferry's call (the two take turns
+  /// going first): memcpy into pinned memory by the same threads, chunk by chunk, each chunk's
+  /// pinned upload issued as soon as it is packed (what an engine writes without ferry's
+  /// staging).
   std::uint64_t hand_chunk = 0;
   Spread hand_staged_gbps;
   Spread hand_staged_ratio;      ///< hand-staged / the ceiling of the same round

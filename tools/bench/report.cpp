@@ -264,8 +264,8 @@ std::vector<Verdict> verdicts(const Run& run) {
     out.push_back({0, "", "scattered_vs_ceiling", b.scattered_ratio.median, bar, false,
                    "4096 x 16K scattered pageable upload = " + spread_text(b.scattered_ratio) + bar_text});
     if (b.hand_staged_gbps.median > 0) {
-      // The hand-staged anchor pays the same host and link as ferry's call; what it cannot
-      // reach of the ceiling no staged path reaches on that host.
+      // The hand-staged anchor runs on the same host and link as ferry's call: it says what
+      // staging without ferry gets, where the ceiling only bounds it.
       const double hand_bar = gpu_bars ? 0.95 : 0;
       out.push_back({0, "", "scattered_vs_hand_staged", b.scattered_vs_hand.median, hand_bar, false,
                      "4096 x 16K scattered pageable upload = " + fmt("%.1f", 100 * b.scattered_vs_hand.median) +
