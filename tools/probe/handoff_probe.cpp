@@ -271,49 +271,66 @@ class RawVulkan {
   std::vector<VkQueueFlags> family_flags_;
 };
 
+/// The CUDA side of an exported timeline: the import and a stream that waits for and
+/// signals it. Destroys both on every path.
+class CudaTimeline {
+ public:
+  CudaTimeline(RawVulkan& vk, VkSemaphore s) {
+    cudaExternalSemaphoreHandleDesc desc{};
+    desc.type = cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd;
+    desc.handle.fd = vk.export_fd(s);  // CUDA owns the fd once the import succeeds
+    if (cudaError_t e = cudaImportExternalSemaphore(&ext_, &desc); e != cudaSuccess) {
+      ::close(desc.handle.fd);
+      cu(e, "cudaImportExternalSemaphore");
+    }
+    if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess) {
+      (void)cudaDestroyExternalSemaphore(ext_);
+      cu(e, "cudaStreamCreateWithFlags");
+    }
+  }
+  CudaTimeline(const CudaTimeline&) = delete;
+  CudaTimeline& operator=(const CudaTimeline&) = delete;
+  // No synchronize here: on an error path the stream may wait for a value never signalled.
+  ~CudaTimeline() {
+    (void)cudaStreamDestroy(stream_);
+    (void)cudaDestroyExternalSemaphore(ext_);
+  }
+  /// The stream waits for `value`, then signals `value + 1`.
+  void answer(std::uint64_t value) {
+    cudaExternalSemaphoreWaitParams wp{};
+    wp.params.fence.value = value;
+    cu(cudaWaitExternalSemaphoresAsync(&ext_, &wp, 1, stream_), "cudaWaitExternalSemaphoresAsync");
+    cudaExternalSemaphoreSignalParams sp{};
+    sp.params.fence.value = value + 1;
+    cu(cudaSignalExternalSemaphoresAsync(&ext_, &sp, 1, stream_), "cudaSignalExternalSemaphoresAsync");
+  }
+  void synchronize() { cu(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  cudaExternalSemaphore_t ext_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
 /// Vulkan -> CUDA -> Vulkan through one exported timeline. The chain starts and ends on the
 /// Vulkan queue, so the host waits on a value Vulkan itself signals.
 Result raw_cross_api(RawVulkan& vk, VkQueue queue, int rounds) {
   const VkSemaphore s = vk.timeline(true);
-  cudaExternalSemaphoreHandleDesc desc{};
-  desc.type = cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd;
-  desc.handle.fd = vk.export_fd(s);  // CUDA owns the fd once the import succeeds
-  cudaExternalSemaphore_t ext = nullptr;
-  if (cudaError_t e = cudaImportExternalSemaphore(&ext, &desc); e != cudaSuccess) {
-    ::close(desc.handle.fd);
-    cu(e, "cudaImportExternalSemaphore");
-  }
-  cudaStream_t stream = nullptr;
+  CudaTimeline cuda(vk, s);
   Result r;
-  try {
-    cu(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    const auto t0 = clock_type::now();
-    std::uint64_t v = 0;
-    for (int k = 0; k < rounds; ++k) {
-      vk.submit_on(queue, s, v, v + 1);
-      ++v;
-      cudaExternalSemaphoreWaitParams wp{};
-      wp.params.fence.value = v;
-      cu(cudaWaitExternalSemaphoresAsync(&ext, &wp, 1, stream), "cudaWaitExternalSemaphoresAsync");
-      cudaExternalSemaphoreSignalParams sp{};
-      sp.params.fence.value = v + 1;
-      cu(cudaSignalExternalSemaphoresAsync(&ext, &sp, 1, stream), "cudaSignalExternalSemaphoresAsync");
-      ++v;
-    }
+  const auto t0 = clock_type::now();
+  std::uint64_t v = 0;
+  for (int k = 0; k < rounds; ++k) {
     vk.submit_on(queue, s, v, v + 1);
-    ++v;
-    r.enqueue_us = us_since(t0);
-    vk.host_wait(s, v);
-    r.wall_us = us_since(t0);
-    r.handoffs = 2 * rounds;
-    cu(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  } catch (...) {
-    if (stream != nullptr) (void)cudaStreamDestroy(stream);
-    (void)cudaDestroyExternalSemaphore(ext);
-    throw;
+    cuda.answer(v + 1);
+    v += 2;
   }
-  cu(cudaStreamDestroy(stream), "cudaStreamDestroy");
-  cu(cudaDestroyExternalSemaphore(ext), "cudaDestroyExternalSemaphore");
+  vk.submit_on(queue, s, v, v + 1);
+  ++v;
+  r.enqueue_us = us_since(t0);
+  vk.host_wait(s, v);
+  r.wall_us = us_since(t0);
+  r.handoffs = 2 * rounds;
+  cuda.synchronize();
   return r;
 }
 
@@ -322,49 +339,27 @@ Result raw_cross_api(RawVulkan& vk, VkQueue queue, int rounds) {
 /// a queue of a fast family would cost in place of home's own crossing.
 Result raw_relayed(RawVulkan& vk, VkQueue home, VkQueue relay, int rounds) {
   const VkSemaphore local = vk.timeline(false), shared = vk.timeline(true);
-  cudaExternalSemaphoreHandleDesc desc{};
-  desc.type = cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd;
-  desc.handle.fd = vk.export_fd(shared);
-  cudaExternalSemaphore_t ext = nullptr;
-  if (cudaError_t e = cudaImportExternalSemaphore(&ext, &desc); e != cudaSuccess) {
-    ::close(desc.handle.fd);
-    cu(e, "cudaImportExternalSemaphore");
-  }
-  cudaStream_t stream = nullptr;
+  CudaTimeline cuda(vk, shared);
   Result r;
-  try {
-    cu(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    const auto t0 = clock_type::now();
-    std::uint64_t lv = 0, sv = 0;  // last values of the local and the shared timeline
-    for (int k = 0; k < rounds; ++k) {
-      vk.submit_on(home, local, lv, lv + 1);  // home's work, then hand to the relay
-      ++lv;
-      vk.submit_on(relay, local, lv, shared, sv + 1);  // relay: local -> shared
-      ++sv;
-      cudaExternalSemaphoreWaitParams wp{};
-      wp.params.fence.value = sv;
-      cu(cudaWaitExternalSemaphoresAsync(&ext, &wp, 1, stream), "cudaWaitExternalSemaphoresAsync");
-      cudaExternalSemaphoreSignalParams sp{};
-      sp.params.fence.value = sv + 1;
-      cu(cudaSignalExternalSemaphoresAsync(&ext, &sp, 1, stream), "cudaSignalExternalSemaphoresAsync");
-      ++sv;
-      vk.submit_on(relay, shared, sv, local, lv + 1);  // relay: shared -> local
-      ++lv;
-    }
-    vk.submit_on(home, local, lv, lv + 1);
+  const auto t0 = clock_type::now();
+  std::uint64_t lv = 0, sv = 0;  // last values of the local and the shared timeline
+  for (int k = 0; k < rounds; ++k) {
+    vk.submit_on(home, local, lv, lv + 1);  // home's work, then hand to the relay
     ++lv;
-    r.enqueue_us = us_since(t0);
-    vk.host_wait(local, lv);
-    r.wall_us = us_since(t0);
-    r.handoffs = 2 * rounds;
-    cu(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  } catch (...) {
-    if (stream != nullptr) (void)cudaStreamDestroy(stream);
-    (void)cudaDestroyExternalSemaphore(ext);
-    throw;
+    vk.submit_on(relay, local, lv, shared, sv + 1);  // relay: local -> shared
+    ++sv;
+    cuda.answer(sv);
+    ++sv;
+    vk.submit_on(relay, shared, sv, local, lv + 1);  // relay: shared -> local
+    ++lv;
   }
-  cu(cudaStreamDestroy(stream), "cudaStreamDestroy");
-  cu(cudaDestroyExternalSemaphore(ext), "cudaDestroyExternalSemaphore");
+  vk.submit_on(home, local, lv, lv + 1);
+  ++lv;
+  r.enqueue_us = us_since(t0);
+  vk.host_wait(local, lv);
+  r.wall_us = us_since(t0);
+  r.handoffs = 2 * rounds;
+  cuda.synchronize();
   return r;
 }
 
