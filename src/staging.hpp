@@ -59,7 +59,9 @@ struct TransferState {
   // Host side: the whole call's memcpys are planned up front (planning::plan_copies) and
   // split into units balanced by bytes. The helpers are woken once per call and claim units
   // in order, so all threads work on the oldest chunks first; the calling thread issues each
-  // chunk's DMA the moment its last unit finishes and packs units in between.
+  // chunk's DMA the moment its last unit finishes, in whatever order chunks finish, and packs
+  // units in between. A download releases each chunk to the helpers once its DMA is seen
+  // complete, also between the submissions of later chunks.
   static constexpr planning::StagingTuning kTuning{};
 
   using StreamPiece = planning::StreamPiece;
