@@ -257,8 +257,9 @@ std::vector<Verdict> verdicts(const Run& run) {
     const BatchStudy& b = run.batch;
     const double bar = gpu_bars ? 0.80 : 0;
     const std::string bar_text = gpu_bars ? " (bar >= 80%)" : " (bar applies to GPU backends)";
-    auto spread_text = [&](const Spread& r) {
-      return fmt("%.1f", 100 * r.median) + "% of the host-staging ceiling (median of " + std::to_string(b.rounds) +
+    // A per-round ratio against `of`: its median and spread over the rounds.
+    auto spread_text = [&](const Spread& r, const std::string& of = "the host-staging ceiling") {
+      return fmt("%.1f", 100 * r.median) + "% of " + of + " (median of " + std::to_string(b.rounds) +
              " alternating rounds, " + fmt("%.1f", 100 * r.min) + "-" + fmt("%.1f", 100 * r.max) + "%)";
     };
     out.push_back({0, "", "scattered_vs_ceiling", b.scattered_ratio.median, bar, false,
@@ -268,11 +269,10 @@ std::vector<Verdict> verdicts(const Run& run) {
       // staging without ferry gets, where the ceiling only bounds it.
       const double hand_bar = gpu_bars ? 0.95 : 0;
       out.push_back({0, "", "scattered_vs_hand_staged", b.scattered_vs_hand.median, hand_bar, false,
-                     "4096 x 16K scattered pageable upload = " + fmt("%.1f", 100 * b.scattered_vs_hand.median) +
-                         "% of the same buffers staged by hand (median of " + std::to_string(b.rounds) +
-                         " alternating rounds, " + fmt("%.1f", 100 * b.scattered_vs_hand.min) + "-" +
-                         fmt("%.1f", 100 * b.scattered_vs_hand.max) + "%; staged by hand they reach " +
-                         fmt("%.1f", 100 * b.hand_staged_ratio.median) + "% of the host-staging ceiling)" +
+                     "4096 x 16K scattered pageable upload = " +
+                         spread_text(b.scattered_vs_hand, "the same buffers staged by hand") +
+                         ", which reach " + fmt("%.1f", 100 * b.hand_staged_ratio.median) +
+                         "% of the host-staging ceiling" +
                          (gpu_bars ? " (bar >= 95%)" : " (bar applies to GPU backends)")});
     }
     out.push_back({0, "", "contiguous_twin_vs_ceiling", b.contiguous_ratio.median, 0, false,
