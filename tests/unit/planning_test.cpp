@@ -270,3 +270,58 @@ TEST_CASE("planning: the copy plan moves every stream byte once, in units cut at
     }
   }
 }
+
+TEST_CASE("planning: the scatter plan gives every piece its stream bytes, in any piece order") {
+  // A download's pieces may overlap (overlapping views read the same stream bytes) and a
+  // caller may list them in any order: each piece must still receive exactly its own range.
+  std::mt19937_64 rng(29);
+  for (int round = 0; round < 40; ++round) {
+    const std::uint64_t total = 1 + rng() % (6 * MiB);
+    std::vector<StreamPiece> pieces(1 + rng() % 40);
+    std::vector<std::vector<std::byte>> hosts(pieces.size());
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const std::uint64_t at = rng() % total;
+      const std::uint64_t size = 1 + rng() % std::min<std::uint64_t>(total - at, rng() % 2 ? 64 * KiB : 2 * MiB);
+      hosts[i].assign(size, std::byte{0});
+      pieces[i] = {at, hosts[i].data(), size};
+    }
+    if (rng() % 4 != 0) {  // mostly in stream order, as coalesce_downloads lists them
+      std::sort(pieces.begin(), pieces.end(), [](const StreamPiece& x, const StreamPiece& y) { return x.at < y.at; });
+    }
+    StagingTuning tuning;
+    tuning.unit_bytes = (1 + rng() % 64) * 4 * KiB;
+    const std::size_t buffers = 1 + rng() % 4;
+    const std::uint64_t buffer_bytes = (1 + rng() % 4) * MiB;
+    const Geometry g = staging_geometry(total, buffer_bytes, buffers, rng() % buffers, tuning);
+    std::vector<std::vector<std::byte>> ring(buffers, std::vector<std::byte>(buffer_bytes));
+    std::vector<std::byte*> bases;
+    for (auto& r : ring) bases.push_back(r.data());
+    const ferry::detail::CopyPlan plan = plan_copies(pieces, total, g, bases, 1 + rng() % 8, tuning, false);
+    // The stream's byte at s is f(s); lap by lap, fill each chunk's staging, then run its units.
+    auto f = [](std::uint64_t s) { return static_cast<std::byte>((s * 2654435761u) >> 13); };
+    std::uint64_t copied = 0;
+    for (std::uint64_t k = 0; k < g.chunks; ++k) {
+      std::byte* base = ring[g.buffer(k)].data() + g.offset(k);
+      const std::uint64_t at = k * g.chunk, n = std::min(g.chunk, total - at);
+      for (std::uint64_t j = 0; j < n; ++j) base[j] = f(at + j);
+      for (const auto& unit : plan.units) {
+        if (unit.chunk != k) continue;
+        for (std::uint32_t i = unit.begin; i < unit.end; ++i) {
+          const auto& item = plan.items[i];
+          REQUIRE(item.src >= base);
+          REQUIRE(item.src + item.size <= base + n);  // inside its chunk's staging
+          std::memcpy(item.dst, item.src, item.size);
+          copied += item.size;
+        }
+      }
+    }
+    std::uint64_t requested = 0;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      requested += pieces[i].size;
+      bool same = true;
+      for (std::uint64_t j = 0; j < pieces[i].size && same; ++j) same = pieces[i].host[j] == f(pieces[i].at + j);
+      CHECK_MESSAGE(same, "round " << round << ", piece at " << pieces[i].at << " of " << pieces[i].size << " bytes");
+    }
+    CHECK(copied == requested);  // each piece's bytes copied once
+  }
+}
