@@ -89,15 +89,14 @@ void TransferState::staged_d2h(const std::vector<StreamPiece>& pieces, const std
   std::uint64_t released = 0, issued = 0;
   std::size_t run = 0;
   unsigned idle = 0;
-  bool progress = false;
+  // Hands every chunk whose DMA is seen complete to the helpers; true if it handed any.
   auto release_reached = [&] {
-    while (released < issued && dma[released].reached()) {
-      job.release_through(static_cast<std::uint32_t>(released++));
-      progress = true;
-    }
+    const std::uint64_t before = released;
+    while (released < issued && dma[released].reached()) job.release_through(static_cast<std::uint32_t>(released++));
+    return released != before;
   };
   while (!job.all_done()) {
-    progress = false;
+    bool progress = false;
     // DMA ahead while the ring has room: chunk k reuses the staging of chunk k - R, whose
     // scatter must be complete; in the first lap, wait for earlier calls' use of the buffer.
     while (issued < K && (issued < R || job.chunk_done(static_cast<std::uint32_t>(issued - R)))) {
@@ -123,7 +122,7 @@ void TransferState::staged_d2h(const std::vector<StreamPiece>& pieces, const std
       // microseconds, and the helpers would otherwise idle until the whole ring is issued.
       release_reached();
     }
-    release_reached();
+    if (release_reached()) progress = true;
     if (job.run_one() || progress) {
       idle = 0;
       continue;
