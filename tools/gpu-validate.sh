@@ -13,7 +13,8 @@
 # its own per GPU backend), repeat (the executor-reuse ordering case 50 times on vulkan_cuda,
 # a process each: tools/repeat-case.sh), python (the pytest suite on the GPU build: needs
 # -Dpython), python-memcheck (the torch-on-CUDA tests under compute-sanitizer memcheck) and
-# seed-pinned (tools/python/seed_study.py --quick with pinned sources), and trace (ferry-bench
+# seed-pinned (tools/python/seed_study.py --quick with pinned sources), asan-cuda (the CUDA
+# suite built with AddressSanitizer and UBSan in build-asan-gpu), and trace (ferry-bench
 # --trace-steps at 64M on CUDA and Vulkan: where each workload's step time goes, beside the raw
 # Vulkan loop's).
 # FERRY_GPU_DEADLINE (seconds, default 570) bounds the whole run; each step gets its own limit
@@ -123,6 +124,15 @@ for s in "${steps[@]}"; do
     seed-pinned)
       run_step seed-pinned 150 env PYTHONPATH="$build/python" python3 tools/python/seed_study.py --quick \
         --sources pinned --out "$out/seed-pinned" ;;
+    asan-cuda)  # the CUDA suite (stress case included) under AddressSanitizer and UBSan, own build
+      # The CUDA driver maps memory inside ASan's shadow gap, and its own allocations outlive
+      # the process's last free: the gap stays unprotected and leak checking off.
+      [ -f build-asan-gpu/build.ninja ] || run_step setup-asan 90 meson setup build-asan-gpu \
+        -Db_sanitize=address,undefined -Db_lundef=false -Dhip=disabled -Dvulkan=disabled -Dtools=false -Dpython=disabled
+      run_step build-asan 240 ninja -C build-asan-gpu tests/conformance-cuda
+      run_step asan-cuda 240 env ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0:abort_on_error=1 \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 FERRY_STRESS_OPS="$sanitizer_ops" \
+        build-asan-gpu/tests/conformance-cuda "$skip" ;;
     memcheck-pair)
       run_step "$s" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/conformance-vulkan_cuda" "$skip" ;;
     bench-cuda) run_step bench-cuda 150 "$build/tools/ferry-bench" --backend cuda --sizes "$sizes" --quiet --out "$out/bench-cuda" --snapshot "$out/snapshot-cuda" ;;
