@@ -477,6 +477,27 @@ TimelinePoint DeviceBuffer::release_after(const TimelinePoint& point, std::sourc
   return release_at_free_point(*d, state_, point);
 }
 
+TimelinePoint DeviceBuffer::release_unordered(std::source_location where) {
+  auto& b = live_block(state_, "DeviceBuffer::release_unordered", where);
+  FERRY_REQUIRE(b.adopted, "DeviceBuffer::release_unordered",
+                "the buffer is a pool block, which the pool reuses in the owner's order: use release()", where);
+  const auto& owed = b.owed;
+  const bool owes_acquire = owed && !owed->taken.load(std::memory_order_acquire);
+  FERRY_REQUIRE(!(owes_acquire && owed->from->family() != owed->to->family()), "DeviceBuffer::release_unordered",
+                "the owner queue still owes the range's queue-family acquire: use release(), or record "
+                "vulkan::engine_acquire's barrier first",
+                where);
+  // Within one queue family the semaphore wait on the returned point is the whole hand-over:
+  // the owed acquire is dropped, so the owner's queue never records a barrier on a range the
+  // engine may already have freed.
+  if (owes_acquire) owed->taken.store(true, std::memory_order_release);
+  // Every ferry access of the range is ordered before `last_access` (the executor's copies
+  // complete in order, and each one followed the previous access), so that point alone is
+  // the end of ferry's use.
+  b.released = true;
+  return b.last_access;
+}
+
 bool DeviceBuffer::adopted(std::source_location where) const {
   return live_block(state_, "DeviceBuffer::adopted", where).adopted;
 }

@@ -101,6 +101,23 @@ class FERRY_API DeviceBuffer {
   /// free point (adopted memory: the release point), which follows `point`.
   TimelinePoint release_after(const TimelinePoint& point,
                               std::source_location where = std::source_location::current());
+  /// @brief Adopted memory only: end ferry's use without enqueueing anything on the owner
+  /// queue, and return the point at which every ferry copy and access of the range completes
+  /// (empty when ferry never accessed it). The owner does not wait for a copy still in
+  /// flight, so owner work enqueued after the call may overlap that copy.
+  ///
+  /// The engine then orders every later use and its own reuse of the memory after the
+  /// returned point itself: a queue waits for it, or the engine's allocator defers the
+  /// memory's reuse behind a queue that waits for it (PyTorch: `record_stream` on a stream
+  /// made to wait for the point). Use `release()` where the owner's stream order is what
+  /// protects the memory.
+  ///
+  /// Errors (`invalid_argument`, at the caller's `where`): a pool block (the pool reuses it
+  /// in the owner's order, which must follow the copy: use `release()`), a released or null
+  /// buffer, and, on Vulkan, a range whose queue-family acquire the owner still owes (the
+  /// owner's acquire must come first: `release()`, or `vulkan::engine_acquire` and the
+  /// engine's own barrier). The handle is inert afterwards.
+  TimelinePoint release_unordered(std::source_location where = std::source_location::current());
   /// @brief Whether the buffer wraps an engine's memory (`Device::adopt_memory`) rather than
   /// a pool block. Throws `invalid_argument` for a released or null buffer.
   [[nodiscard]] bool adopted(std::source_location where = std::source_location::current()) const;

@@ -316,6 +316,11 @@ class DeviceBuffer:
     def release_after(self, point: TimelinePoint) -> TimelinePoint:
         """Stream-ordered free once the owner has waited for `point`."""
 
+    def release_unordered(self) -> TimelinePoint:
+        """
+        Adopted memory only: end ferry's use without making the owner wait for a copy in flight; returns the point at which every ferry access completes. The caller orders the memory's reuse after it (see DeviceBuffer::release_unordered in ferry/pool.hpp).
+        """
+
     def view(self, offset: int, size: int) -> BufferView:
         """A byte range of the buffer."""
 

@@ -15,9 +15,19 @@ structure, with the destination memory owned by the stream that will use it:
   the target stream still reads it). With ``mode="ferry"`` the range comes from ferry's
   stream-ordered pool with the target stream as owner and reaches PyTorch through DLPack;
   freeing the tensors releases it, stream-ordered on the target stream.
-- **No host sync.** The target stream waits on the GPU for ferry's copy: work enqueued on
-  it after the call sees the data. Nobody calls ``record_stream``. Using the results on
-  another stream needs the usual PyTorch care (``wait_stream``/``record_stream``).
+- **The wait goes where the caller puts it; no host sync.** The results are the target
+  stream's memory, and one stream waits on the GPU for ferry's copy: ``wait_stream``, by
+  default the stream current at the call. Called without a side stream (current == target),
+  the target waits, so work enqueued on it after the call sees the data. Called under
+  ``with torch.cuda.stream(side):`` with ``target_stream=main`` (PyTorch's side-stream
+  pattern), ``side`` waits and ``main`` does not, so compute enqueued on ``main`` after the
+  call overlaps the copy; ``main.wait_stream(side)`` then orders the use. The memory is
+  still freed in ``main``'s order and never reused before its copy completes, even when the
+  results are dropped before anyone waits: in ``mode="torch"`` through the caching
+  allocator's stream-use record on the waiting stream (``record_stream``, which ferry
+  places), in ``mode="ferry"`` through ferry's pool, whose release follows the copy. Nobody
+  else calls ``record_stream``. Using the results on yet another stream needs the usual
+  PyTorch care (``wait_stream``/``record_stream``).
 - **Sources.** Pinned CPU tensors (``t.is_pinned()``) of ``DMA_MIN_BYTES`` or more are
   copied by DMA directly from their own memory (``HostPool.adopt``), with no staging copy, as
   ``Tensor.to(non_blocking=True)`` copies them: they are read after the call returns, so
@@ -211,8 +221,10 @@ class _ToCapture(TorchFunctionMode):
     """Intercepts ``Tensor.to`` calls that name a device: records the tensor (first pass) or
     hands back its uploaded view (second pass)."""
 
-    def __init__(self, replacements: list[torch.Tensor] | None = None, seen: list[torch.Tensor] | None = None):
+    def __init__(self, owner: str, replacements: list[torch.Tensor] | None = None,
+                 seen: list[torch.Tensor] | None = None):
         super().__init__()
+        self.owner = owner  # the type name of the object whose .to runs, for errors
         self.seen: list[torch.Tensor] = [] if seen is None else seen
         self.replacements = replacements
         self.next = 0
@@ -229,7 +241,7 @@ class _ToCapture(TorchFunctionMode):
                 i = self.next
                 if i >= len(self.seen) or self.seen[i] is not t:
                     raise Error("invalid_argument",
-                                f"ferry.torch.to: {type(t).__name__}.to moved different tensors on its second call "
+                                f"ferry.torch.to: {self.owner}.to moved different tensors on its second call "
                                 f"(tensor {i}): an object's .to must move the same tensors in the same order")
                 self.next += 1
                 r = self.replacements[i]
@@ -237,6 +249,34 @@ class _ToCapture(TorchFunctionMode):
                     r = r.to(dtype)
                 return r
         return func(*args, **kwargs)
+
+
+def _check_stream(name: str, stream: Any) -> None:
+    """`stream` is None or a torch.cuda.Stream (torch.cuda.ExternalStream included)."""
+    if stream is not None and not isinstance(stream, torch.cuda.Stream):
+        raise Error("invalid_argument",
+                    f"ferry.torch.to: {name} is a {type(stream).__name__}, not a torch.cuda.Stream")
+
+
+def _check_leaf(i: int, t: torch.Tensor) -> None:
+    """Refuse a leaf whose copy would not be its bytes in a plain strided layout, or whose
+    copy would silently leave the autograd graph, naming the leaf and what to do instead."""
+    what = None
+    if t.is_nested:
+        what = "a nested tensor (its buffers and sizes are not one strided tensor): move it with Tensor.to"
+    elif t.layout != torch.strided:
+        what = f"a {t.layout} tensor, not strided: move it with Tensor.to, or call to_dense() first"
+    elif t.is_quantized:
+        what = "a quantized tensor (its scale and zero point are not bytes of it): move it with Tensor.to"
+    elif t.device.type == "meta":
+        what = "a meta tensor, which has no data to copy"
+    elif t.requires_grad:
+        what = ("a tensor that requires grad: its copy would not be part of the autograd graph; pass "
+                "t.detach() to copy its data, or move it with Tensor.to to keep the graph")
+    if what is not None:
+        code = "invalid_argument" if t.device.type == "meta" or t.requires_grad else "unsupported"
+        shape = "" if t.is_nested else f"{tuple(t.shape)}, "  # a nested tensor has no one shape
+        raise Error(code, f"ferry.torch.to: leaf {i} ({shape}{t.dtype}) is {what}")
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -298,7 +338,7 @@ def _flatten(obj: Any, leaves: list[torch.Tensor], device: torch.device):
         return lambda out: node.unflatten_fn([p(out) for p in parts], context)
     to = getattr(obj, "to", None)
     if callable(to) and not isinstance(obj, type):
-        capture = _ToCapture()
+        capture = _ToCapture(type(obj).__name__)
         with capture:
             to(device, non_blocking=True)
         first = len(leaves)
@@ -306,7 +346,7 @@ def _flatten(obj: Any, leaves: list[torch.Tensor], device: torch.device):
         count = len(capture.seen)
 
         def rebuild_to(out):
-            second = _ToCapture(replacements=list(out[first:first + count]), seen=capture.seen)
+            second = _ToCapture(type(obj).__name__, replacements=list(out[first:first + count]), seen=capture.seen)
             with second:
                 result = to(device, non_blocking=True)
             if second.next != count:
@@ -352,23 +392,37 @@ def _views(whole: torch.Tensor, sources: list[torch.Tensor], offsets: list[int])
     return out
 
 
-def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, mode: str = "torch") -> Any:
+def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream: Any = None,
+       mode: str = "torch") -> Any:
     """Move every CPU tensor of `obj` (a tensor or any nested structure) to `device` in one
     ferry transfer; see the module documentation for the rules.
 
     Args:
         obj: a tensor or a structure of them.
         device: "cuda", "cuda:N", a torch.device, or "cpu" (ferry's host backend).
-        target_stream: the torch.cuda.Stream that will use the results (default: the current
-            stream of `device`). It waits on the GPU for ferry's copy; the host does not.
+        target_stream: the torch.cuda.Stream whose memory the results are (default: the
+            current stream of `device`): allocated in its order and freed in its order.
+        wait_stream: the torch.cuda.Stream that waits on the device for ferry's copy (default:
+            the stream current at the call). When it is the target stream (no side stream is
+            current), work enqueued on the target after the call sees the data. Otherwise the
+            target does not wait at the call, so its compute enqueued after the call overlaps
+            the copy, and the caller orders the use (``target.wait_stream(wait_stream)``), as
+            with PyTorch's side-stream copies. The host never waits.
         mode: "torch" (destination from PyTorch's caching allocator on target_stream) or
             "ferry" (from ferry's pool, owned by target_stream, handed over through DLPack).
 
     Returns:
         The same structure with device tensors.
+
+    Raises:
+        ferry.Error: bad arguments (a mode, a stream that is not a torch.cuda.Stream or is of
+        another device) and leaves ferry cannot copy byte for byte (sparse, quantized, meta,
+        nested, or requiring grad), before anything is allocated or copied.
     """
     if mode not in ("torch", "ferry"):
         raise Error("invalid_argument", f"ferry.torch.to: mode {mode!r} is not 'torch' or 'ferry'")
+    _check_stream("target_stream", target_stream)
+    _check_stream("wait_stream", wait_stream)
     dev_t = _target(device)
     leaves: list[torch.Tensor] = []
     rebuild = _flatten(obj, leaves, dev_t)
@@ -376,18 +430,25 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, mode: str =
 
     cpu = dev_t.type == "cpu"
     if cpu:
-        if target_stream is not None:
-            raise Error("invalid_argument", "ferry.torch.to: target_stream is for a cuda device, not 'cpu'")
+        if target_stream is not None or wait_stream is not None:
+            raise Error("invalid_argument", "ferry.torch.to: target_stream and wait_stream are for a cuda device, "
+                        "not 'cpu'")
         backend = _ferry.Backend.host
         ordinal = 0
     else:
         backend = _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
         ordinal = dev_t.index
+        for name, st in (("target_stream", target_stream), ("wait_stream", wait_stream)):
+            if st is not None and torch.device(st.device) != dev_t:
+                raise Error("invalid_argument", f"ferry.torch.to: {name} is a stream of {st.device}, not of {dev_t}")
+        current = torch.cuda.current_stream(dev_t)
         if target_stream is None:
-            target_stream = torch.cuda.current_stream(dev_t)
-        elif torch.device(target_stream.device) != dev_t:
-            raise Error("invalid_argument",
-                        f"ferry.torch.to: target_stream is a stream of {target_stream.device}, not of {dev_t}")
+            target_stream = current
+        if wait_stream is None:
+            wait_stream = current
+    for i, t in enumerate(leaves):
+        if cpu or t.device != dev_t:
+            _check_leaf(i, t)
 
     packed: list[int] = []  # indices into leaves
     sources: list[torch.Tensor] = []
@@ -410,14 +471,19 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, mode: str =
             total = _align(total)
             offsets.append(total)
             total += s.nbytes
+        waiter = None  # the queue that waits for the copy, when not the owner
         if cpu:
             owner = dev.queue(_ferry.QueueRole.compute)
         else:
             owner = _adopted_queue((backend, ordinal), dev, target_stream)
+            if int(wait_stream.cuda_stream) != int(target_stream.cuda_stream):
+                waiter = _adopted_queue((backend, ordinal), dev, wait_stream)
         if mode == "torch":
-            views = _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_stream)
+            views = _upload_torch(dev, xfer, owner, waiter, sources, offsets, total, dev_t, target_stream,
+                                  wait_stream)
         else:
-            views = _upload_ferry(dev, xfer, owner, sources, offsets, total, dev_t, target_stream)
+            views = _upload_ferry(dev, xfer, owner, waiter, sources, offsets, total, dev_t, target_stream,
+                                  wait_stream)
         for i, v in zip(packed, views):
             results[i] = v
     return rebuild(results)
@@ -431,8 +497,9 @@ class _nullcontext:
         return False
 
 
-def _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_stream):
-    """mode="torch": one torch allocation on the target stream, adopted and filled by ferry."""
+def _upload_torch(dev, xfer, owner, waiter, sources, offsets, total, dev_t, target_stream, wait_stream):
+    """mode="torch": one torch allocation on the target stream, adopted and filled by ferry.
+    The waiting queue is the owner unless `waiter` (the wait stream's queue) is given."""
     if total == 0:
         whole = torch.empty(0, dtype=torch.uint8, device=dev_t)
         return _views(whole, sources, offsets)
@@ -446,22 +513,34 @@ def _upload_torch(dev, xfer, owner, sources, offsets, total, dev_t, target_strea
     # that point (the adoption's ready_after) and nothing else uses `whole` before them.
     adopted = dev.adopt_memory(whole.data_ptr(), total, owner, ready_after=owner.mark(), tag="ferry.torch.to")
     try:
-        _fill(xfer, adopted, pinned, pageable)
+        _fill(xfer, adopted, pinned, pageable, owner_waits=waiter is None)
     finally:
-        # Ends ferry's use: the owner (target stream) already waits for the copy, so the
-        # caching allocator's stream-ordered reuse of `whole` comes after it.
-        done = adopted.release()
+        if waiter is None:
+            # Ends ferry's use: the owner (target stream) already waits for the copy, so the
+            # caching allocator's stream-ordered reuse of `whole` comes after it.
+            done = adopted.release()
+        else:
+            # The target does not wait: the wait stream does, and the caching allocator's
+            # stream-use record on it defers any reuse of `whole` (freed in the target's
+            # order) until the wait stream's work at the free, which follows the copy. Also
+            # after an error: copies enqueued before it still write `whole`.
+            done = adopted.release_unordered()
+            waiter.wait(done)
+            whole.record_stream(wait_stream)
     if dev_t.type == "cpu":
         done.wait()
     return _views(whole, sources, offsets)
 
 
-def _upload_ferry(dev, xfer, owner, sources, offsets, total, dev_t, target_stream):
-    """mode="ferry": one block of ferry's pool owned by the target stream, through DLPack."""
+def _upload_ferry(dev, xfer, owner, waiter, sources, offsets, total, dev_t, target_stream, wait_stream):
+    """mode="ferry": one block of ferry's pool owned by the target stream, through DLPack.
+    The waiting queue is the owner unless `waiter` (the wait stream's queue) is given; the
+    block's release, stream-ordered on the owner, follows the copy either way."""
     pinned, pageable = _split(dev, sources, offsets)
+    owner_waits = waiter is None
     if not pinned:
         batch = xfer._upload_batch_raw([s.data_ptr() for s in sources], [s.nbytes for s in sources], owner,
-                                       owner_waits=True, tag="ferry.torch.to")
+                                       owner_waits=owner_waits, tag="ferry.torch.to")
         buffer, offsets = batch.buffer, list(batch.offsets)
     else:
         # The batch layout (256-aligned offsets), in a block allocated here: the pinned
@@ -471,13 +550,13 @@ def _upload_ferry(dev, xfer, owner, sources, offsets, total, dev_t, target_strea
         # stream freed and may still be reading), as upload_batch's do, not for the target
         # stream's queued compute.
         buffer = dev.pool.allocate(total, owner, tag="ferry.torch.to", first_writer=xfer.executor)
-        _fill(xfer, buffer, pinned, pageable)
+        _fill(xfer, buffer, pinned, pageable, owner_waits=owner_waits)
     if dev_t.type == "cpu":
         whole = torch.from_dlpack(buffer)
     else:
-        # DLPack names PyTorch's default stream (handle 0, the legacy default stream on
-        # CUDA) 1; the owner is the target stream, which already waits for the copy.
-        handle = int(target_stream.cuda_stream)
+        # DLPack's consumer stream waits on the device for the copy: the wait stream. DLPack
+        # names PyTorch's default stream (handle 0, the legacy default stream on CUDA) 1.
+        handle = int(wait_stream.cuda_stream)
         whole = torch.from_dlpack(buffer.__dlpack__(stream=handle if handle else 1))
     return _views(whole, sources, offsets)
 
@@ -502,14 +581,15 @@ def _split(dev, sources, offsets):
     return pinned, pageable
 
 
-def _fill(xfer, destination, pinned, pageable):
+def _fill(xfer, destination, pinned, pageable, owner_waits=True):
     """Fill `destination` (fresh: unused since its allocation or adoption) with the split
     sources: the pinned ones by DMA, the pageable ones in one staged stream over the padding
-    between them. The owner waits for the last copy, which covers them all."""
-    _upload_pinned(xfer, destination, pinned, owner_waits=not pageable)
+    between them. With `owner_waits` the owner waits for the last copy, which covers them all;
+    without, the caller places the wait."""
+    _upload_pinned(xfer, destination, pinned, owner_waits=owner_waits and not pageable)
     if pageable:
         xfer._upload_into_raw([s.data_ptr() for s, _ in pageable], [s.nbytes for s, _ in pageable], destination,
-                              [o for _, o in pageable], owner_waits=True,
+                              [o for _, o in pageable], owner_waits=owner_waits,
                               overwrite_padding=True, destination_unused=True)
 
 

@@ -508,6 +508,13 @@ NB_MODULE(_ferry, m) {
              if (b.s->exports.load() > 0) invalid("DeviceBuffer.release_after: DLPack exports still use the buffer");
              return b.s->buffer.release_after(p);
            }, "point"_a, "Stream-ordered free once the owner has waited for `point`.")
+      .def("release_unordered", [](PyDeviceBuffer& b) {
+             if (b.s->exports.load() > 0) invalid("DeviceBuffer.release_unordered: DLPack exports still use the buffer");
+             return b.s->buffer.release_unordered();
+           },
+           "Adopted memory only: end ferry's use without making the owner wait for a copy in flight; "
+           "returns the point at which every ferry access completes. The caller orders the memory's "
+           "reuse after it (see DeviceBuffer::release_unordered in ferry/pool.hpp).")
       .def("view", [](const PyDeviceBuffer& b, std::uint64_t offset, std::uint64_t size) {
              const std::uint64_t total = b.s->buffer.size();
              if (offset > total || size > total - offset) {

@@ -239,6 +239,55 @@ CONFORMANCE_CASE("adopt: the release point follows every ferry access") {
   if (foreign->host != nullptr) CHECK(first_mismatch(std::span<const std::byte>(foreign->host, kBytes), 73) == -1);
 }
 
+CONFORMANCE_CASE("adopt: release_unordered ends the use without ordering the owner") {
+  Device dev = conformance::open_device();
+  auto foreign = conformance::allocate_foreign(dev, kBytes);
+  if (!foreign) return;
+  Queue compute = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  HostBuffer src = pinned_pattern(dev, kBytes, 81);
+  TimelinePoint copied, released;
+  bool refused = false;
+  {
+    // The owner is held for the whole copy: a release point on the owner could not be
+    // reached, so a reached point shows that nothing was enqueued on it.
+    conformance::Gate gate(dev, compute);
+    DeviceBuffer a = dev.adopt_memory(foreign->native, kBytes, compute);
+    copied = xfer.upload_into(src, a, {.owner_waits = false, .destination_unused = true});
+    if (dev.capabilities().ownership_transfer) {
+      // The owner's family must acquire the range before anything else: refused, and the
+      // buffer stays usable for a plain release.
+      expect_error(ErrorCode::invalid_argument, [&] { (void)a.release_unordered(); },
+                   "release_unordered with the owner's acquire owed");
+      CHECK(a.valid());
+      refused = true;
+      gate.open();
+      a.release().wait(kWait);
+    } else {
+      released = a.release_unordered();
+      CHECK_FALSE(a.valid());
+      expect_error(ErrorCode::invalid_argument, [&] { (void)a.release_unordered(); }, "release_unordered twice");
+      expect_error(ErrorCode::invalid_argument, [&] { (void)a.release(); }, "release after release_unordered");
+      CHECK(released.value >= copied.value);
+      released.wait(kWait);  // reached while the owner is still held
+      CHECK(copied.reached());
+      CHECK_FALSE(compute.mark().reached());
+      gate.open();
+    }
+  }
+  compute.synchronize();
+  if (!refused && foreign->host != nullptr) {
+    CHECK(first_mismatch(std::span<const std::byte>(foreign->host, kBytes), 81) == -1);
+  }
+  // A pool block is reused in the owner's order, which must follow the copy: refused.
+  DeviceBuffer block = dev.pool().allocate(kBytes, compute);
+  expect_error(ErrorCode::invalid_argument, [&] { (void)block.release_unordered(); }, "release_unordered(pool block)");
+  CHECK(block.valid());
+  block.release();
+  expect_error(ErrorCode::invalid_argument, [&] { (void)DeviceBuffer{}.release_unordered(); },
+               "release_unordered(null buffer)");
+}
+
 CONFORMANCE_CASE("adopt: bad input is a typed error naming the value") {
   Device dev = conformance::open_device();
   auto foreign = conformance::allocate_foreign(dev, kBytes);

@@ -265,3 +265,63 @@ def test_repeated_calls_adopt_each_target_stream_once(mode):
     assert len(ft._queues) == adopted
     torch.cuda.synchronize()
     assert torch.equal(y.cpu(), x) and torch.equal(z.cpu(), x)
+
+
+# The seed's order: the call under `with side:` with target_stream=main, then compute on main,
+# then main.wait_stream(side), then the use. The wait goes to the stream current at the call.
+SEED_BYTES = 1 << 30  # a copy long enough (about 20 ms) that its completion cannot be missed
+
+
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
+def test_under_a_side_stream_the_side_waits_and_the_target_does_not(mode):
+    main, side = torch.cuda.Stream(), torch.cuda.Stream()
+    src = torch.randint(0, 1 << 30, (SEED_BYTES // 4,), dtype=torch.int32).pin_memory()
+    with torch.cuda.stream(side):
+        d = ft.to(src, "cuda", target_stream=main, mode=mode)
+    compute = torch.cuda.Event()
+    compute.record(main)   # main's work enqueued after the call: not held behind the copy
+    compute.synchronize()
+    copying = not side.query()  # the side stream still waits for the copy
+    main.wait_stream(side)
+    with torch.cuda.stream(main):
+        total = d.sum(dtype=torch.int64)
+    main.synchronize()
+    assert copying, "the target stream waited for the copy at the call"
+    assert int(total) == int(src.sum(dtype=torch.int64))
+    assert d.data_ptr() != 0
+
+
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
+def test_an_explicit_wait_stream_is_the_one_that_waits(mode):
+    main, side = torch.cuda.Stream(), torch.cuda.Stream()
+    src = torch.randint(0, 1 << 30, (SEED_BYTES // 4,), dtype=torch.int32).pin_memory()
+    with torch.cuda.stream(side):
+        d = ft.to(src, "cuda", target_stream=main, wait_stream=main, mode=mode)
+    assert side.query()  # nothing was enqueued on the current stream
+    with torch.cuda.stream(main):
+        total = d.sum(dtype=torch.int64)  # ordered by main's own wait, no wait_stream
+    main.synchronize()
+    assert int(total) == int(src.sum(dtype=torch.int64))
+
+
+@pytest.mark.parametrize("source", ["pinned", "pageable"])
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
+def test_a_result_dropped_at_once_is_never_reused_under_its_copy(mode, source):
+    # Dropped before anyone waits, the block is freed in main's order at once: main's next
+    # allocation must not get it while the copy still writes it.
+    main, side = torch.cuda.Stream(), torch.cuda.Stream()
+    n = 256 << 20
+    src = torch.full((n,), 3, dtype=torch.uint8)
+    if source == "pinned":
+        src = src.pin_memory()
+    for trial in range(4):
+        with torch.cuda.stream(side):
+            d = ft.to(src, "cuda", target_stream=main, mode=mode)
+        del d
+        with torch.cuda.stream(main):
+            x = torch.empty(n, dtype=torch.uint8, device="cuda")
+            x.fill_(7)
+        torch.cuda.synchronize()  # the copy too: a late write into x shows below
+        wrong = int((x != 7).sum())
+        assert wrong == 0, f"trial {trial}: {wrong} bytes of main's new tensor were overwritten by the copy"
+        del x
