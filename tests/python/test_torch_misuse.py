@@ -93,7 +93,8 @@ def test_a_leaf_ferry_cannot_copy_byte_for_byte_is_refused_before_any_copy(make,
     e = refused(code, lambda: ft.to({"good": good, "bad": [bad]}, device, mode=mode), word, "leaf 1")
     assert "ferry.torch.to" in e.message
     intact(before, good)
-    assert dev.pool.budget().active_bytes == active  # nothing allocated for the refused call
+    # Nothing allocated for the refused call (blocks of earlier calls may be freed meanwhile).
+    assert dev.pool.budget().active_bytes <= active
     # The same structure without the bad leaf still moves, byte for byte.
     r = ft.to({"good": good}, device, mode=mode)
     if device == "cuda":
