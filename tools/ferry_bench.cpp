@@ -2,12 +2,12 @@
 // ferry-bench: the seed's copy-strategy study on any ferry backend.
 //
 //   ferry-bench [--backend auto] [--sizes 64M,512M] [--steps 30] [--compute-units 20]
-//               [--inflight 2] [--workloads seed,pipeline] [--strategies ...] [--out DIR]
-//               [--snapshot DIR] [--quiet]
+//               [--inflight 2] [--workloads seed,pipeline] [--orders seed,compute_first]
+//               [--strategies ...] [--out DIR] [--snapshot DIR] [--quiet]
 //
-// Prints, per workload (seed, pipeline), a table (footprint, bandwidth, host cost, step time,
-// overlap per strategy and size), a raw-copy reference row per size and verdict lines against
-// each workload's bars (docs/benchmarks.md, "Bars").
+// Prints, per workload (seed, pipeline; the seed in each order), a table (footprint,
+// bandwidth, host cost, step time, overlap per strategy and size), a raw-copy reference row per
+// size and verdict lines against each workload's bars (docs/benchmarks.md, "Bars").
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,17 +53,23 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
   }
   std::vector<Scenario> per_size;
   for (auto workload : o.batch_study_only ? std::vector<Workload>{} : o.workloads) {
+    // The seed workload runs in each order, each strategy's orders back to back, so that a
+    // host whose speed drifts moves both orders' rows alike.
+    const std::vector<Order> orders = workload == Workload::seed ? o.orders : std::vector<Order>{Order::seed};
     for (auto mode : o.strategies) {
-      per_size.push_back(
-          {.workload = workload,
-           .mode = mode,
-           .steps = o.steps,
-           .units = o.compute_units,
-           .inflight = o.inflight,
-           .trace = o.trace_steps});
-      if (mode == ferry::CopyMode::owner_owned && o.overlap_variant) {
-        per_size.push_back(per_size.back());
-        per_size.back().overlap = true;
+      for (auto order : orders) {
+        per_size.push_back(
+            {.workload = workload,
+             .order = order,
+             .mode = mode,
+             .steps = o.steps,
+             .units = o.compute_units,
+             .inflight = o.inflight,
+             .trace = o.trace_steps});
+        if (mode == ferry::CopyMode::owner_owned && o.overlap_variant) {
+          per_size.push_back(per_size.back());
+          per_size.back().overlap = true;
+        }
       }
     }
   }
@@ -73,7 +79,7 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
     for (Scenario sc : per_size) {
       sc.bytes = bytes;
       const std::string label = "[" + std::to_string(++k) + "/" + std::to_string(total) + "] " +
-                                workload_name(sc.workload) + " " + strategy_name(sc) + " " + size_label(bytes);
+                                workload_name(sc.workload) + " " + row_name(sc) + " " + size_label(bytes);
       run.results.push_back(run_scenario(factory, sc, progress, label));
     }
     progress.phase("[" + std::to_string(++k) + "/" + std::to_string(total) + "] raw copy " + size_label(bytes));

@@ -10,25 +10,31 @@
 #define main readme_main  // the snippet's main() is compiled, not run
 // [readme-example-begin]
 #include <ferry/ferry.hpp>
-#include <ferry/testing.hpp>  // run_synthetic_compute: a stand-in for your kernel
+#include <ferry/testing.hpp>  // run_synthetic_compute: a stand-in for your kernels
 
 #include <cstdio>
 #include <cstring>
 
-// One upload per step into memory owned by the compute queue, used there, freed there.
+// One upload per step into memory owned by the compute queue, used there, freed there. The
+// copy runs while the compute queue does the step's work that does not read the batch.
 int run_steps(ferry::Device dev, int steps) {
   ferry::Queue compute = dev.queue(ferry::QueueRole::compute);
   ferry::Transfer xfer(dev);                                  // copies run on the transfer queue
   ferry::HostBuffer batch = dev.host_pool().allocate(64 << 20);  // pinned
   std::memset(batch.data(), 1, batch.size());
+  ferry::DeviceBuffer weights = xfer.upload(batch, compute).buffer;  // uploaded once
 
   for (int step = 0; step < steps; ++step) {
-    ferry::Upload up = xfer.upload(batch, compute);           // returns at once
+    // Returns at once; with owner_waits = false you place the compute queue's wait for the copy.
+    ferry::Upload up = xfer.upload(batch, compute, {.owner_waits = false});
     ferry::DeviceBuffer out = dev.pool().allocate(batch.size(), compute);
-    ferry::run_synthetic_compute(compute, up.buffer, out);    // your kernel: runs after the copy
+    ferry::run_synthetic_compute(compute, weights, out);      // your kernels: overlap the copy
+    compute.wait(up.ready);                                   // GPU-side wait, host not blocked
+    ferry::run_synthetic_compute(compute, up.buffer, out);    // the batch's first use
     up.buffer.release();                                      // stream-ordered free on compute
     out.release();
   }
+  weights.release();
   compute.synchronize();
 
   ferry::PoolBudget b = dev.pool().get_budget();
@@ -75,8 +81,9 @@ CONFORMANCE_CASE("readme: the usage example runs") {
   ferry::Device dev = conformance::open_device();
   CHECK(run_steps(dev, 4) == 0);
   ferry::PoolBudget b = dev.pool().get_budget();
-  // one 64 MiB input and one 64 MiB output at a time: nothing more is ever reserved
-  CHECK(b.peak_reserved_bytes <= 2 * (64u << 20) + (2u << 20));
+  // the 64 MiB weights, one 64 MiB input and one 64 MiB output at a time: nothing more is
+  // ever reserved
+  CHECK(b.peak_reserved_bytes <= 3 * (64u << 20) + (2u << 20));
   CHECK(b.active_bytes == 0);
 }
 

@@ -30,6 +30,24 @@ enum class Workload {
 /// "seed", "pipeline".
 const char* workload_name(Workload workload);
 
+/// Where the seed workload's upload call sits among the step's work on the owner. Order is
+/// part of the workload: a bar met only in the order that suits the copy is not met, so both
+/// are measured in the same run and judged by the same bars. The pipeline workload has one
+/// schedule; its scenarios keep the default.
+enum class Order {
+  /// The seed's order, as an engine writes it: the call first with `owner_waits = false`, then
+  /// the unrelated compute, then `owner.wait(upload.ready)`, then the short pass that reads the
+  /// batch, then the release. The compute enqueued between the call and the wait is not
+  /// ordered behind the copy (a side stream with `wait_stream` places the wait there).
+  seed,
+  /// The unrelated compute first, then the call, which makes the owner wait for the copy
+  /// (`owner_waits`, the default: the use follows the call), then the short pass.
+  compute_first,
+};
+
+/// "seed", "compute_first".
+const char* order_name(Order order);
+
 /// Command-line options (see `usage()`).
 struct Options {
   std::string backend = "auto";              ///< host|cuda|vulkan|hip|auto
@@ -38,6 +56,7 @@ struct Options {
   std::uint32_t compute_units = 20;          ///< passes of synthetic compute per step
   int inflight = 2;                          ///< steps the host lets run ahead
   std::vector<Workload> workloads{Workload::seed, Workload::pipeline};
+  std::vector<Order> orders{Order::seed, Order::compute_first};  ///< the seed workload's orders
   std::vector<ferry::CopyMode> strategies{ferry::CopyMode::blocking, ferry::CopyMode::executor_owned,
                                           ferry::CopyMode::preallocated, ferry::CopyMode::owner_owned};
   std::optional<std::filesystem::path> out;       ///< results.json folder
@@ -73,6 +92,7 @@ std::string size_label(std::uint64_t bytes);
 /// One (strategy, size) measurement.
 struct Scenario {
   Workload workload = Workload::pipeline;
+  Order order = Order::seed;  ///< the seed workload's order (the pipeline keeps the default)
   ferry::CopyMode mode = ferry::CopyMode::owner_owned;
   std::uint64_t bytes = 0;
   int steps = 30;
@@ -84,6 +104,10 @@ struct Scenario {
 
 /// "owner_owned", "owner_owned+overlap", ...
 std::string strategy_name(const Scenario& scenario);
+/// The row's name within its workload: the strategy, with " (compute_first)" for a seed
+/// scenario in that order ("owner_owned (compute_first)"). Unique per workload and size, so
+/// results.json rows keep one key each.
+std::string row_name(const Scenario& scenario);
 
 /// What a scenario measured. Times in milliseconds, bandwidth in GB/s (1e9 bytes/s).
 struct Result {

@@ -47,6 +47,13 @@ Workload parse_workload(const std::string& name) {
   throw std::invalid_argument("--workloads: unknown workload '" + name + "' (seed, pipeline)");
 }
 
+Order parse_order(const std::string& name) {
+  for (auto order : {Order::seed, Order::compute_first}) {
+    if (name == order_name(order)) return order;
+  }
+  throw std::invalid_argument("--orders: unknown order '" + name + "' (seed, compute_first)");
+}
+
 }  // namespace
 
 std::uint64_t parse_size(const std::string& text) {
@@ -94,6 +101,15 @@ usage: ferry-bench [options]
                         seed: compute on an unrelated buffer while the batch is copied, then a
                         short pass reading the batch (the seed's matmuls, then d.sum());
                         pipeline: compute reads the whole batch while the next batch is copied
+  --orders LIST         the seed workload's orders, any of seed,compute_first (default: both,
+                        in the same run, each judged by the seed workload's bars)
+                        seed, the seed's order as an engine writes it:
+                          up = xfer.upload(batch, owner, {.owner_waits = false});
+                          the unrelated compute on the owner; owner.wait(up.ready);
+                          the short pass reads up.buffer; up.buffer.release()
+                        compute_first: the unrelated compute, then the upload call (which
+                        makes the owner wait), then the short pass; its rows are named
+                        STRATEGY (compute_first)
   --strategies LIST     any of blocking,executor_owned,preallocated,owner_owned (default: all)
   --out DIR             write DIR/results.json
   --snapshot DIR        write per strategy and size: .pickle (PyTorch memory_viz), .json,
@@ -117,9 +133,9 @@ usage: ferry-bench [options]
                         polling thread and print where a step's time goes
   --help                this text
 
-Each step: pinned host batch -> device (strategy), allocate the owner's temporary from the
-pool, the workload's synthetic compute on the owner queue, release both (stream-ordered), host
-waits for the step `inflight` steps back. Step times are the steady state: from the completion
+Each step, in the workload's order: pinned host batch -> device (strategy), allocate the
+owner's temporary from the pool, the workload's synthetic compute on the owner queue, release
+both (stream-ordered), host waits for the step `inflight` steps back. Step times are the steady state: from the completion
 of step 3 to that of the last step. Bandwidths are host-timed (N uploads, one host wait at the
 end).
 )";
@@ -161,6 +177,10 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.workloads.clear();
       for (const auto& s : split(value(i, "--workloads"), ',')) o.workloads.push_back(parse_workload(s));
       if (o.workloads.empty()) throw std::invalid_argument("--workloads: empty list");
+    } else if (key == "--orders") {
+      o.orders.clear();
+      for (const auto& s : split(value(i, "--orders"), ',')) o.orders.push_back(parse_order(s));
+      if (o.orders.empty()) throw std::invalid_argument("--orders: empty list");
     } else if (key == "--batch-rounds") {
       o.batch_rounds = static_cast<int>(parse_int(value(i, "--batch-rounds"), "--batch-rounds", 1, 1000));
     } else if (key == "--out") {

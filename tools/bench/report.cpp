@@ -22,10 +22,10 @@ std::string fmt(const char* f, double v) {
 }
 
 const Result* find(const Run& run, Workload workload, ferry::CopyMode mode, std::uint64_t bytes,
-                   bool overlap = false) {
+                   bool overlap = false, Order order = Order::seed) {
   for (const auto& r : run.results) {
     if (r.scenario.workload == workload && r.scenario.mode == mode && r.scenario.bytes == bytes &&
-        r.scenario.overlap == overlap) {
+        r.scenario.overlap == overlap && r.scenario.order == order) {
       return &r;
     }
   }
@@ -84,28 +84,35 @@ std::string bar_note(bool applies, const std::string& bar) {
   return applies ? " (bar " + bar + ")" : " (bar " + bar + " applies to GPU backends)";
 }
 
+// The seed's bars, in each order measured: a bar met in one order only is not met, so every
+// order is judged by the same bars, against blocking in the same order. The seed's own order
+// keeps the plain verdict names; another order's names end in "_" + its name.
 void seed_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& out) {
   const bool gpu_bars = bandwidth_bar(run) > 0;
-  const Result* blocking = find(run, Workload::seed, ferry::CopyMode::blocking, bytes);
-  const Result* owner = find(run, Workload::seed, ferry::CopyMode::owner_owned, bytes);
-  const Result* executor = find(run, Workload::seed, ferry::CopyMode::executor_owned, bytes);
-  const std::string size = size_label(bytes);
-  if (blocking && owner && blocking->peak_reserved > 0) {
-    const double v = ratio(owner->peak_reserved, blocking->peak_reserved);
-    out.push_back({bytes, "seed", "owner_owned_reserved_vs_blocking", v, reserved_bar, true,
-                   size + ": owner_owned peak reserved / blocking = " + fmt("%.3f", v) + " (bar <= 1.02)"});
-  }
-  if (owner && owner->overlap > 0) {
-    out.push_back({bytes, "seed", "owner_owned_step_vs_bound", owner->overlap, gpu_bars ? overlap_bar : 0, true,
-                   size + ": owner_owned step time = " + fmt("%.3f", owner->overlap) +
-                       " x max(compute-only step, copy)" + bar_note(gpu_bars, "<= 1.05") +
-                       "; in the same run as the footprint bar above"});
-  }
-  if (blocking && executor && blocking->peak_reserved > 0) {
-    const double v = ratio(executor->peak_reserved, blocking->peak_reserved);
-    out.push_back({bytes, "seed", "executor_owned_reserved_vs_blocking", v, 0, true,
-                   size + ": executor_owned peak reserved / blocking = " + fmt("%.3f", v) +
-                       " (the side-queue stranding; PyTorch measured 3.16 at 64 MB on the H200)"});
+  for (const Order order : run.options.orders) {
+    const Result* blocking = find(run, Workload::seed, ferry::CopyMode::blocking, bytes, false, order);
+    const Result* owner = find(run, Workload::seed, ferry::CopyMode::owner_owned, bytes, false, order);
+    const Result* executor = find(run, Workload::seed, ferry::CopyMode::executor_owned, bytes, false, order);
+    const std::string where = size_label(bytes) + ", " + order_name(order) + (order == Order::seed ? " order" : "");
+    const std::string suffix = order == Order::seed ? "" : std::string("_") + order_name(order);
+    if (blocking && owner && blocking->peak_reserved > 0) {
+      const double v = ratio(owner->peak_reserved, blocking->peak_reserved);
+      out.push_back({bytes, "seed", "owner_owned_reserved_vs_blocking" + suffix, v, reserved_bar, true,
+                     where + ": owner_owned peak reserved / blocking = " + fmt("%.3f", v) + " (bar <= 1.02)"});
+    }
+    if (owner && owner->overlap > 0) {
+      out.push_back({bytes, "seed", "owner_owned_step_vs_bound" + suffix, owner->overlap, gpu_bars ? overlap_bar : 0,
+                     true,
+                     where + ": owner_owned step time = " + fmt("%.3f", owner->overlap) +
+                         " x max(compute-only step, copy)" + bar_note(gpu_bars, "<= 1.05") +
+                         "; in the same run as the footprint bar above"});
+    }
+    if (blocking && executor && blocking->peak_reserved > 0) {
+      const double v = ratio(executor->peak_reserved, blocking->peak_reserved);
+      out.push_back({bytes, "seed", "executor_owned_reserved_vs_blocking" + suffix, v, 0, true,
+                     where + ": executor_owned peak reserved / blocking = " + fmt("%.3f", v) +
+                         " (the side-queue stranding; PyTorch measured 3.16 at 64 MB on the H200)"});
+    }
   }
 }
 
@@ -154,7 +161,8 @@ void pipeline_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>
 void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& out) {
   const bool gpu_bars = bandwidth_bar(run) > 0;
   const Workload w = has_workload(run, Workload::pipeline) ? Workload::pipeline : Workload::seed;
-  const Result* owner = find(run, w, ferry::CopyMode::owner_owned, bytes);
+  const Order first = w == Workload::seed ? run.options.orders.front() : Order::seed;
+  const Result* owner = find(run, w, ferry::CopyMode::owner_owned, bytes, false, first);
   const RawCopy* raw = find_raw(run, bytes);
   // Against the vendor's own copy: the backend's bar, CUDA's where the backend has none.
   // Copies that Vulkan executes are judged against the raw Vulkan loop where it was measured
@@ -200,11 +208,13 @@ void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& ou
                      size + ": download = " + fmt("%.1f", v * 100) + "% of the raw Vulkan loop (" +
                          fmt("%.2f", a.d2h_gbps) + " GB/s)" + bar_note(gpu_bars, ">= 98%")});
     }
+    // The raw loop submits each step's copy before its compute: the seed's order.
     const Result* seed_owner = find(run, Workload::seed, ferry::CopyMode::owner_owned, bytes);
     if (seed_owner && seed_owner->overlap > 0 && a.seed.overlap > 0) {
       const double bar = a.seed.overlap + vulkan_anchor_overlap_slack;
       out.push_back({bytes, "seed", "owner_owned_step_vs_raw_vulkan", seed_owner->overlap, gpu_bars ? bar : 0, true,
-                     size + ": owner_owned step/bound " + fmt("%.3f", seed_owner->overlap) + " vs the raw Vulkan loop's " +
+                     size + ", seed order: owner_owned step/bound " + fmt("%.3f", seed_owner->overlap) +
+                         " vs the raw Vulkan loop's " +
                          fmt("%.3f", a.seed.overlap) + bar_note(gpu_bars, "<= raw + 0.03")});
     }
     const Result* pipe_overlap = find(run, Workload::pipeline, ferry::CopyMode::owner_owned, bytes, true);
@@ -323,6 +333,14 @@ const char* workload_text(Workload w) {
                "TrainPipelineSparseDist)";
 }
 
+const char* order_text(Order order) {
+  return order == Order::seed
+             ? "order seed (the seed's, as an engine writes it): the upload call with owner_waits = false, the "
+               "unrelated compute, owner.wait(ready), the short pass"
+             : "order compute_first: the unrelated compute, then the upload call (the owner waits at the call), "
+               "the short pass";
+}
+
 void print_row_header() {
   std::printf("%-28s %6s %10s %10s %10s %8s %8s %10s %9s %9s %9s %8s\n", "strategy", "size", "alloc GiB",
               "resv GiB", "strand GiB", "RSS GiB", "copy GB/s", "host us", "step ms", "comp ms", "copy ms", "overlap");
@@ -331,26 +349,33 @@ void print_row_header() {
 void print_strategy_table(const Run& run) {
   for (auto w : run.results.empty() ? std::vector<Workload>{} : run.options.workloads) {  // none: batch study only
     std::printf("%s\n", workload_text(w));
-    print_row_header();
-    for (auto bytes : run.sizes) {
-      for (const auto& r : run.results) {
-        if (r.scenario.bytes != bytes || r.scenario.workload != w) continue;
-        std::printf("%-28s %6s %10.3f %10.3f %10.3f %8.3f %8.2f %10.1f %9.3f %9.3f %9.3f %8.3f\n",
-                    strategy_name(r.scenario).c_str(), size_label(bytes).c_str(),
-                    static_cast<double>(r.peak_allocated) / gib, static_cast<double>(r.peak_reserved) / gib,
-                    static_cast<double>(r.peak_stranded) / gib, static_cast<double>(r.rss_peak) / gib, r.copy_gbps,
-                    r.host_us_per_call, r.step_ms, r.compute_ms, r.copy_ms, r.overlap);
+    // The seed in each order measured, one block each; the pipeline in its one schedule.
+    const bool seed = w == Workload::seed;
+    for (auto order : seed ? run.options.orders : std::vector<Order>{Order::seed}) {
+      if (seed) std::printf("%s\n", order_text(order));
+      print_row_header();
+      for (auto bytes : run.sizes) {
+        for (const auto& r : run.results) {
+          if (r.scenario.bytes != bytes || r.scenario.workload != w || r.scenario.order != order) continue;
+          std::printf("%-28s %6s %10.3f %10.3f %10.3f %8.3f %8.2f %10.1f %9.3f %9.3f %9.3f %8.3f\n",
+                      strategy_name(r.scenario).c_str(), size_label(bytes).c_str(),
+                      static_cast<double>(r.peak_allocated) / gib, static_cast<double>(r.peak_reserved) / gib,
+                      static_cast<double>(r.peak_stranded) / gib, static_cast<double>(r.rss_peak) / gib, r.copy_gbps,
+                      r.host_us_per_call, r.step_ms, r.compute_ms, r.copy_ms, r.overlap);
+        }
+        // The raw loop submits each step's copy before its compute: the seed's order.
+        for (const auto& raw : run.raw) {
+          if (raw.bytes != bytes || !raw.vulkan.measured || order != Order::seed) continue;
+          const VulkanAnchor::Loop& l = seed ? raw.vulkan.seed : raw.vulkan.pipeline;
+          std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10.1f %9.3f %9.3f %9.3f %8.3f\n", "raw Vulkan loop",
+                      size_label(bytes).c_str(), "-", "-", "-", "-", raw.vulkan.h2d_gbps, raw.vulkan.copy_us, l.step_ms,
+                      l.compute_ms,
+                      raw.vulkan.h2d_gbps > 0 ? static_cast<double>(bytes) / (raw.vulkan.h2d_gbps * 1e6) : 0,
+                      l.overlap);
+        }
       }
-      for (const auto& raw : run.raw) {
-        if (raw.bytes != bytes || !raw.vulkan.measured) continue;
-        const VulkanAnchor::Loop& l = w == Workload::seed ? raw.vulkan.seed : raw.vulkan.pipeline;
-        std::printf("%-28s %6s %10s %10s %10s %8s %8.2f %10.1f %9.3f %9.3f %9.3f %8.3f\n", "raw Vulkan loop",
-                    size_label(bytes).c_str(), "-", "-", "-", "-", raw.vulkan.h2d_gbps, raw.vulkan.copy_us, l.step_ms,
-                    l.compute_ms, raw.vulkan.h2d_gbps > 0 ? static_cast<double>(bytes) / (raw.vulkan.h2d_gbps * 1e6) : 0,
-                    l.overlap);
-      }
+      std::printf("\n");
     }
-    std::printf("\n");
   }
   std::printf("copy references (no compute)\n");
   print_row_header();
@@ -456,14 +481,14 @@ void print_table(const Run& run) {
 void print_step_times(const Run& run) {
   std::printf("\nstep timelines (medians over the steps after the third):\n");
   for (const auto& r : run.results) {
-    std::printf("  %-8s %-22s %5s  %s\n", workload_name(r.scenario.workload), strategy_name(r.scenario).c_str(),
+    std::printf("  %-8s %-35s %5s  %s\n", workload_name(r.scenario.workload), row_name(r.scenario).c_str(),
                 size_label(r.scenario.bytes).c_str(), r.times.text().c_str());
   }
   for (const auto& raw : run.raw) {
     if (!raw.vulkan.measured) continue;
-    std::printf("  %-8s %-22s %5s  %s\n", "seed", "raw Vulkan loop", size_label(raw.bytes).c_str(),
+    std::printf("  %-8s %-35s %5s  %s\n", "seed", "raw Vulkan loop", size_label(raw.bytes).c_str(),
                 raw.vulkan.seed.times.text().c_str());
-    std::printf("  %-8s %-22s %5s  %s\n", "pipeline", "raw Vulkan loop", size_label(raw.bytes).c_str(),
+    std::printf("  %-8s %-35s %5s  %s\n", "pipeline", "raw Vulkan loop", size_label(raw.bytes).c_str(),
                 raw.vulkan.pipeline.times.text().c_str());
   }
 }
@@ -503,11 +528,17 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
   for (std::size_t i = 0; i < opt.workloads.size(); ++i) {
     o << (i ? ", " : "") << "\"" << workload_name(opt.workloads[i]) << "\"";
   }
+  o << "], \"orders\": [";
+  for (std::size_t i = 0; i < opt.orders.size(); ++i) o << (i ? ", " : "") << "\"" << order_name(opt.orders[i]) << "\"";
   o << "], \"timing\": \"host\"},\n  \"results\": [";
   for (std::size_t i = 0; i < run.results.size(); ++i) {
     const auto& r = run.results[i];
+    // "strategy" is the row's name, one per workload and size (row_name); "order" is the seed
+    // workload's order.
+    const bool seed = r.scenario.workload == Workload::seed;
     o << (i ? ",\n" : "\n") << "    {\"workload\": \"" << workload_name(r.scenario.workload)
-      << "\", \"strategy\": " << ferry::detail::json_string(strategy_name(r.scenario))
+      << "\", \"strategy\": " << ferry::detail::json_string(row_name(r.scenario))
+      << ", \"order\": " << (seed ? "\"" + std::string(order_name(r.scenario.order)) + "\"" : std::string("null"))
       << ", \"size_bytes\": " << r.scenario.bytes << ", \"peak_allocated_bytes\": " << r.peak_allocated
       << ", \"peak_reserved_bytes\": " << r.peak_reserved << ", \"peak_stranded_bytes\": " << r.peak_stranded
       << ", \"segment_allocations\": " << r.segment_allocations << ", \"pending_reuses\": " << r.pending_reuses
@@ -636,8 +667,10 @@ void write_snapshots(const Run& run, const std::filesystem::path& dir) {
     std::vector<const Result*> order;
     for (const auto& r : run.results) {
       if (r.scenario.bytes != bytes) continue;
+      const bool named = r.scenario.workload == Workload::seed && r.scenario.order != Order::seed;
       const std::string stem = std::string(workload_name(r.scenario.workload)) + "-" + strategy_name(r.scenario) +
-                               "-" + size_label(bytes);
+                               (named ? std::string("-") + order_name(r.scenario.order) : "") + "-" +
+                               size_label(bytes);
       ferry::write_memory_viz_pickle(r.snapshot, dir / (stem + ".pickle"));
       ferry::write_json(r.snapshot, dir / (stem + ".json"));
       ferry::write_chrome_trace(r.snapshot, dir / (stem + ".trace.json"));
@@ -654,7 +687,7 @@ void write_snapshots(const Run& run, const std::filesystem::path& dir) {
       return rank(a) < rank(b);
     });
     for (const Result* r : order) {
-      columns.emplace_back(strategy_name(r->scenario) + " / " + workload_name(r->scenario.workload), r->snapshot);
+      columns.emplace_back(row_name(r->scenario) + " / " + workload_name(r->scenario.workload), r->snapshot);
     }
     if (!columns.empty()) ferry::write_html_report(columns, dir / ("report-" + size_label(bytes) + ".html"));
   }

@@ -65,13 +65,16 @@ struct StepInput {
   ferry::TimelinePoint ready;
 };
 
-// The seed workload places the owner's wait itself, right before the batch's first use, so
-// the compute enqueued between the upload and that use is not ordered behind the copy (the
-// seed's side stream + wait_stream).
+// In the seed's order the step places the owner's wait itself, right before the batch's
+// first use, so the compute enqueued between the upload and that use is not ordered behind the
+// copy (the seed's side stream + wait_stream). Elsewhere the use follows the call, which
+// places the wait.
+bool call_places_wait(const Scenario& sc) { return !(sc.workload == Workload::seed && sc.order == Order::seed); }
+
 StepInput upload_once(ferry::Transfer& xfer, const ferry::HostBuffer& source, ferry::Queue& owner,
                       const Scenario& sc, const ferry::DeviceBuffer& destination) {
   StepInput in;
-  const bool owner_waits = sc.workload != Workload::seed;
+  const bool owner_waits = call_places_wait(sc);
   if (sc.mode == ferry::CopyMode::preallocated) {
     in.ready = xfer.upload_into(source, destination, {.mode = sc.mode, .tag = "input", .owner_waits = owner_waits});
   } else {
@@ -82,20 +85,33 @@ StepInput upload_once(ferry::Transfer& xfer, const ferry::HostBuffer& source, fe
   return in;
 }
 
-// The step's compute on the owner, after the batch `input` was uploaded (`ready`).
+// The seed's compute that does not read the batch: `units` passes over the unrelated
+// `weights` into the step's temporary.
+void unrelated_compute(ferry::Queue& compute, const Scenario& sc, const ferry::DeviceBuffer& weights,
+                       const ferry::DeviceBuffer& tmp) {
+  ferry::run_synthetic_compute(compute, weights, tmp, sc.units);
+}
+
+// The use of the batch `input`, uploaded with `ready`, on the owner.
 //  - pipeline: `units` passes reading the batch into the step's temporary.
-//  - seed: `units` passes over the unrelated `weights` into the temporary, then the owner
-//    waits for the copy and one short pass reads the batch.
-void step_compute(ferry::Queue& compute, const Scenario& sc, const ferry::DeviceBuffer& input,
-                  const ferry::TimelinePoint& ready, const ferry::DeviceBuffer& weights,
-                  const ferry::DeviceBuffer& tmp) {
+//  - seed: the owner waits for the copy where the call did not place that wait, then one
+//    short pass reads the batch.
+void use_batch(ferry::Queue& compute, const Scenario& sc, const ferry::DeviceBuffer& input,
+               const ferry::TimelinePoint& ready, const ferry::DeviceBuffer& tmp) {
   if (sc.workload == Workload::pipeline) {
     ferry::run_synthetic_compute(compute, input, tmp, sc.units);
     return;
   }
-  ferry::run_synthetic_compute(compute, weights, tmp, sc.units);
-  if (!ready.empty()) compute.wait(ready);
+  if (!call_places_wait(sc) && !ready.empty()) compute.wait(ready);
   ferry::run_synthetic_compute(compute, input, tmp, 1);
+}
+
+// The step's kernels with no copy (compute-only pass): the seed's unrelated compute and short
+// pass, or the pipeline's passes over the batch.
+void step_compute(ferry::Queue& compute, const Scenario& sc, const ferry::DeviceBuffer& input,
+                  const ferry::DeviceBuffer& weights, const ferry::DeviceBuffer& tmp) {
+  if (sc.workload == Workload::seed) unrelated_compute(compute, sc, weights, tmp);
+  use_batch(compute, sc, input, {}, tmp);
 }
 
 struct Context {
@@ -128,6 +144,7 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
   }
   std::vector<double> host_us;
   host_us.reserve(marks.size());
+  const bool compute_first = sc.workload == Workload::seed && sc.order == Order::compute_first;
   StepClock clock(sc.steps, sc.inflight);
   for (int i = 0; i < sc.steps; ++i) {
     progress.step(label + ": step " + std::to_string(i + 1) + "/" + std::to_string(sc.steps));
@@ -136,17 +153,28 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
       clock.waited(i);
     }
     const auto& source = c.ring[static_cast<std::size_t>(i) % c.ring.size()];
+    const auto issued_at = clock_type::now();
+    // The step in the scenario's order (Order): the seed's compute_first enqueues the
+    // unrelated compute, and so allocates its temporary, before the call.
+    ferry::DeviceBuffer tmp;
+    if (compute_first) {
+      tmp = pool.allocate(sc.bytes, c.compute, {.tag = "temporary"});
+      unrelated_compute(c.compute, sc, c.weights, tmp);
+    }
     const auto u0 = clock_type::now();
     StepInput in = upload_once(c.xfer, source, c.compute, sc, destination);
     host_us.push_back(ms_since(u0) * 1e3);
     const ferry::DeviceBuffer& input = sc.mode == ferry::CopyMode::preallocated ? destination : in.upload.buffer;
-    ferry::DeviceBuffer tmp = pool.allocate(sc.bytes, c.compute, {.tag = "temporary"});
-    step_compute(c.compute, sc, input, in.ready, c.weights, tmp);
+    if (!compute_first) {
+      tmp = pool.allocate(sc.bytes, c.compute, {.tag = "temporary"});
+      if (sc.workload == Workload::seed) unrelated_compute(c.compute, sc, c.weights, tmp);
+    }
+    use_batch(c.compute, sc, input, in.ready, tmp);
     tmp.release();
     if (in.upload.buffer) in.upload.buffer.release();
     marks[static_cast<std::size_t>(i)] = c.compute.mark();
     copied[static_cast<std::size_t>(i)] = in.ready;
-    if (trace) trace->issued(static_cast<std::size_t>(i), u0);
+    if (trace) trace->issued(static_cast<std::size_t>(i), issued_at);
   }
   marks.back().wait(std::chrono::minutes(10));
   r.step_ms = clock.step_ms(&r.step_ms_with_warmup);
@@ -178,11 +206,11 @@ double compute_only_ms(Context& c, const Scenario& sc) {
   if (sc.workload == Workload::seed && !c.weights) {
     c.weights = pool.allocate(sc.bytes, c.compute, {.tag = "weights"});
   }
-  step_compute(c.compute, sc, in, {}, c.weights, out);  // warm-up
+  step_compute(c.compute, sc, in, c.weights, out);  // warm-up
   c.compute.synchronize(std::chrono::minutes(10));
   const int n = pass_count(sc);
   const auto t0 = clock_type::now();
-  for (int i = 0; i < n; ++i) step_compute(c.compute, sc, in, {}, c.weights, out);
+  for (int i = 0; i < n; ++i) step_compute(c.compute, sc, in, c.weights, out);
   c.compute.synchronize(std::chrono::minutes(10));
   return ms_since(t0) / n;
 }
@@ -254,8 +282,15 @@ std::string StepTimes::text() const {
 
 const char* workload_name(Workload workload) { return workload == Workload::seed ? "seed" : "pipeline"; }
 
+const char* order_name(Order order) { return order == Order::seed ? "seed" : "compute_first"; }
+
 std::string strategy_name(const Scenario& scenario) {
   return std::string(ferry::to_string(scenario.mode)) + (scenario.overlap ? "+overlap" : "");
+}
+
+std::string row_name(const Scenario& scenario) {
+  const bool named = scenario.workload == Workload::seed && scenario.order != Order::seed;
+  return strategy_name(scenario) + (named ? std::string(" (") + order_name(scenario.order) + ")" : "");
 }
 
 ferry::Device DeviceFactory::open() const {
