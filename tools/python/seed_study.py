@@ -5,31 +5,43 @@ every strategy, and the bars checked against PyTorch's own copies measured in th
 
     PYTHONPATH=build/python python3 tools/python/seed_study.py [--quick] [--out DIR]
         [--sizes 64M,512M] [--steps 30] [--large-steps 12] [--strategies LIST]
-        [--workloads seed,pipeline] [--orders compute_first,copy_first]
+        [--workloads seed,pipeline] [--orders seed,compute_first,copy_first]
         [--sources pinned,pageable,kjt] [--kjt-gb 1] [--kjt-memory pageable]
-        [--device cuda|cpu]
+        [--profile-steps 3] [--device cuda|cpu]
 
 Strategies (each moves one batch per step to the GPU):
 
-- ``blocking``: ``batch.to("cuda")`` on the main stream (non_blocking=False).
+- ``blocking``: ``batch.to("cuda")`` on the main stream (non_blocking=False). It uses no side
+  stream, so its call is on the main stream in every order.
 - ``side_stream``: ``batch.to("cuda", non_blocking=True)`` under a side stream, then
   ``main.wait_stream(side)`` and ``record_stream(main)`` on every tensor.
 - ``preallocated``: the seed's preallocated_non_blocking_copy: destinations allocated once on
   the main stream (one per batch in flight), ``dst.copy_(src, non_blocking=True)`` on a side
   stream that waits for an event recorded after main's last use of that destination; main waits
-  for an event recorded after the copy.
+  for an event recorded after the copy. In the ``seed`` order the side stream waits for main
+  (``side.wait_stream(main)``) before the copy, as users write it, and the step's
+  ``main.wait_stream(side)`` orders the use.
 - ``ferry_torch`` / ``ferry_ferry``: ``ferry.torch.to(batch, "cuda", target_stream=main,
-  mode="torch" | "ferry")``. ``--strategies ferry`` selects both.
+  mode="torch" | "ferry")``. ``--strategies ferry`` selects both. The mode that ``to`` takes
+  when none is given is the default mode: its figures are the order bars below.
 
-Workloads (``--workloads``):
+Workloads (``--workloads``) and their orders (``--orders``; order is part of the workload):
 
-- ``seed``: a step enqueues the compute on the main stream (``--matmuls`` matmuls of
-  ``--matmul-n`` square ``--matmul-dtype`` matrices that do not read the batch), then the copy
-  call, then a short pass that reads the batch (its sum).
+- ``seed``: compute on the main stream (``--matmuls`` matmuls of ``--matmul-n`` square
+  ``--matmul-dtype`` matrices that do not read the batch) runs while the batch is copied,
+  then a short pass reads the batch (its sum). Orders:
+
+  - ``seed`` (what users write): the copy call under ``with torch.cuda.stream(side)`` first,
+    then the compute enqueued on main, then ``main.wait_stream(side)``, then the read (and
+    ``record_stream(main)`` for side_stream). Compute enqueued after the call can overlap the
+    copy only if the call leaves the main stream free.
+  - ``compute_first``: the compute is enqueued first, then the copy call (on the strategy's own
+    streams), then the read.
 - ``pipeline`` (TorchRec's TrainPipelineSparseDist): the step's compute reads batch i (the same
   sum, then the matmuls) while batch i+1 is copied; the copy call of batch i+1 is issued before
-  the step's compute is enqueued (order ``copy_first``) or after it (``compute_first``), both
-  measured (``--orders``).
+  the step's compute is enqueued (order ``copy_first``) or after it (``compute_first``).
+
+``--orders`` lists the orders to run; each workload runs those of its own that are listed.
 
 Sources (``--sources``): ``pinned`` and ``pageable`` float32 tensors of each ``--sizes`` entry,
 and ``kjt``: a KeyedJaggedTensor-shaped batch (26 features: int64 values, int32 lengths,
@@ -37,12 +49,14 @@ float32 weights on half of them, two empty features, a dense block and labels: 6
 ``--kjt-gb`` GiB in all) whose class only implements ``.to()``, as TorchRec's does; its
 memory is ``--kjt-memory`` (pageable, pinned, or both).
 
-Figures per strategy, workload and source (one line each, on stdout and in DIR/results.json):
+Figures per strategy, workload, order and source (one line each, on stdout and in
+DIR/results.json):
 
 - peak allocated / peak reserved: ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved``
   after ``empty_cache`` and ``reset_peak_memory_stats``; ferry's own pool's peak reserved is
-  added to peak reserved (and given apart), and ``torch.cuda.mem_get_info``'s used bytes, peak
-  over the run's samples less the figure before the run, count whatever either holds.
+  added to peak reserved (and given apart): peak reserved is the footprint. Also
+  ``torch.cuda.mem_get_info``'s used bytes, peak over the run's samples less the figure before
+  the run, which counts whatever either holds.
 - copy GB/s: the strategy's copies alone on an idle GPU, as a burst of back-to-back calls (4
   to 16, about 4 GiB): a CUDA event on the main stream before the first call, one after the
   last copy (main waits for every strategy's copy), so each call's host time overlaps the
@@ -55,33 +69,52 @@ Figures per strategy, workload and source (one line each, on stdout and in DIR/r
   consumed later, around making main wait for it), median over the steps.
 - wall ms per step: ``synchronize``, the steps, ``synchronize``, divided by the steps; the
   compute-only step (no copy) and ``step / max(compute-only step, pinned copy time)``.
+- kernel overlap: the share of the host-to-device copies' time during which a kernel runs,
+  from a CUDA trace of ``torch.profiler`` (CUDA activity only) over a rerun of
+  ``--profile-steps`` steps after one unmeasured step: |union of kernel intervals ∩ union of
+  HtoD memcpy intervals| / |union of HtoD memcpy intervals|. ferry's copies run on its own
+  stream in the same process and appear in the trace as memcpy activities like PyTorch's. The
+  reruns come after every timed figure of the study (the profiler's hooks can slow the work
+  that follows them), one profiler session per batch, its rows told apart by a marker kernel
+  (``torch.cuda._sleep``) alone on the idle GPU before and after each; the trace goes to
+  DIR/traces/.
 
 A memory snapshot of every run (``torch.cuda.memory._record_memory_history`` over a short
 rerun of ``--snapshot-steps`` steps, then ``_dump_snapshot``; and ferry's pool snapshot in
 memory_viz form for ferry strategies) goes to DIR/snapshots/. Progress lines go to stderr.
 
-Bars (PASS/FAIL, measured in the same run): ferry's peak reserved ≤ 1.02 × blocking's and
-ferry's wall per step ≤ side_stream's (seed workload; a bar for mode="ferry", reported for
-mode="torch", whose copy follows the compute the step enqueued before the call); ferry's copy GB/s ≥ 0.98 × torch's
-pinned ``.to(non_blocking=True)``; from pageable sources ferry's host time in the call ≤ 0.25 ×
-and its bandwidth ≥ 4 × torch's pageable ``.to(non_blocking=True)``; the KJT-shaped batch in one
-allocation and one upload per call; every strategy's data equal to the source. The pipeline
-workload's footprint is given against blocking (seed workload) plus one batch.
+Bars (PASS/FAIL, measured in the same run):
+
+- Order bars, for the default ferry mode in every workload and order, against the torch
+  strategies in the same workload and order: ms per step ≤ 1.02 × min(side_stream's,
+  preallocated's); kernel overlap ≥ 0.9 × preallocated's; peak reserved ≤ 1.02 × blocking's.
+  The other mode's figures are reported beside them. A bar whose figure is missing (no trace)
+  reads ``----`` and is not counted.
+- Seed workload, compute_first order: ferry's peak reserved ≤ 1.02 × blocking's and ferry's
+  wall per step ≤ side_stream's (a bar for mode="ferry", reported for mode="torch", whose
+  copy follows the compute the step enqueued before the call).
+- ferry's copy GB/s ≥ 0.98 × torch's pinned ``.to(non_blocking=True)``; from pageable sources
+  ferry's host time in the call ≤ 0.25 × and its bandwidth ≥ 4 × torch's pageable
+  ``.to(non_blocking=True)``; the KJT-shaped batch in one allocation and one upload per call;
+  every strategy's data equal to the source.
+- Reported: the pipeline workload's footprint against blocking (seed workload) plus one batch.
 
 ``--device cpu`` runs a small smoke mode without CUDA (ferry's host backend, no streams, events
-timed on the host, "pinned" sources are pageable): it exercises every code path and writes the
-same JSON, whose numbers mean nothing. Without CUDA and without ``--device cpu`` the script
-exits with status 2 and says so.
+timed on the host, "pinned" sources are pageable, no profiler: kernel overlap is null): it
+exercises every code path and writes the same JSON, whose numbers mean nothing. Without CUDA
+and without ``--device cpu`` the script exits with status 2 and says so.
 """
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import gc
 import inspect
 import json
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -95,15 +128,17 @@ TORCH_STRATEGIES = ("blocking", "side_stream", "preallocated")
 FERRY_STRATEGIES = {"ferry_torch": "torch", "ferry_ferry": "ferry"}
 ALL_STRATEGIES = TORCH_STRATEGIES + tuple(FERRY_STRATEGIES)
 WORKLOADS = ("seed", "pipeline")
-ORDERS = ("compute_first", "copy_first")
+ORDERS = ("seed", "compute_first", "copy_first")
+# The orders each workload runs, in run order.
+WORKLOAD_ORDERS = {"seed": ("seed", "compute_first"), "pipeline": ("compute_first", "copy_first")}
 SOURCES = ("pinned", "pageable", "kjt")
 KJT_FEATURES = 26
 KJT_EMPTY = (7, 19)  # features with no ids in the batch
 
 DEFAULTS = dict(sizes="64M,512M", steps=30, large_steps=12, warmup=2, kjt_gb=1.0, copy_reps=5, snapshot_steps=2,
-                matmul_n=4096, matmuls=20)
+                profile_steps=3, matmul_n=4096, matmuls=20)
 QUICK = dict(sizes="16M,64M", steps=6, large_steps=6, warmup=1, kjt_gb=0.25, copy_reps=3, snapshot_steps=1,
-             matmul_n=4096, matmuls=20)
+             profile_steps=2, matmul_n=4096, matmuls=20)
 # Batches from this size on run min(--steps, --large-steps) steps, as the seed ran 512 MB.
 LARGE_BATCH = 256 * MIB
 
@@ -336,7 +371,9 @@ def use(b):
 
 # ---------------------------------------------------------------------------------------------
 # Strategies: issue(src) enqueues the copy, acquire() makes the main stream able to use it,
-# release() ends main's use of it.
+# release() ends main's use of it. In the seed order the step calls issue() under the side
+# stream and makes main wait for the side stream itself (main.wait_stream(side)) before
+# acquire(p, waited=True), which then does only what remains (record_stream for side_stream).
 
 
 class Pending:
@@ -350,10 +387,10 @@ class Strategy:
     #: whether events around the copy on a torch stream time the copy alone inside a workload
     events_in_workload = True
 
-    def __init__(self, env, slots):
+    def __init__(self, env, slots, order=None):
         self.env = env
 
-    def acquire(self, p):
+    def acquire(self, p, waited=False):
         return p.batch
 
     def release(self, p):
@@ -363,11 +400,13 @@ class Strategy:
 class Blocking(Strategy):
     def issue(self, src, ev=None):
         env = self.env
-        if ev:
-            ev[0].record(env.main)
-        d = src.to(env.device)
-        if ev:
-            ev[1].record(env.main)
+        # No side stream: the copy and its allocation are on main whatever stream is current.
+        with env.stream(env.main):
+            if ev:
+                ev[0].record(env.main)
+            d = src.to(env.device)
+            if ev:
+                ev[1].record(env.main)
         return Pending(d)
 
 
@@ -382,17 +421,22 @@ class SideStream(Strategy):
                 ev[1].record(env.side)
         return Pending(d)
 
-    def acquire(self, p):
+    def acquire(self, p, waited=False):
         env = self.env
-        env.main.wait_stream(env.side)
+        if not waited:
+            env.main.wait_stream(env.side)
         for t in leaves(p.batch):
             env.record_stream(t, env.main)
         return p.batch
 
 
 class Preallocated(Strategy):
-    def __init__(self, env, slots):
-        super().__init__(env, slots)
+    def __init__(self, env, slots, order=None):
+        super().__init__(env, slots, order)
+        # The seed order orders the copy by streams, as users write it: the side stream waits
+        # for main's work so far (the last use of the destination among it), and the step makes
+        # main wait for the side stream. The other orders use the seed's events.
+        self.by_streams = order == "seed"
         self.dst = [None] * slots
         self.free = [None] * slots
         self.ready = [env.event() for _ in range(slots)]
@@ -405,7 +449,9 @@ class Preallocated(Strategy):
         if self.dst[k] is None:
             with env.stream(env.main):
                 self.dst[k] = map_batch(src, lambda t: torch.empty(t.shape, dtype=t.dtype, device=env.device))
-        if self.free[k] is not None:
+        if self.by_streams:
+            env.side.wait_stream(env.main)
+        elif self.free[k] is not None:
             env.side.wait_event(self.free[k])
         with env.stream(env.side):
             if ev:
@@ -417,8 +463,9 @@ class Preallocated(Strategy):
             self.ready[k].record(env.side)
         return Pending(self.dst[k], slot=k)
 
-    def acquire(self, p):
-        self.env.main.wait_event(self.ready[p.slot])
+    def acquire(self, p, waited=False):
+        if not waited:
+            self.env.main.wait_event(self.ready[p.slot])
         return p.batch
 
     def release(self, p):
@@ -433,8 +480,8 @@ class Ferry(Strategy):
     # main is idle (the isolated copies), not inside a workload.
     events_in_workload = False
 
-    def __init__(self, env, slots, ft, mode):
-        super().__init__(env, slots)
+    def __init__(self, env, slots, ft, mode, order=None):
+        super().__init__(env, slots, order)
         self.ft, self.mode = ft, mode
 
     def issue(self, src, ev=None):
@@ -442,6 +489,8 @@ class Ferry(Strategy):
         if ev:
             ev[0].record(env.main)
         if env.cuda:
+            # The stream current at the call (the side stream in the seed order) is left as
+            # the caller made it: the call itself decides which stream waits for the copy.
             d = self.ft.to(src, env.device, target_stream=env.main, mode=self.mode)
         else:
             d = self.ft.to(src, "cpu", mode=self.mode)
@@ -450,14 +499,14 @@ class Ferry(Strategy):
         return Pending(d)
 
 
-def make_strategy(name, env, slots, ft):
+def make_strategy(name, env, slots, ft, order=None):
     if name == "blocking":
-        return Blocking(env, slots)
+        return Blocking(env, slots, order)
     if name == "side_stream":
-        return SideStream(env, slots)
+        return SideStream(env, slots, order)
     if name == "preallocated":
-        return Preallocated(env, slots)
-    s = Ferry(env, slots, ft, FERRY_STRATEGIES[name])
+        return Preallocated(env, slots, order)
+    s = Ferry(env, slots, ft, FERRY_STRATEGIES[name], order)
     if env.ferry_dev is None:
         from ferry import Backend
         backend, ordinal = Backend.host, 0
@@ -590,10 +639,12 @@ def verify(env, strategy, src, ref, ft):
             "uploads_per_call": uploads[0] if patched else None}
 
 
-def run_workload(env, name, ft, src, workload, order, steps, warmup, args, record_events=True):
-    """One strategy in one workload: returns the step figures (the caller reads the peaks)."""
+def run_workload(env, name, ft, src, workload, order, steps, warmup, args, record_events=True, window=None):
+    """One strategy in one workload and order: returns the step figures (the caller reads the
+    peaks). `window`, when given, has start() and stop(): called on the idle device after the
+    warmup steps and after the measured steps have completed (the profiled rows' bounds)."""
     slots = 2 if workload == "pipeline" else 1
-    strategy = make_strategy(name, env, slots, ft)
+    strategy = make_strategy(name, env, slots, ft, order)
     comp = Compute(env, args.matmul_n, args.matmuls, args.dtype)
     timed = record_events and strategy.events_in_workload
     host_us, copy_ms = [], []
@@ -608,9 +659,11 @@ def run_workload(env, name, ft, src, workload, order, steps, warmup, args, recor
         p.events = ev
         return p
 
-    def acquire(p):
+    def acquire(p, waited=False):
         t0 = time.perf_counter_ns()
-        d = strategy.acquire(p)
+        if waited:
+            env.main.wait_stream(env.side)  # the user's wait, part of the call's host cost
+        d = strategy.acquire(p, waited)
         p.host_ns += time.perf_counter_ns() - t0
         return d
 
@@ -620,8 +673,16 @@ def run_workload(env, name, ft, src, workload, order, steps, warmup, args, recor
     for i in range(warmup + steps):
         if i == warmup:
             env.synchronize()
+            if window is not None:
+                window.start()
             t_start = time.perf_counter()
-        if workload == "seed":
+        if workload == "seed" and order == "seed":
+            with env.stream(env.side):
+                p = issue()
+            comp.matmuls()  # on main, enqueued after the call
+            d = acquire(p, waited=True)
+            comp.read(d)
+        elif workload == "seed":
             comp.matmuls()
             p = issue()
             d = acquire(p)
@@ -643,6 +704,8 @@ def run_workload(env, name, ft, src, workload, order, steps, warmup, args, recor
         used_peak.append(env.used_bytes())
     env.synchronize()
     wall_ms = (time.perf_counter() - t_start) * 1e3 / steps
+    if window is not None:
+        window.stop()
     if nxt is not None:
         acquire(nxt)
         strategy.release(nxt)
@@ -707,7 +770,217 @@ def snapshot_run(env, name, ft, src, workload, order, args, stem):
 
 
 # ---------------------------------------------------------------------------------------------
+# Kernel overlap: from a torch.profiler CUDA trace, the share of the host-to-device copies' time
+# during which a kernel runs.
+
+#: The kernel of torch.cuda._sleep: alone on the idle device before and after each profiled
+#: row, it bounds the row's events in a trace that holds several rows.
+MARKER_KERNEL = "spin_kernel"
+MARKER_CYCLES = 1000
+# A host-to-device memcpy activity, whatever the profiler's label: "Memcpy HtoD (Pinned ->
+# Device)", "Memcpy HtoD (Pageable -> Device)", "Memcpy H2D", ...
+_HTOD = re.compile(r"htod|h2d|host\s*to\s*device|(host|pinned|pageable|managed)\s*->\s*device", re.I)
+
+
+def event_kind(ev):
+    """What one chrome-trace event is to the overlap: "marker", "kernel", "htod" (a
+    host-to-device memcpy activity) or None (host API calls, other copies, memsets, flows)."""
+    if ev.get("ph", "X") != "X" or "ts" not in ev or "dur" not in ev:
+        return None
+    name = str(ev.get("name", ""))
+    cat = str(ev.get("cat", "")).lower()
+    if cat == "kernel":
+        return "marker" if MARKER_KERNEL in name else "kernel"
+    # The memcpy activity itself (category gpu_memcpy), never the runtime or driver call that
+    # enqueued it (cudaMemcpyAsync, cuMemcpyHtoDAsync: host time, category cuda_runtime/driver).
+    if "memcpy" in cat or name.lower().startswith("memcpy"):
+        return "htod" if _HTOD.search(name) else None
+    return None
+
+
+def merge_intervals(intervals):
+    """The union of (start, end) intervals as sorted disjoint intervals; empty ones dropped."""
+    out = []
+    for lo, hi in sorted(intervals):
+        if hi <= lo:
+            continue
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def intersection_length(a, b):
+    """Total length of the intersection of two sorted disjoint interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def kernel_overlap(copies, kernels):
+    """(share, copy time, overlapped time): the copies' time is the length of the union of their
+    intervals (copies that run at once count once), the overlapped time that of its
+    intersection with the union of the kernels' intervals; share is None without copies."""
+    c, k = merge_intervals(copies), merge_intervals(kernels)
+    copy_t = sum(hi - lo for lo, hi in c)
+    both = intersection_length(c, k)
+    return (both / copy_t if copy_t > 0 else None), copy_t, both
+
+
+def trace_event_list(doc):
+    """The events of a chrome trace: its "traceEvents", or the document when it is a list."""
+    return doc.get("traceEvents", []) if isinstance(doc, dict) else list(doc)
+
+
+def trace_windows(events):
+    """Per profiled row, in run order, the intervals of its events: {"copies": [...], "kernels":
+    [...]}, those between the row's start marker and its end marker (events between one row's
+    end marker and the next row's start marker belong to no row). Raises ValueError when the
+    markers do not come in pairs."""
+    marks, spans = [], []
+    for ev in events:
+        kind = event_kind(ev)
+        if kind is None:
+            continue
+        lo = float(ev["ts"])
+        hi = lo + float(ev["dur"])
+        (marks if kind == "marker" else spans).append((lo, hi, kind))
+    marks.sort()
+    if len(marks) % 2:
+        raise ValueError(f"{len(marks)} marker kernels: not a start and an end per row")
+    bounds = [(marks[i][1], marks[i + 1][0]) for i in range(0, len(marks), 2)]
+    starts = [lo for lo, _ in bounds]
+    rows = [{"copies": [], "kernels": []} for _ in bounds]
+    for lo, hi, kind in spans:
+        k = bisect.bisect_right(starts, lo) - 1
+        if k < 0 or lo >= bounds[k][1]:
+            continue
+        rows[k]["copies" if kind == "htod" else "kernels"].append((lo, min(hi, bounds[k][1])))
+    return rows
+
+
+def function_events_to_trace(events):
+    """torch.profiler's prof.events() (FunctionEvent objects) as chrome-trace events: the device
+    events, memcpy and memset activities by their names, every other one a kernel."""
+    out = []
+    for e in events:
+        if "cuda" not in str(getattr(e, "device_type", "")).lower():
+            continue
+        low = e.name.lower()
+        cat = "gpu_memcpy" if low.startswith("memcpy") else "gpu_memset" if low.startswith("memset") else "kernel"
+        tr = e.time_range
+        out.append({"ph": "X", "name": e.name, "cat": cat, "ts": tr.start, "dur": tr.end - tr.start})
+    return out
+
+
+class MarkedWindow:
+    """A profiled row's bounds: the marker kernel alone on the idle device at start and stop."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def mark(self):
+        if self.env.cuda:
+            torch.cuda._sleep(MARKER_CYCLES)
+            self.env.synchronize()
+
+    start = stop = mark
+
+
+def profiled_windows(prof, path, rows):
+    """The rows' windows of one profiler session: from its exported chrome trace (kept at
+    `path`), else from prof.events(); None with a warning when neither has a pair of markers
+    per row."""
+    tried = []
+    try:
+        prof.export_chrome_trace(str(path))
+        with open(path, encoding="utf-8") as f:
+            windows = trace_windows(trace_event_list(json.load(f)))
+        if len(windows) == rows:
+            return windows
+        tried.append(f"chrome trace: {len(windows)} marked rows")
+    except (OSError, ValueError, RuntimeError) as e:
+        tried.append(f"chrome trace: {e}")
+    try:
+        windows = trace_windows(function_events_to_trace(prof.events()))
+        if len(windows) == rows:
+            return windows
+        tried.append(f"prof.events(): {len(windows)} marked rows")
+    except (ValueError, RuntimeError, AttributeError) as e:
+        tried.append(f"prof.events(): {e}")
+    progress(f"warning: no kernel overlap from {path} ({rows} rows wanted; {'; '.join(tried)})")
+    return None
+
+
+PROFILE_FIELDS = ("kernel_overlap", "profile_copies", "profile_kernels", "profile_copy_us_per_step",
+                  "profile_overlap_us_per_step", "trace")
+
+
+def profile_pass(args, env, ft, batches):
+    """Kernel overlap of every row: a rerun of --profile-steps steps (after one unmeasured step)
+    per row under torch.profiler with CUDA activity only, one session and trace per batch. It
+    runs after every timed figure of the study: the profiler's hooks can slow the work that
+    follows them. Without CUDA the reruns run unprofiled (their code paths) and the figures
+    stay None."""
+    if args.profile_steps <= 0:
+        return
+    if env.cuda:
+        args.trace_dir.mkdir(parents=True, exist_ok=True)
+    for (source, mem, size), label, rows in batches:
+        if not rows:
+            continue
+        src = build_source(env, source, mem, size)
+        path = args.trace_dir / ("_".join(x for x in (source, mem, size_label(size)) if x) + ".trace.json")
+        prof = None
+        if env.cuda:
+            from torch.profiler import ProfilerActivity, profile
+            prof = profile(activities=[ProfilerActivity.CUDA])
+        try:
+            with prof if prof is not None else contextlib.nullcontext():
+                for row in rows:
+                    env.reset()
+                    run_workload(env, row["strategy"], ft, src, row["workload"], row.get("order"), args.profile_steps,
+                                 1, args, record_events=False, window=MarkedWindow(env))
+                env.synchronize()
+        except RuntimeError as e:  # a profiler that cannot start must not end the study
+            progress(f"warning: {label}: profiled reruns failed: {e}")
+            prof = None
+        del src
+        env.reset()
+        windows = profiled_windows(prof, path, len(rows)) if prof is not None else None
+        for row, w in zip(rows, windows or [None] * len(rows)):
+            if w is None:
+                continue
+            share, copy_t, both = kernel_overlap(w["copies"], w["kernels"])
+            row.update(kernel_overlap=share, profile_copies=len(w["copies"]), profile_kernels=len(w["kernels"]),
+                       profile_copy_us_per_step=copy_t / args.profile_steps,
+                       profile_overlap_us_per_step=both / args.profile_steps, trace=str(path))
+        if windows:
+            progress(f"{label}: kernel overlap over {args.profile_steps} profiled steps: " +
+                     ", ".join(f"{r['workload']}/{r['order']} {r['strategy']} " +
+                               ("-" if r["kernel_overlap"] is None else f"{r['kernel_overlap']:.0%}") for r in rows))
+            missing = [r for r in rows if not r["profile_copies"]]
+            if missing:
+                progress(f"warning: {label}: no host-to-device copy in the trace for " +
+                         ", ".join(f"{r['workload']}/{r['order']} {r['strategy']}" for r in missing))
+
+
+# ---------------------------------------------------------------------------------------------
 # The study.
+
+
+def orders_of(args, workload):
+    """The orders that `workload` runs: its own orders among --orders, in run order."""
+    return [o for o in WORKLOAD_ORDERS[workload] if o in args.orders]
 
 
 def cases(args):
@@ -732,6 +1005,7 @@ def build_source(env, source, mem, size):
 
 def study(args, env, ft):
     results, references, baselines, checks = [], [], [], []
+    batches = []  # ((source, kjt memory, size), label, rows) for the profile pass
     for source, mem, size in cases(args):
         src = build_source(env, source, mem, size)
         nbytes = nbytes_of(src)
@@ -777,8 +1051,10 @@ def study(args, env, ft):
         progress(f"{label}: copies alone (burst GB/s, one call's GB/s, host µs): " +
                  ", ".join(f"{n} {g:.1f} {g1:.1f} {h:.0f}" for n, (g, h, g1) in alone.items()))
 
+        batch_rows = []
+        batches.append(((source, mem, size), label, batch_rows))
         for workload in args.workloads:
-            for order in (args.orders if workload == "pipeline" else [None]):
+            for order in orders_of(args, workload):
                 for name in args.strategies:
                     env.reset()
                     base_used = env.used_bytes()
@@ -787,9 +1063,7 @@ def study(args, env, ft):
                     stem = "_".join(x for x in (workload, order, source, mem, size_label(key["size_bytes"]), name) if x)
                     snaps = snapshot_run(env, name, ft, src, workload, order, args, stem)
                     bound = max(comp_ms, copy_bound_ms)
-                    row = dict(strategy=name, workload=workload, **key)
-                    if order:
-                        row["order"] = order
+                    row = dict(strategy=name, workload=workload, order=order, **key)
                     n_leaves = len(leaves(src))
                     row.update(steps=steps, leaves=n_leaves, peak_allocated_bytes=alloc, peak_reserved_bytes=resv + fresv,
                                torch_peak_reserved_bytes=resv, ferry_pool_peak_reserved_bytes=fresv,
@@ -802,7 +1076,9 @@ def study(args, env, ft):
                                host_us_per_leaf=r["host_us_per_call"] / n_leaves,
                                wall_ms_per_step=r["wall_ms_per_step"], compute_only_ms_per_step=comp_ms,
                                copy_bound_ms=copy_bound_ms, step_over_bound=r["wall_ms_per_step"] / bound, **snaps)
+                    row.update(dict.fromkeys(PROFILE_FIELDS), profile_steps=args.profile_steps)
                     results.append(row)
+                    batch_rows.append(row)
                     progress(f"{label} {workload}{'/' + order if order else ''} {name}: "
                              f"{row['wall_ms_per_step']:.2f} ms/step ({row['step_over_bound']:.2f} × bound), "
                              f"reserved {row['peak_reserved_bytes'] / GIB:.3f} GiB, "
@@ -810,6 +1086,7 @@ def study(args, env, ft):
                              f"host {row['host_us_per_call']:.0f} µs")
         del src
         env.reset()
+    profile_pass(args, env, ft, batches)
     return results, references, baselines, checks
 
 
@@ -834,7 +1111,7 @@ class Bars:
         self.items = []
 
     def add(self, name, value, limit, ok, unit, row, **extra):
-        bar = {"name": name, "value": value, "limit": limit, "pass": bool(ok), "unit": unit,
+        bar = {"name": name, "value": value, "limit": limit, "pass": None if ok is None else bool(ok), "unit": unit,
                "strategy": row["strategy"], "source": row["source"], "size_bytes": row["size_bytes"]}
         for k in ("workload", "order", "kjt_memory"):
             if row.get(k):
@@ -843,17 +1120,70 @@ class Bars:
         self.items.append(bar)
 
 
-def compute_bars(results, references, checks):
+def default_strategy(mode):
+    """The ferry strategy of ferry.torch.to's default mode (None when unknown)."""
+    return next((name for name, m in FERRY_STRATEGIES.items() if m == mode), None)
+
+
+def default_mode(ft):
+    """The mode ferry.torch.to takes when none is given, read from its signature."""
+    try:
+        mode = inspect.signature(ft.to).parameters["mode"].default
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    return mode if isinstance(mode, str) else None
+
+
+def order_bars(bars, results, rows, mode):
+    """The bars of the default mode in every workload and order, against the torch strategies
+    in the same workload, order and batch; the other mode's figures reported beside them."""
+    default = default_strategy(mode)
+    for r in results:
+        if r["strategy"] not in FERRY_STRATEGIES:
+            continue
+        report = r["strategy"] != default
+        where = (f"{r['workload']}/{r['order']} {batch_name(r)}: {r['strategy']} "
+                 f"({'default mode' if not report else 'not the default mode'})")
+
+        def same(strategy):
+            return rows.get((r["workload"], r.get("order"), strategy) + batch_key(r))
+
+        torch_steps = {n: same(n)["wall_ms_per_step"] for n in ("side_stream", "preallocated") if same(n)}
+        if torch_steps:
+            lim = 1.02 * min(torch_steps.values())
+            bars.add(f"{where} ms per step ≤ 1.02 × min({', '.join(torch_steps)})", r["wall_ms_per_step"], lim,
+                     r["wall_ms_per_step"] <= lim, "ms", r, report_only=report, family="order",
+                     detail=", ".join(f"{n} {v:.3f} ms" for n, v in torch_steps.items()))
+        p = same("preallocated")
+        if p:
+            mine, theirs = r.get("kernel_overlap"), p.get("kernel_overlap")
+            lim = None if theirs is None else 0.9 * theirs
+            ok = None if mine is None or lim is None else mine >= lim
+            bars.add(f"{where} kernel overlap ≥ 0.9 × preallocated's", mine, lim, ok, "share", r,
+                     report_only=report, family="order",
+                     detail="preallocated " + ("-" if theirs is None else f"{theirs:.1%}"))
+        b = same("blocking")
+        if b:
+            lim = 1.02 * b["peak_reserved_bytes"]
+            bars.add(f"{where} peak reserved ≤ 1.02 × blocking's", r["peak_reserved_bytes"], lim,
+                     r["peak_reserved_bytes"] <= lim, "bytes", r, report_only=report, family="order",
+                     detail=f"blocking {b['peak_reserved_bytes'] / GIB:.3f} GiB")
+
+
+def compute_bars(results, references, checks, mode="torch"):
+    """Every bar's verdict; `mode` is ferry.torch.to's default mode (the order bars' subject)."""
     bars = Bars()
     rows = {(r["workload"], r.get("order"), r["strategy"]) + batch_key(r): r for r in results}
 
     def seed_row(r, strategy):
-        return rows.get(("seed", None, strategy) + batch_key(r))
+        # The seed workload's compute_first rows: the order these bars have always been for.
+        return rows.get(("seed", "compute_first", strategy) + batch_key(r))
 
+    order_bars(bars, results, rows, mode)
     for r in results:
-        if r["workload"] != "seed" or r["strategy"] not in FERRY_STRATEGIES:
+        if r["workload"] != "seed" or r.get("order") != "compute_first" or r["strategy"] not in FERRY_STRATEGIES:
             continue
-        where = f"seed {batch_name(r)}: {r['strategy']}"
+        where = f"seed/compute_first {batch_name(r)}: {r['strategy']}"
         b = seed_row(r, "blocking")
         if b:
             lim = 1.02 * b["peak_reserved_bytes"]
@@ -907,7 +1237,9 @@ def compute_bars(results, references, checks):
 
     # Reported, not a bar of the seed study: every overlapping schedule holds one batch more.
     for r in results:
-        b = seed_row(r, "blocking") if r["workload"] == "pipeline" else None
+        b = None
+        if r["workload"] == "pipeline":
+            b = seed_row(r, "blocking") or rows.get(("seed", "seed", "blocking") + batch_key(r))
         if b:
             lim = 1.02 * (b["peak_reserved_bytes"] + r["size_bytes"])
             bars.add(f"pipeline/{r['order']} {batch_name(r)}: {r['strategy']} peak reserved ≤ 1.02 × "
@@ -923,6 +1255,8 @@ def fmt_value(v, unit):
         return f"{v / GIB:.3f} GiB"
     if unit == "count":
         return str(int(v))
+    if unit == "share":
+        return f"{v:.1%}"
     return f"{v:.4g} {'µs' if unit == 'us' else unit}"
 
 
@@ -935,33 +1269,58 @@ def print_report(doc):
               f"{r['host_us_per_call']:10.0f} µs in the call  (pinned DMA {r['pinned_dma_gbps']:.1f} GB/s)")
     print()
     hdr = (f"{'workload':22} {'batch':22} {'strategy':13} {'alloc GiB':>9} {'resv GiB':>9} {'used GiB':>9} "
-           f"{'copy GB/s':>9} {'1 call':>7} {'host µs':>9} {'µs/leaf':>8} {'ms/step':>8} {'/bound':>6}")
+           f"{'copy GB/s':>9} {'1 call':>7} {'host µs':>9} {'µs/leaf':>8} {'ms/step':>8} {'/bound':>6} {'overlap':>7}")
     print("peaks: allocated and reserved (torch's, plus ferry's pool), used = mem_get_info's used bytes above the "
           "run's start; copy GB/s of a burst of copies alone, and of one call alone (its host time included); "
           "host µs per copy call (median) and per leaf tensor of the "
           "batch; ms per step and step / "
-          "max(compute-only step, pinned copy)")
+          "max(compute-only step, pinned copy); overlap = share of the HtoD copies' time with a kernel running "
+          "(profiled rerun)")
     print(hdr)
     print("-" * len(hdr))
     for r in doc["results"]:
         w = r["workload"] + ("/" + r["order"] if r.get("order") else "")
+        ov = r.get("kernel_overlap")
         print(f"{w:22} {batch_name(r):22} {r['strategy']:13} {r['peak_allocated_bytes'] / GIB:9.3f} "
               f"{r['peak_reserved_bytes'] / GIB:9.3f} {r['mem_get_info_used_bytes'] / GIB:9.3f} {r['copy_gbps']:9.1f} "
               f"{r['copy_gbps_single_call']:7.1f} "
               f"{r['host_us_per_call']:9.0f} {r['host_us_per_leaf']:8.1f} {r['wall_ms_per_step']:8.2f} "
-              f"{r['step_over_bound']:6.2f}")
-    print()
-    print("bars:")
-    met = checked = 0
-    for b in doc["bars"]:
-        verdict = "----" if b["pass"] is None else ("PASS" if b["pass"] else "FAIL")
-        tag = " (report)" if b.get("report_only") else ""
-        print(f"  {verdict}{tag} {b['name']}: {fmt_value(b['value'], b['unit'])} "
-              f"(limit {fmt_value(b['limit'], b['unit'])})")
-        if b["pass"] is not None and not b.get("report_only"):
+              f"{r['step_over_bound']:6.2f} {'-' if ov is None else f'{ov:.1%}':>7}")
+    met = checked = unmeasured = 0
+    mode = doc.get("ferry_default_mode")
+    groups = (("order", f"order bars (ferry.torch.to's default mode: mode={mode!r}; the other mode reported):"),
+              (None, "bars:"))
+    for family, title in groups:
+        items = [b for b in doc["bars"] if b.get("family") == family]
+        if not items:
+            continue
+        print()
+        print(title)
+        for b in items:
+            verdict = "----" if b["pass"] is None else ("PASS" if b["pass"] else "FAIL")
+            tag = " (report)" if b.get("report_only") else ""
+            detail = f"; {b['detail']}" if b.get("detail") else ""
+            print(f"  {verdict}{tag} {b['name']}: {fmt_value(b['value'], b['unit'])} "
+                  f"(limit {fmt_value(b['limit'], b['unit'])}{detail})")
+            if b.get("report_only"):
+                continue
+            if b["pass"] is None:
+                unmeasured += 1
+                continue
             checked += 1
             met += bool(b["pass"])
-    print(f"{met} of {checked} bars met" + (" (cpu smoke mode: not measurements)" if not doc["cuda"] else ""))
+    per_order = {}
+    for b in doc["bars"]:
+        if b.get("family") == "order" and not b.get("report_only"):
+            n = per_order.setdefault(f"{b['workload']}/{b['order']}", [0, 0, 0])
+            n[0 if b["pass"] else 1 if b["pass"] is False else 2] += 1
+    if per_order:
+        print()
+        print(f"order bars of the default mode (mode={mode!r}) per order: " + "; ".join(
+            f"{o} {n[0]} of {n[0] + n[1]} met" + (f" ({n[2]} not measured)" if n[2] else "")
+            for o, n in per_order.items()))
+    print(f"{met} of {checked} bars met" + (f", {unmeasured} not measured" if unmeasured else "") +
+          (" (cpu smoke mode: not measurements)" if not doc["cuda"] else ""))
 
 
 def ferry_commit():
@@ -1000,17 +1359,23 @@ def parse_args(argv):
                     help="comma list of " + ", ".join(ALL_STRATEGIES) + " ('ferry' = both ferry modes)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--orders", default=",".join(ORDERS),
-                    help="pipeline copy-call orders: compute_first (after the step's compute is enqueued), copy_first")
+                    help="comma list of orders; each workload runs its own among them: seed workload: seed (the call "
+                         "under the side stream, then the compute on main, main.wait_stream(side), the read), "
+                         "compute_first (the compute, then the call); pipeline: compute_first (the next batch's call "
+                         "after the step's compute is enqueued), copy_first (before it)")
     ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument("--kjt-gb", type=float, help=f"KJT-shaped batch size in GiB (default {DEFAULTS['kjt_gb']})")
     ap.add_argument("--kjt-memory", default="pageable", help="pageable, pinned or both (comma list)")
     ap.add_argument("--copy-reps", type=int, help=f"copies alone per strategy (default {DEFAULTS['copy_reps']})")
     ap.add_argument("--snapshot-steps", type=int,
                     help=f"steps of the recorded rerun per run, 0: no snapshots (default {DEFAULTS['snapshot_steps']})")
+    ap.add_argument("--profile-steps", type=int,
+                    help="steps of the torch.profiler rerun per row for the kernel overlap, after all timed runs; "
+                         f"0: no profiling (default {DEFAULTS['profile_steps']})")
     ap.add_argument("--matmul-n", type=int, help=f"matrix size of the compute (default {DEFAULTS['matmul_n']})")
     ap.add_argument("--matmuls", type=int, help=f"matmuls per step (default {DEFAULTS['matmuls']})")
     ap.add_argument("--matmul-dtype", choices=("bf16", "fp32"), default="bf16")
-    ap.add_argument("--out", default="seed-study", help="output directory (results.json, snapshots/)")
+    ap.add_argument("--out", default="seed-study", help="output directory (results.json, snapshots/, traces/)")
     args = ap.parse_args(argv)
     preset = QUICK if args.quick else DEFAULTS
     for k, v in preset.items():
@@ -1025,7 +1390,7 @@ def parse_args(argv):
     for k in ("steps", "copy_reps", "matmul_n", "matmuls"):
         if getattr(args, k) < 1:
             ap.error(f"--{k.replace('_', '-')} must be at least 1")
-    for k in ("warmup", "large_steps", "snapshot_steps"):
+    for k in ("warmup", "large_steps", "snapshot_steps", "profile_steps"):
         if getattr(args, k) < 0:
             ap.error(f"--{k.replace('_', '-')} must not be negative")
     if args.kjt_gb <= 0:
@@ -1033,6 +1398,9 @@ def parse_args(argv):
     args.strategies = split_list(args.strategies, ALL_STRATEGIES, "strategy")
     args.workloads = split_list(args.workloads, WORKLOADS, "workload")
     args.orders = split_list(args.orders, ORDERS, "order")
+    for w in args.workloads:
+        if not orders_of(args, w):
+            ap.error(f"--orders: none of the {w} workload's orders ({', '.join(WORKLOAD_ORDERS[w])}) is listed")
     args.sources = split_list(args.sources, SOURCES, "source")
     args.kjt_memory = split_list(args.kjt_memory.replace("both", "pageable,pinned"), ("pageable", "pinned"),
                                  "kjt memory")
@@ -1058,10 +1426,15 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     args.snapshot_dir = out / "snapshots"
     args.snapshot_dir.mkdir(parents=True, exist_ok=True)
+    args.trace_dir = out / "traces"
     env = Env(args.device)
     progress(f"device {env.name}, torch {torch.__version__}; strategies {','.join(args.strategies)}; "
              f"workloads {','.join(args.workloads)}; sources {','.join(args.sources)}")
     results, references, baselines, checks = study(args, env, ft)
+    mode = default_mode(ft) if ft is not None else None
+    if ft is not None and mode is None:
+        progress("warning: ferry.torch.to's default mode is not readable from its signature: every order bar is "
+                 "reported, none checked")
     doc = {
         "tool": "seed_study",
         "device": env.name,
@@ -1069,18 +1442,20 @@ def main(argv=None):
         "torch_cuda": torch.version.cuda,
         "cuda": env.cuda,
         "ferry_commit": ferry_commit(),
+        "ferry_default_mode": mode,
         "config": {
             "sizes": args.sizes, "steps": args.steps, "large_steps": args.large_steps, "warmup": args.warmup,
             "strategies": args.strategies, "workloads": args.workloads, "orders": args.orders,
             "sources": args.sources, "kjt_gb": args.kjt_gb, "kjt_memory": args.kjt_memory,
-            "copy_reps": args.copy_reps, "snapshot_steps": args.snapshot_steps, "matmul_n": args.matmul_n,
+            "copy_reps": args.copy_reps, "snapshot_steps": args.snapshot_steps,
+            "profile_steps": args.profile_steps, "matmul_n": args.matmul_n,
             "matmuls": args.matmuls, "matmul_dtype": args.matmul_dtype, "quick": args.quick,
         },
         "references": references,
         "compute_only": baselines,
         "checks": checks,
         "results": results,
-        "bars": compute_bars(results, references, checks),
+        "bars": compute_bars(results, references, checks, mode),
         "elapsed_s": time.perf_counter() - _t_start,
     }
     path = out / "results.json"
