@@ -3,6 +3,7 @@
 // host pointer import), timeline semaphores, the synthetic-compute pipeline, teardown.
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -47,6 +48,54 @@ constexpr const char* kExternalSignalBlindSpots[] = {
     "UNASSIGNED-VkSemaphore-state-timeout",
 };
 
+// A message the layer raises against itself when a host signal and a host wait meet across
+// threads. Layers before 1.3.259 (Debian 12 ships 1.3.239) record vkWaitSemaphores and
+// vkGetSemaphoreCounterValue under a device-wide lock of their synchronization validation and,
+// still holding it, wait up to 10 s for their own record of the values the driver returned. A
+// vkSignalSemaphore on another thread that the driver has applied (and the waiter has seen)
+// takes the same lock to record itself, so the two wait for each other until the layer gives
+// up and reports this ID; nothing else is wrong. A host wait for a point that another thread
+// signals is valid Vulkan and part of ferry's contract (a blocking call returns once the
+// engine's thread signals its wait point), so with such a layer the message is printed, not
+// counted, while a host signal of the device has been in progress for the layer's whole wait.
+// At any other time, and with later layers, it counts.
+constexpr const char* kSignalBehindWait = "UNASSIGNED-VkSemaphore-state-timeout";
+constexpr std::uint32_t kSignalBehindWaitFixed = VK_MAKE_API_VERSION(0, 1, 3, 259);
+constexpr auto kLayerStateWait = std::chrono::seconds(10);
+
+// Whether a host signal of the device has been in progress for the layer's whole wait. The
+// signal a waiter holds up was applied by the driver before that wait began, so a younger one
+// is not the cause.
+bool signal_held_by_wait(ValidationCounter& counter) {
+  const auto began_before = std::chrono::steady_clock::now() - kLayerStateWait;
+  std::lock_guard lock(counter.signals_mutex);
+  return std::any_of(counter.signals_started.begin(), counter.signals_started.end(),
+                     [&](std::chrono::steady_clock::time_point t) { return t <= began_before; });
+}
+
+// Notes a host signal in the device's counter while it is in progress (see kSignalBehindWait).
+class HostSignalInProgress {
+ public:
+  explicit HostSignalInProgress(ValidationCounter& counter)
+      : counter_(counter.signal_behind_wait.load() ? &counter : nullptr) {
+    if (counter_ == nullptr) return;
+    std::lock_guard lock(counter_->signals_mutex);
+    counter_->signals_started.push_back(started_);
+  }
+  ~HostSignalInProgress() {
+    if (counter_ == nullptr) return;
+    std::lock_guard lock(counter_->signals_mutex);
+    auto& started = counter_->signals_started;
+    started.erase(std::find(started.begin(), started.end(), started_));
+  }
+  HostSignalInProgress(const HostSignalInProgress&) = delete;
+  HostSignalInProgress& operator=(const HostSignalInProgress&) = delete;
+
+ private:
+  ValidationCounter* counter_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
 // Counts validation and performance warnings and all errors. General warnings (the loader's
 // "env var VK_INSTANCE_LAYERS defined ...") are printed but not counted.
 VKAPI_ATTR VkBool32 VKAPI_CALL on_validation_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
@@ -65,6 +114,11 @@ VKAPI_ATTR VkBool32 VKAPI_CALL on_validation_message(VkDebugUtilsMessageSeverity
         note = " (not counted: the layer cannot see the other API's semaphore signals)";
       }
     }
+  }
+  if (counted && counter.signal_behind_wait.load() && data != nullptr && data->pMessageIdName != nullptr &&
+      std::strcmp(data->pMessageIdName, kSignalBehindWait) == 0 && signal_held_by_wait(counter)) {
+    counted = false;
+    note = " (not counted: the layer held a host signal behind another thread's host wait)";
   }
   if (counted) counter.counted.fetch_add(1, std::memory_order_relaxed);
   std::fprintf(stderr, "ferry-vulkan-validation%s: %s\n", note,
@@ -113,6 +167,7 @@ void VulkanDevice::open(const DeviceOptions& options) {
   messenger.pfnUserCallback = &on_validation_message;
   messenger.pUserData = &validation_;
   instance_ = create_instance(vk_, validation ? &messenger : nullptr);
+  validation_.signal_behind_wait.store(validation && vk_.validation_layer_version < kSignalBehindWaitFixed);
   if (validation) {
     if (vk_.vkCreateDebugUtilsMessengerEXT == nullptr) {
       vk_fail(ErrorCode::unsupported, "validation layer present but VK_EXT_debug_utils missing");
@@ -543,6 +598,7 @@ void VulkanSemaphore::signal(std::uint64_t value) {
   VkSemaphoreSignalInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
   info.semaphore = semaphore_;
   info.value = value;
+  const HostSignalInProgress in_progress(device_.validation());
   FERRY_VK_CHECK(device_.vk().vkSignalSemaphore(device_.handle(), &info));
 }
 

@@ -16,6 +16,7 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -78,6 +79,8 @@ PFN_vkGetInstanceProcAddr loader_get_instance_proc_addr() noexcept;
 
 struct VulkanApi {
   std::uint32_t instance_version = 0;  ///< apiVersion ferry created the instance with (0: adopted)
+  /// specVersion of VK_LAYER_KHRONOS_validation when ferry enabled it (0: not enabled by ferry)
+  std::uint32_t validation_layer_version = 0;
   PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr = nullptr;
 #define FERRY_VK_MEMBER(name) PFN_##name name = nullptr;
   FERRY_VK_INSTANCE_FUNCTIONS(FERRY_VK_MEMBER)
@@ -101,7 +104,8 @@ struct VulkanApi {
 
 /// Create an instance (Vulkan 1.3 when the loader has it, else 1.2; `unsupported` below 1.2).
 /// With `messenger` non-null: VK_LAYER_KHRONOS_validation with synchronization validation, and
-/// the messenger chained so instance creation is covered too (`unsupported` without the layer).
+/// the messenger chained so instance creation is covered too (`unsupported` without the layer;
+/// its version in `vk.validation_layer_version`).
 VkInstance create_instance(VulkanApi& vk, const VkDebugUtilsMessengerCreateInfoEXT* messenger);
 
 /// The physical devices ferry numbers: those of Vulkan 1.2 or later, in enumeration order.
@@ -277,6 +281,12 @@ struct SyntheticPipeline {
 struct ValidationCounter {
   std::atomic<std::uint64_t> counted{0};
   std::atomic<bool> external_signals{false};  // interop pair: see note_external_signals
+  /// The layer can hold a host signal behind another thread's host wait (kSignalBehindWait in
+  /// vulkan_device.cpp): set from the layer's version when the device opens, and only then
+  /// are the host signals in progress tracked (HostSignalInProgress).
+  std::atomic<bool> signal_behind_wait{false};
+  std::mutex signals_mutex;
+  std::vector<std::chrono::steady_clock::time_point> signals_started;  // under signals_mutex
 };
 
 class VulkanDevice final : public BackendDevice {
@@ -307,6 +317,8 @@ class VulkanDevice final : public BackendDevice {
     return validation_.counted.load(std::memory_order_relaxed);
   }
   void note_external_signals() override { validation_.external_signals.store(true); }
+  /// The messenger's counter; host signals note themselves in it (VulkanSemaphore::signal).
+  [[nodiscard]] ValidationCounter& validation() noexcept { return validation_; }
   // Interop export (backends/pair/): opaque fds of a timeline semaphore and of a segment.
   std::unique_ptr<BackendSemaphore> create_exported_semaphore(std::uint64_t initial, int* fd) override;
   std::unique_ptr<Segment> allocate_exported_segment(std::uint64_t bytes, ExternalMemory* out) override;

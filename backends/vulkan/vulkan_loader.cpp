@@ -157,6 +157,7 @@ VkInstance create_instance(VulkanApi& vk, const VkDebugUtilsMessengerCreateInfoE
   info.pApplicationInfo = &app;
 
   static constexpr const char* kLayer = "VK_LAYER_KHRONOS_validation";
+  std::uint32_t layer_version = 0;
   std::vector<const char*> extensions;
   VkValidationFeatureEnableEXT sync_validation =
       VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
@@ -170,12 +171,15 @@ VkInstance create_instance(VulkanApi& vk, const VkDebugUtilsMessengerCreateInfoE
     FERRY_VK_CHECK(enumerate_layers(&count, nullptr));
     std::vector<VkLayerProperties> layers(count);
     FERRY_VK_CHECK(enumerate_layers(&count, layers.data()));
-    if (std::none_of(layers.begin(), layers.end(),
-                     [](const VkLayerProperties& l) { return std::strcmp(l.layerName, kLayer) == 0; })) {
+    const auto layer = std::find_if(layers.begin(), layers.end(), [](const VkLayerProperties& l) {
+      return std::strcmp(l.layerName, kLayer) == 0;
+    });
+    if (layer == layers.end()) {
       vk_fail(ErrorCode::unsupported,
               "validation requested but VK_LAYER_KHRONOS_validation is not installed "
               "(package vulkan-validationlayers)");
     }
+    layer_version = layer->specVersion;
     // The layer itself provides VK_EXT_debug_utils and VK_EXT_validation_features.
     FERRY_VK_CHECK(enumerate_extensions(kLayer, &count, nullptr));
     std::vector<VkExtensionProperties> offered(count);
@@ -202,6 +206,7 @@ VkInstance create_instance(VulkanApi& vk, const VkDebugUtilsMessengerCreateInfoE
   VkInstance instance = VK_NULL_HANDLE;
   FERRY_VK_CHECK(create(&info, nullptr, &instance));
   vk.instance_version = app.apiVersion;
+  vk.validation_layer_version = layer_version;
   try {
     vk.load_instance(instance);
   } catch (...) {
