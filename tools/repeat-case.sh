@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Run one conformance test case N times on one backend and print how many runs passed.
-#   bash tools/repeat-case.sh BACKEND 'CASE NAME' [N]        (N defaults to 50)
+#   bash tools/repeat-case.sh [--under-load] BACKEND 'CASE NAME' [N]        (N defaults to 50)
 # e.g. on the H200, after `source .deps/bootstrap.sh`:
 #   bash tools/repeat-case.sh vulkan_cuda 'ordering: the executor never overwrites a block still in use' 50
+# --under-load: every run while every core is kept busy by a loop the script starts after the
+# build and stops when it exits (each loop also ends on its own after FERRY_LOAD_MAX_S seconds,
+# default 3600), as tools/test.sh --under-load runs its suites.
 # BACKEND names the executable conformance-BACKEND in the build (FERRY_BUILD_DIR, default
 # build; it is built first). The case is chosen with doctest's --test-case filter (the exact
 # name; doctest wildcards * and ? work, commas separate alternatives). Each run gets the
@@ -13,8 +16,13 @@
 # FERRY_REPEAT_LOGS (default: a temporary directory, printed).
 # Prints "k/N passed" last; exits 0 when every run passed, 1 otherwise.
 set -euo pipefail
+under_load=0
+if [ "${1:-}" = --under-load ]; then
+  under_load=1
+  shift
+fi
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 backend=$1
@@ -45,6 +53,11 @@ case "$backend" in
 esac
 logs=${FERRY_REPEAT_LOGS:-$(mktemp -d /tmp/ferry-repeat.XXXXXX)}
 mkdir -p "$logs"
+
+source tools/cpu-load.sh  # start_load, stop_load
+if [ "$under_load" = 1 ]; then
+  start_load repeat-case
+fi
 passed=0
 for ((i = 1; i <= runs; i++)); do
   log="$logs/run-$i.log"
@@ -75,5 +88,5 @@ for ((i = 1; i <= runs; i++)); do
     echo "run $i/$runs: FAIL (exit $rc; log $log)"
   fi
 done
-echo "$case_name on conformance-$backend: $passed/$runs passed"
+echo "$case_name on conformance-$backend: $passed/$runs passed$([ "$under_load" = 1 ] && echo " under load")"
 [ "$passed" -eq "$runs" ]
