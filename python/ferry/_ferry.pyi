@@ -439,9 +439,9 @@ class Device:
         Adopt an engine's stream (an int cudaStream_t/hipStream_t, an object with __cuda_stream__ such as torch.cuda.Stream). ferry never destroys it; keep it alive while ferry uses the queue. The same handle gives the same Queue.
         """
 
-    def adopt_memory(self, pointer: int, size: int, owner: Queue, ready_after: TimelinePoint = ..., tag: str = '') -> DeviceBuffer:
+    def adopt_memory(self, pointer: int, size: int, owner: Queue, ready_after: TimelinePoint = ..., tag: str = '', keep: object | None = None) -> DeviceBuffer:
         """
-        Adopt an engine's memory (a host pointer on the host backend, a device pointer on CUDA/HIP) as a DeviceBuffer owned by `owner`. ferry never frees it; the engine keeps it allocated until the buffer's release point is reached.
+        Adopt an engine's memory (a host pointer on the host backend, a device pointer on CUDA/HIP) as a DeviceBuffer owned by `owner`. ferry never frees it; the engine keeps it allocated until the buffer's release point is reached. `keep` (optional) is held until the buffer is released and its handle and every DLPack export are gone: pass the object that owns the memory (a torch tensor) and its stream-ordered free on the owner then follows the release, which orders the owner after every ferry copy.
         """
 
     def create_semaphore(self, initial: int = 0) -> TimelineSemaphore: ...

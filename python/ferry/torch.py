@@ -511,25 +511,29 @@ def _upload_torch(dev, xfer, owner, waiter, sources, offsets, total, dev_t, targ
     pinned, pageable = _split(dev, sources, offsets)
     # `whole` is free in the target stream's order from its point now on: the copies wait for
     # that point (the adoption's ready_after) and nothing else uses `whole` before them.
-    adopted = dev.adopt_memory(whole.data_ptr(), total, owner, ready_after=owner.mark(), tag="ferry.torch.to")
-    try:
-        _fill(xfer, adopted, pinned, pageable, owner_waits=waiter is None)
-    finally:
-        if waiter is None:
+    if waiter is None:
+        adopted = dev.adopt_memory(whole.data_ptr(), total, owner, ready_after=owner.mark(), tag="ferry.torch.to")
+        try:
+            _fill(xfer, adopted, pinned, pageable)
+        finally:
             # Ends ferry's use: the owner (target stream) already waits for the copy, so the
             # caching allocator's stream-ordered reuse of `whole` comes after it.
             done = adopted.release()
-        else:
-            # The target does not wait: the wait stream does, and the caching allocator's
-            # stream-use record on it defers any reuse of `whole` (freed in the target's
-            # order) until the wait stream's work at the free, which follows the copy. Also
-            # after an error: copies enqueued before it still write `whole`.
-            done = adopted.release_unordered()
-            waiter.wait(done)
-            whole.record_stream(wait_stream)
-    if dev_t.type == "cpu":
-        done.wait()
-    return _views(whole, sources, offsets)
+        if dev_t.type == "cpu":
+            done.wait()
+        return _views(whole, sources, offsets)
+    # The target does not wait at the call. The results are a DLPack export of the adopted
+    # range, which the wait stream waits for; the adoption keeps `whole`, so PyTorch frees it
+    # only once the last result is gone and ferry's release has made the target wait for the
+    # copy: the block is reused in the target's order, never under the copy, and stays in the
+    # target stream's pool (no stream-use record holds it back meanwhile).
+    adopted = dev.adopt_memory(whole.data_ptr(), total, owner, ready_after=owner.mark(), tag="ferry.torch.to",
+                               keep=whole)
+    del whole
+    _fill(xfer, adopted, pinned, pageable, owner_waits=False)
+    handle = int(wait_stream.cuda_stream)
+    exported = torch.from_dlpack(adopted.__dlpack__(stream=handle if handle else 1))
+    return _views(exported, sources, offsets)
 
 
 def _upload_ferry(dev, xfer, owner, waiter, sources, offsets, total, dev_t, target_stream, wait_stream):

@@ -104,7 +104,25 @@ struct PyDevice {
 /// A device buffer shared by its Python handle, the views of a batch and the DLPack exports
 /// (which count themselves in `exports`, so that an explicit release cannot pull memory out
 /// from under a consumer). The last owner's destruction releases it, stream-ordered.
+/// A Python object dropped (with the GIL) by whichever thread destroys its holder: the last
+/// owner of a BufferState may be a DLPack consumer's deleter running without the GIL.
+struct PyKeep {
+  nb::object object;
+  PyKeep() = default;
+  PyKeep(const PyKeep&) = delete;
+  PyKeep& operator=(const PyKeep&) = delete;
+  ~PyKeep() {
+    if (!object.is_valid()) return;
+    nb::gil_scoped_acquire gil;
+    object.reset();
+  }
+};
+
 struct BufferState {
+  /// Held until the buffer is released and its last owner is gone (Device.adopt_memory's
+  /// `keep`). Declared first, so destroyed after `buffer`: the object (the engine's
+  /// allocation, say) outlives the release, whose point the owner queue is ordered after.
+  PyKeep keep;
   ferry::DeviceBuffer buffer;
   ferry::TimelinePoint ready{};  ///< the last copy into it known to the bindings
   ferry::Backend backend = ferry::Backend::host;
@@ -638,15 +656,22 @@ NB_MODULE(_ferry, m) {
            "__cuda_stream__ such as torch.cuda.Stream). ferry never destroys it; keep it alive "
            "while ferry uses the queue. The same handle gives the same Queue.")
       .def("adopt_memory", [](PyDevice& d, std::uint64_t pointer, std::uint64_t size, const ferry::Queue& owner,
-                              const ferry::TimelinePoint& ready_after, const std::string& tag) {
+                              const ferry::TimelinePoint& ready_after, const std::string& tag, nb::object keep) {
              ferry::AdoptOptions o;
              o.ready_after = ready_after;
              o.tag = tag;
-             return wrap(d.device.adopt_memory(ferry::NativeMemory{.pointer = pointer}, size, owner, std::move(o)), d);
+             PyDeviceBuffer b =
+                 wrap(d.device.adopt_memory(ferry::NativeMemory{.pointer = pointer}, size, owner, std::move(o)), d);
+             if (!keep.is_none()) b.s->keep.object = std::move(keep);
+             return b;
            }, "pointer"_a, "size"_a, "owner"_a, "ready_after"_a = ferry::TimelinePoint{}, "tag"_a = "",
+           "keep"_a = nb::none(),
            "Adopt an engine's memory (a host pointer on the host backend, a device pointer on "
            "CUDA/HIP) as a DeviceBuffer owned by `owner`. ferry never frees it; the engine keeps "
-           "it allocated until the buffer's release point is reached.")
+           "it allocated until the buffer's release point is reached. `keep` (optional) is held "
+           "until the buffer is released and its handle and every DLPack export are gone: pass "
+           "the object that owns the memory (a torch tensor) and its stream-ordered free on the "
+           "owner then follows the release, which orders the owner after every ferry copy.")
       .def("create_semaphore", [](PyDevice& d, std::uint64_t initial) { return d.device.create_semaphore(initial); },
            "initial"_a = 0)
       .def_prop_ro("pool", [](const PyDevice& d) { (void)d.device.pool(); return PyPool{d}; })

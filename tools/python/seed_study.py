@@ -489,14 +489,22 @@ class Ferry(Strategy):
         if ev:
             ev[0].record(env.main)
         if env.cuda:
-            # The stream current at the call (the side stream in the seed order) is left as
-            # the caller made it: the call itself decides which stream waits for the copy.
-            d = self.ft.to(src, env.device, target_stream=env.main, mode=self.mode)
+            # Called as PyTorch users call a side-stream copy (TorchRec's pipelines included):
+            # under the side stream with target_stream=main, so the side stream waits for the
+            # copy and main's compute enqueued after the call does not; acquire() (or the seed
+            # order's step) makes main wait for the side stream.
+            with env.stream(env.side):
+                d = self.ft.to(src, env.device, target_stream=env.main, mode=self.mode)
         else:
             d = self.ft.to(src, "cpu", mode=self.mode)
         if ev:
             ev[1].record(env.main)
         return Pending(d)
+
+    def acquire(self, p, waited=False):
+        if not waited and self.env.cuda:
+            self.env.main.wait_stream(self.env.side)
+        return p.batch
 
 
 def make_strategy(name, env, slots, ft, order=None):
