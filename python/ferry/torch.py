@@ -23,11 +23,11 @@ structure, with the destination memory owned by the stream that will use it:
   pattern), ``side`` waits and ``main`` does not, so compute enqueued on ``main`` after the
   call overlaps the copy; ``main.wait_stream(side)`` then orders the use. The memory is
   still freed in ``main``'s order and never reused before its copy completes, even when the
-  results are dropped before anyone waits: in ``mode="torch"`` through the caching
-  allocator's stream-use record on the waiting stream (``record_stream``, which ferry
-  places), in ``mode="ferry"`` through ferry's pool, whose release follows the copy. Nobody
-  else calls ``record_stream``. Using the results on yet another stream needs the usual
-  PyTorch care (``wait_stream``/``record_stream``).
+  results are dropped before anyone waits: the results are then a DLPack export whose
+  release makes ``main`` wait for the copy, and in ``mode="torch"`` PyTorch frees the
+  allocation (in ``main``'s pool, in its order) only after that release. Nobody calls
+  ``record_stream``. Using the results on yet another stream needs the usual PyTorch care
+  (``wait_stream``/``record_stream``).
 - **Sources.** Pinned CPU tensors (``t.is_pinned()``) of ``DMA_MIN_BYTES`` or more are
   copied by DMA directly from their own memory (``HostPool.adopt``), with no staging copy, as
   ``Tensor.to(non_blocking=True)`` copies them: they are read after the call returns, so
