@@ -151,6 +151,39 @@ def test_upload_into_adopted_memory_keeps_the_bytes_outside_the_views(dev):
     assert (dst[100:1000] == 7).all() and (dst[1050:] == 7).all()
 
 
+def test_adopted_memory_keeps_its_owner_until_the_release_and_every_export_are_gone(dev):
+    # `keep` holds the object that owns the memory: it must outlive the handle and every
+    # DLPack export, so that its allocator frees the memory only after ferry's release.
+    import gc
+    import weakref
+
+    class Owner:
+        def __init__(self, n):
+            self.array = np.zeros(n, dtype=np.uint8)
+
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    owner = Owner(4096)
+    alive = weakref.ref(owner)
+    adopted = dev.adopt_memory(owner.array.ctypes.data, 4096, q, keep=owner)
+    xfer.upload_into([b"\x05" * 4096], adopted, [0]).wait()
+    view = np.from_dlpack(adopted)
+    del owner, adopted
+    gc.collect()
+    assert alive() is not None, "the owner was dropped while an export still used its memory"
+    assert (view == 5).all()
+    del view
+    gc.collect()
+    assert alive() is None, "the owner outlived the buffer and its exports"
+    # Without `keep` nothing is held.
+    other = Owner(64)
+    held = weakref.ref(other)
+    dev.adopt_memory(other.array.ctypes.data, 64, q).release()
+    del other
+    gc.collect()
+    assert held() is None
+
+
 def test_pool_budget_snapshot_and_exports(dev, tmp_path):
     q = dev.queue(ferry.QueueRole.compute)
     b = dev.pool.allocate(1 << 20, q, tag="python")
