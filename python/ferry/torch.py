@@ -471,19 +471,17 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
             total = _align(total)
             offsets.append(total)
             total += s.nbytes
-        waiter = None  # the queue that waits for the copy, when not the owner
         if cpu:
             owner = dev.queue(_ferry.QueueRole.compute)
+            target_waits = True
         else:
             owner = _adopted_queue((backend, ordinal), dev, target_stream)
-            if int(wait_stream.cuda_stream) != int(target_stream.cuda_stream):
-                waiter = _adopted_queue((backend, ordinal), dev, wait_stream)
+            target_waits = int(wait_stream.cuda_stream) == int(target_stream.cuda_stream)
         if mode == "torch":
-            views = _upload_torch(dev, xfer, owner, waiter, sources, offsets, total, dev_t, target_stream,
+            views = _upload_torch(dev, xfer, owner, target_waits, sources, offsets, total, dev_t, target_stream,
                                   wait_stream)
         else:
-            views = _upload_ferry(dev, xfer, owner, waiter, sources, offsets, total, dev_t, target_stream,
-                                  wait_stream)
+            views = _upload_ferry(dev, xfer, owner, target_waits, sources, offsets, total, dev_t, wait_stream)
         for i, v in zip(packed, views):
             results[i] = v
     return rebuild(results)
@@ -497,9 +495,9 @@ class _nullcontext:
         return False
 
 
-def _upload_torch(dev, xfer, owner, waiter, sources, offsets, total, dev_t, target_stream, wait_stream):
+def _upload_torch(dev, xfer, owner, target_waits, sources, offsets, total, dev_t, target_stream, wait_stream):
     """mode="torch": one torch allocation on the target stream, adopted and filled by ferry.
-    The waiting queue is the owner unless `waiter` (the wait stream's queue) is given."""
+    The target (the owner) waits for the copy when `target_waits`, else `wait_stream` does."""
     if total == 0:
         whole = torch.empty(0, dtype=torch.uint8, device=dev_t)
         return _views(whole, sources, offsets)
@@ -511,7 +509,7 @@ def _upload_torch(dev, xfer, owner, waiter, sources, offsets, total, dev_t, targ
     pinned, pageable = _split(dev, sources, offsets)
     # `whole` is free in the target stream's order from its point now on: the copies wait for
     # that point (the adoption's ready_after) and nothing else uses `whole` before them.
-    if waiter is None:
+    if target_waits:
         adopted = dev.adopt_memory(whole.data_ptr(), total, owner, ready_after=owner.mark(), tag="ferry.torch.to")
         try:
             _fill(xfer, adopted, pinned, pageable)
@@ -536,12 +534,12 @@ def _upload_torch(dev, xfer, owner, waiter, sources, offsets, total, dev_t, targ
     return _views(exported, sources, offsets)
 
 
-def _upload_ferry(dev, xfer, owner, waiter, sources, offsets, total, dev_t, target_stream, wait_stream):
+def _upload_ferry(dev, xfer, owner, target_waits, sources, offsets, total, dev_t, wait_stream):
     """mode="ferry": one block of ferry's pool owned by the target stream, through DLPack.
-    The waiting queue is the owner unless `waiter` (the wait stream's queue) is given; the
+    The target (the owner) waits for the copy when `target_waits`, else `wait_stream` does; the
     block's release, stream-ordered on the owner, follows the copy either way."""
     pinned, pageable = _split(dev, sources, offsets)
-    owner_waits = waiter is None
+    owner_waits = target_waits
     if not pinned:
         batch = xfer._upload_batch_raw([s.data_ptr() for s in sources], [s.nbytes for s in sources], owner,
                                        owner_waits=owner_waits, tag="ferry.torch.to")
