@@ -157,18 +157,17 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
     // The step in the scenario's order (Order): the seed's compute_first enqueues the
     // unrelated compute, and so allocates its temporary, before the call.
     ferry::DeviceBuffer tmp;
-    if (compute_first) {
+    // The step's temporary and, in the seed workload, the compute that does not read the batch.
+    const auto begin_step = [&] {
       tmp = pool.allocate(sc.bytes, c.compute, {.tag = "temporary"});
-      unrelated_compute(c.compute, sc, c.weights, tmp);
-    }
+      if (sc.workload == Workload::seed) unrelated_compute(c.compute, sc, c.weights, tmp);
+    };
+    if (compute_first) begin_step();
     const auto u0 = clock_type::now();
     StepInput in = upload_once(c.xfer, source, c.compute, sc, destination);
     host_us.push_back(ms_since(u0) * 1e3);
     const ferry::DeviceBuffer& input = sc.mode == ferry::CopyMode::preallocated ? destination : in.upload.buffer;
-    if (!compute_first) {
-      tmp = pool.allocate(sc.bytes, c.compute, {.tag = "temporary"});
-      if (sc.workload == Workload::seed) unrelated_compute(c.compute, sc, c.weights, tmp);
-    }
+    if (!compute_first) begin_step();
     use_batch(c.compute, sc, input, in.ready, tmp);
     tmp.release();
     if (in.upload.buffer) in.upload.buffer.release();
