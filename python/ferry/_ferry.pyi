@@ -2,7 +2,7 @@
 ferry's C++ core: devices, queues, timelines, pools, transfers and snapshots. Import the `ferry` package rather than this module.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import enum
 
 
@@ -439,9 +439,9 @@ class Device:
         Adopt an engine's stream (an int cudaStream_t/hipStream_t, an object with __cuda_stream__ such as torch.cuda.Stream). ferry never destroys it; keep it alive while ferry uses the queue. The same handle gives the same Queue.
         """
 
-    def adopt_memory(self, pointer: int, size: int, owner: Queue, ready_after: TimelinePoint = ..., tag: str = '', keep: object | None = None) -> DeviceBuffer:
+    def adopt_memory(self, pointer: int, size: int, owner: Queue, ready_after: TimelinePoint = ..., tag: str = '', keep: object | None = None, on_release: Callable[[TimelinePoint], None] | None = None) -> DeviceBuffer:
         """
-        Adopt an engine's memory (a host pointer on the host backend, a device pointer on CUDA/HIP) as a DeviceBuffer owned by `owner`. ferry never frees it; the engine keeps it allocated until the buffer's release point is reached. `keep` (optional) is held until the buffer is released and its handle and every DLPack export are gone: pass the object that owns the memory (a torch tensor) and its stream-ordered free on the owner then follows the release, which orders the owner after every ferry copy.
+        Adopt an engine's memory (a host pointer on the host backend, a device pointer on CUDA/HIP) as a DeviceBuffer owned by `owner`. ferry never frees it; the engine keeps it allocated until the buffer's release point is reached. `keep` (optional) is held until the buffer is released and its handle and every DLPack export are gone: pass the object that owns the memory (a torch tensor) and its stream-ordered free on the owner then follows the release, which orders the owner after every ferry copy. `on_release` (optional, a callable) is called once, with the GIL, when the handle and every export are gone: with the release point (a TimelinePoint on the owner, empty once the device is closed), before `keep` is dropped. Memory reused on another queue after that point is never reused under a ferry copy or an owner's read before it.
         """
 
     def create_semaphore(self, initial: int = 0) -> TimelineSemaphore: ...

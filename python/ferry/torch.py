@@ -6,15 +6,19 @@ structure, with the destination memory owned by the stream that will use it:
 
 - **One allocation.** The CPU tensors of the structure are laid out in one byte range
   (each leaf at a 256-byte aligned offset, which satisfies every dtype's alignment). With
-  ``mode="torch"`` (the default) that range is ``torch.empty(total, dtype=torch.uint8)``
-  from PyTorch's caching allocator, allocated on ``target_stream``, so PyTorch's counters,
-  snapshots and temporaries see one pool; the leaves are views into it. ferry adopts it
-  (``Device.adopt_memory``, owner = the adopted target stream) and fills it with one batch
-  ``upload_into`` on its transfer stream, which waits on the GPU for the target stream's
-  work enqueued before the call (a reused block is never overwritten while earlier work on
-  the target stream still reads it). With ``mode="ferry"`` the range comes from ferry's
-  stream-ordered pool with the target stream as owner and reaches PyTorch through DLPack;
-  freeing the tensors releases it, stream-ordered on the target stream.
+  ``mode="torch"`` (the default) that range comes from PyTorch's caching allocator, so
+  PyTorch's counters, snapshots, ``empty_cache()`` and its out-of-memory retry see one pool;
+  the leaves are views into it. It is allocated on a stream of ferry's own that runs no work,
+  one per target stream, so the caching allocator hands it out again only to ferry, and
+  ferry records the point at which each range it lets go of stops being used on the target.
+  ferry adopts the range (``Device.adopt_memory``, owner = the adopted target stream) and
+  fills it with one batch ``upload_into`` on its transfer stream, which waits on the GPU only
+  for the release points of the earlier destinations the range overlaps: never for unrelated
+  compute queued on the target before the call, and a reused block is never overwritten
+  while earlier work on the target still reads it. With ``mode="ferry"`` the range comes
+  from ferry's own stream-ordered pool with the target stream as owner, a second pool beside
+  PyTorch's. Either way the results reach PyTorch through DLPack and freeing them releases
+  the range, stream-ordered on the target stream.
 - **The wait goes where the caller puts it; no host sync.** The results are the target
   stream's memory, and one stream waits on the GPU for ferry's copy: ``wait_stream``, by
   default the stream current at the call. Called without a side stream (current == target),
@@ -23,9 +27,8 @@ structure, with the destination memory owned by the stream that will use it:
   pattern), ``side`` waits and ``main`` does not, so compute enqueued on ``main`` after the
   call overlaps the copy; ``main.wait_stream(side)`` then orders the use. The memory is
   still freed in ``main``'s order and never reused before its copy completes, even when the
-  results are dropped before anyone waits: the results are then a DLPack export whose
-  release makes ``main`` wait for the copy, and in ``mode="torch"`` PyTorch frees the
-  allocation (in ``main``'s pool, in its order) only after that release. Nobody calls
+  results are dropped before anyone waits: the release of the DLPack export makes ``main``
+  wait for the copy, and the range is reused only after that release point. Nobody calls
   ``record_stream``. Using the results on yet another stream needs the usual PyTorch care
   (``wait_stream``/``record_stream``).
 - **Sources.** Pinned CPU tensors (``t.is_pinned()``) of ``DMA_MIN_BYTES`` or more are
@@ -408,8 +411,9 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
             target does not wait at the call, so its compute enqueued after the call overlaps
             the copy, and the caller orders the use (``target.wait_stream(wait_stream)``), as
             with PyTorch's side-stream copies. The host never waits.
-        mode: "torch" (destination from PyTorch's caching allocator on target_stream) or
-            "ferry" (from ferry's pool, owned by target_stream, handed over through DLPack).
+        mode: "torch" (destination from PyTorch's caching allocator, reused by ferry after
+            its release point on target_stream) or "ferry" (from ferry's own pool, owned by
+            target_stream); handed over through DLPack either way.
 
     Returns:
         The same structure with device tensors.
@@ -495,42 +499,111 @@ class _nullcontext:
         return False
 
 
+class _AllocationStream:
+    """The destinations of ``mode="torch"`` for one target stream: PyTorch's caching allocator
+    on a stream of ferry's own that never runs work (``alloc``), with each range's release
+    point recorded when ferry lets go of it.
+
+    A block that the caching allocator hands out on the target stream is free in that
+    stream's order only, so a copy on another queue would have to wait for all the target's
+    queued work before writing it: the copy could never overlap compute enqueued before the
+    call. Blocks allocated on `alloc` are handed out again only on `alloc`, that is only to
+    ferry, and ferry knows when each range it freed stops being used: its release point on
+    the target, recorded before the block goes back to the caching allocator. A copy into a
+    range waits for the release points of the earlier destinations it overlaps, and for
+    nothing else. The memory stays PyTorch's: it is counted in ``memory_reserved()``,
+    ``empty_cache()`` returns it, and an allocation that would run out of memory makes the
+    caching allocator free these cached blocks (its cudaFree waits for the device) and retry.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.alloc = torch.cuda.Stream(device)
+        self.lock = threading.Lock()
+        # (start, end, point): ranges ferry let go of whose release point may not be reached.
+        self.freed: list[tuple[int, int, _ferry.TimelinePoint]] = []
+
+    def allocate(self, nbytes: int) -> tuple[int, _ferry.TimelinePoint | None]:
+        """A device pointer to `nbytes` bytes and the point a writer must wait for (None: the
+        range is unused)."""
+        ptr = torch.cuda.caching_allocator_alloc(nbytes, self.device, self.alloc)
+        end = ptr + nbytes
+        wait = None
+        with self.lock:
+            kept = []
+            for entry in self.freed:
+                start, stop, point = entry
+                if point.reached():
+                    continue
+                kept.append(entry)
+                if start < end and ptr < stop and (wait is None or point.value > wait.value):
+                    wait = point
+            self.freed = kept
+        return ptr, wait
+
+    def release(self, ptr: int, nbytes: int, point: _ferry.TimelinePoint) -> None:
+        """Let go of a range once ferry's adoption of it is released at `point`: recorded
+        before the caching allocator may hand it out again."""
+        try:
+            if not point.empty and not point.reached():
+                with self.lock:
+                    self.freed.append((ptr, ptr + nbytes, point))
+        finally:
+            torch.cuda.caching_allocator_delete(ptr)
+
+
+_alloc_streams: dict[tuple[int, int], _AllocationStream] = {}
+
+
+def _allocation_stream(dev_t: torch.device, target_stream: Any) -> _AllocationStream:
+    """The allocation stream of a target stream (one per native handle, made on first use):
+    every range freed on it was released on that target, so the release points it records are
+    points of one timeline and the latest overlapping one covers them all."""
+    key = (dev_t.index, int(target_stream.cuda_stream))
+    with _lock:
+        a = _alloc_streams.get(key)
+        if a is None:
+            a = _AllocationStream(dev_t)
+            _alloc_streams[key] = a
+        return a
+
+
 def _upload_torch(dev, xfer, owner, target_waits, sources, offsets, total, dev_t, target_stream, wait_stream):
-    """mode="torch": one torch allocation on the target stream, adopted and filled by ferry.
-    The target (the owner) waits for the copy when `target_waits`, else `wait_stream` does."""
+    """mode="torch": one block of PyTorch's caching allocator (see _AllocationStream), adopted
+    and filled by ferry. The target (the owner) waits for the copy when `target_waits`, else
+    `wait_stream` does."""
     if total == 0:
         whole = torch.empty(0, dtype=torch.uint8, device=dev_t)
         return _views(whole, sources, offsets)
+    pinned, pageable = _split(dev, sources, offsets)
     if dev_t.type == "cpu":
         whole = torch.empty(total, dtype=torch.uint8)
-    else:
-        with torch.cuda.stream(target_stream):
-            whole = torch.empty(total, dtype=torch.uint8, device=dev_t)
-    pinned, pageable = _split(dev, sources, offsets)
-    # `whole` is free in the target stream's order from its point now on: the copies wait for
-    # that point (the adoption's ready_after) and nothing else uses `whole` before them.
-    if target_waits:
         adopted = dev.adopt_memory(whole.data_ptr(), total, owner, ready_after=owner.mark(), tag="ferry.torch.to")
         try:
             _fill(xfer, adopted, pinned, pageable)
         finally:
-            # Ends ferry's use: the owner (target stream) already waits for the copy, so the
-            # caching allocator's stream-ordered reuse of `whole` comes after it.
             done = adopted.release()
-        if dev_t.type == "cpu":
-            done.wait()
+        done.wait()
         return _views(whole, sources, offsets)
-    # The target does not wait at the call. The results are a DLPack export of the adopted
-    # range, which the wait stream waits for; the adoption keeps `whole`, so PyTorch frees it
-    # only once the last result is gone and ferry's release has made the target wait for the
-    # copy: the block is reused in the target's order, never under the copy, and stays in the
-    # target stream's pool (no stream-use record holds it back meanwhile).
-    adopted = dev.adopt_memory(whole.data_ptr(), total, owner, ready_after=owner.mark(), tag="ferry.torch.to",
-                               keep=whole)
-    del whole
-    _fill(xfer, adopted, pinned, pageable, owner_waits=False)
-    handle = int(wait_stream.cuda_stream)
-    exported = torch.from_dlpack(adopted.__dlpack__(stream=handle if handle else 1))
+    alloc = _allocation_stream(dev_t, target_stream)
+    ptr, wait = alloc.allocate(total)
+    try:
+        after = {} if wait is None else {"ready_after": wait}
+        adopted = dev.adopt_memory(ptr, total, owner, tag="ferry.torch.to",
+                                   on_release=lambda point: alloc.release(ptr, total, point), **after)
+    except BaseException:
+        torch.cuda.caching_allocator_delete(ptr)
+        raise
+    # The results are a DLPack export of the adopted range. When the last one is gone, ferry
+    # releases the range on the target (ordering the target after the copy when it did not
+    # wait for it) and hands the block back with that release point.
+    _fill(xfer, adopted, pinned, pageable, owner_waits=target_waits)
+    if target_waits:
+        exported = torch.from_dlpack(adopted.__dlpack__(stream=-1))  # the target already waits
+    else:
+        handle = int(wait_stream.cuda_stream)
+        exported = torch.from_dlpack(adopted.__dlpack__(stream=handle if handle else 1))
+    del adopted
     return _views(exported, sources, offsets)
 
 

@@ -123,12 +123,43 @@ struct BufferState {
   /// `keep`). Declared first, so destroyed after `buffer`: the object (the engine's
   /// allocation, say) outlives the release, whose point the owner queue is ordered after.
   PyKeep keep;
+  /// Called once with the release point when the last owner is gone (Device.adopt_memory's
+  /// `on_release`), before `keep` is dropped: an engine that reuses the memory on another
+  /// queue orders that reuse after the point.
+  PyKeep on_release;
   ferry::DeviceBuffer buffer;
-  ferry::TimelinePoint ready{};  ///< the last copy into it known to the bindings
+  ferry::TimelinePoint released{};  ///< the point of an explicit release, if any
+  ferry::TimelinePoint ready{};     ///< the last copy into it known to the bindings
   ferry::Backend backend = ferry::Backend::host;
   int ordinal = 0;
   PyDevice device;
   std::atomic<int> exports{0};
+
+  BufferState() = default;
+  BufferState(const BufferState&) = delete;
+  BufferState& operator=(const BufferState&) = delete;
+  ~BufferState() {
+    if (!on_release.object.is_valid()) return;
+    ferry::TimelinePoint point = released;
+    if (buffer.valid()) {
+      try {
+        point = buffer.release();
+      } catch (...) {
+        // A closed or failed device has no queue left to order a reuse after: the engine's
+        // memory is idle once the device is, so the callback gets an empty point.
+        point = {};
+      }
+    }
+    nb::gil_scoped_acquire gil;
+    try {
+      on_release.object(point);
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("ferry: the on_release callback of an adopted buffer");
+    } catch (...) {
+      // A destructor cannot propagate; the callback's own errors are reported above.
+    }
+    on_release.object.reset();
+  }
 };
 
 struct PyDeviceBuffer {
@@ -518,17 +549,20 @@ NB_MODULE(_ferry, m) {
                invalid("DeviceBuffer.release: " + std::to_string(b.s->exports.load()) +
                        " DLPack export(s) still use the buffer; it is released when the last one is dropped");
              }
-             return b.s->buffer.release();
+             b.s->released = b.s->buffer.release();
+             return b.s->released;
            },
            "Stream-ordered free on the owner queue; returns the free point (adopted memory: the point "
            "after which the engine may reuse it). Refused while DLPack exports are alive.")
       .def("release_after", [](PyDeviceBuffer& b, const ferry::TimelinePoint& p) {
              if (b.s->exports.load() > 0) invalid("DeviceBuffer.release_after: DLPack exports still use the buffer");
-             return b.s->buffer.release_after(p);
+             b.s->released = b.s->buffer.release_after(p);
+             return b.s->released;
            }, "point"_a, "Stream-ordered free once the owner has waited for `point`.")
       .def("release_unordered", [](PyDeviceBuffer& b) {
              if (b.s->exports.load() > 0) invalid("DeviceBuffer.release_unordered: DLPack exports still use the buffer");
-             return b.s->buffer.release_unordered();
+             b.s->released = b.s->buffer.release_unordered();
+             return b.s->released;
            },
            "Adopted memory only: end ferry's use without making the owner wait for a copy in flight; "
            "returns the point at which every ferry access completes. The caller orders the memory's "
@@ -656,22 +690,32 @@ NB_MODULE(_ferry, m) {
            "__cuda_stream__ such as torch.cuda.Stream). ferry never destroys it; keep it alive "
            "while ferry uses the queue. The same handle gives the same Queue.")
       .def("adopt_memory", [](PyDevice& d, std::uint64_t pointer, std::uint64_t size, const ferry::Queue& owner,
-                              const ferry::TimelinePoint& ready_after, const std::string& tag, nb::object keep) {
+                              const ferry::TimelinePoint& ready_after, const std::string& tag, nb::object keep,
+                              nb::object on_release) {
+             if (!on_release.is_none() && !PyCallable_Check(on_release.ptr())) {
+               invalid("Device.adopt_memory: on_release (a " + std::string(Py_TYPE(on_release.ptr())->tp_name) +
+                       ") is not callable");
+             }
              ferry::AdoptOptions o;
              o.ready_after = ready_after;
              o.tag = tag;
              PyDeviceBuffer b =
                  wrap(d.device.adopt_memory(ferry::NativeMemory{.pointer = pointer}, size, owner, std::move(o)), d);
              if (!keep.is_none()) b.s->keep.object = std::move(keep);
+             if (!on_release.is_none()) b.s->on_release.object = std::move(on_release);
              return b;
            }, "pointer"_a, "size"_a, "owner"_a, "ready_after"_a = ferry::TimelinePoint{}, "tag"_a = "",
-           "keep"_a = nb::none(),
+           "keep"_a = nb::none(), "on_release"_a = nb::none(),
            "Adopt an engine's memory (a host pointer on the host backend, a device pointer on "
            "CUDA/HIP) as a DeviceBuffer owned by `owner`. ferry never frees it; the engine keeps "
            "it allocated until the buffer's release point is reached. `keep` (optional) is held "
            "until the buffer is released and its handle and every DLPack export are gone: pass "
            "the object that owns the memory (a torch tensor) and its stream-ordered free on the "
-           "owner then follows the release, which orders the owner after every ferry copy.")
+           "owner then follows the release, which orders the owner after every ferry copy. "
+           "`on_release` (optional, a callable) is called once, with the GIL, when the handle and "
+           "every export are gone: with the release point (a TimelinePoint on the owner, empty "
+           "once the device is closed), before `keep` is dropped. Memory reused on another queue "
+           "after that point is never reused under a ferry copy or an owner's read before it.")
       .def("create_semaphore", [](PyDevice& d, std::uint64_t initial) { return d.device.create_semaphore(initial); },
            "initial"_a = 0)
       .def_prop_ro("pool", [](const PyDevice& d) { (void)d.device.pool(); return PyPool{d}; })

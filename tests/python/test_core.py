@@ -184,6 +184,48 @@ def test_adopted_memory_keeps_its_owner_until_the_release_and_every_export_are_g
     assert held() is None
 
 
+def test_adopted_memory_reports_its_release_point_once_every_owner_is_gone(dev):
+    # `on_release` gets the release point once the handle and every export are gone, before
+    # `keep` is dropped: an engine that reuses the memory on another queue waits for it.
+    import gc
+
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    memory = np.zeros(4096, dtype=np.uint8)
+    calls = []
+
+    class Keep:
+        def __del__(self):
+            calls.append("keep dropped")
+
+    adopted = dev.adopt_memory(memory.ctypes.data, 4096, q, keep=Keep(),
+                               on_release=lambda point: calls.append(point))
+    xfer.upload_into([b"\x09" * 4096], adopted, [0], owner_waits=False)
+    view = np.from_dlpack(adopted)
+    del adopted
+    gc.collect()
+    assert calls == [], "on_release ran while an export still used the memory"
+    assert (view == 9).all()
+    del view
+    gc.collect()
+    assert len(calls) == 2 and calls[1] == "keep dropped", calls
+    point = calls[0]
+    assert isinstance(point, ferry.TimelinePoint) and not point.empty
+    point.wait()
+    assert (memory == 9).all()
+    # An explicit release reports the point it returned.
+    calls.clear()
+    other = dev.adopt_memory(memory.ctypes.data, 64, q, on_release=lambda point: calls.append(point))
+    released = other.release()
+    assert calls == []
+    del other
+    gc.collect()
+    assert len(calls) == 1 and calls[0].value == released.value
+    with pytest.raises(ferry.Error) as e:
+        dev.adopt_memory(memory.ctypes.data, 64, q, on_release=42)
+    assert e.value.code == "invalid_argument" and "on_release" in e.value.message
+
+
 def test_pool_budget_snapshot_and_exports(dev, tmp_path):
     q = dev.queue(ferry.QueueRole.compute)
     b = dev.pool.allocate(1 << 20, q, tag="python")

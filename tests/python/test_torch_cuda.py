@@ -82,58 +82,68 @@ def test_the_target_stream_never_reads_stale_data():
         assert int(total) == int(src.sum(dtype=torch.int64)), trial
 
 
-@pytest.mark.parametrize("mode", ["torch"])
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
 def test_a_reused_block_is_not_overwritten_while_earlier_work_reads_it(mode):
-    stream = torch.cuda.Stream()
-    n = 32 << 20
-    src = torch.full((n,), 2, dtype=torch.uint8)
-    with torch.cuda.stream(stream):
-        old = torch.full((n,), 1, dtype=torch.uint8, device="cuda")
-        address = old.data_ptr()
-        torch.cuda._sleep(500_000_000)  # keeps the stream busy before the read below
-        copy_of_old = old.clone()       # reads `old` after the sleep
-        del old                         # stream-ordered free: the next allocation reuses it
-        new = ft.to(src, "cuda", target_stream=stream, mode=mode)
-    assert new.data_ptr() == address, "the caching allocator did not reuse the block; the test saw nothing"
-    stream.synchronize()
-    assert int(copy_of_old.sum()) == n       # the earlier read saw the old bytes
-    assert int(new.sum(dtype=torch.int64)) == 2 * n
-
-
-def test_ferry_mode_reuses_its_block_only_after_the_target_stream_read_it():
+    # The next call's destination is the block of a result dropped while the target stream
+    # still has to read it: the copy must wait for that read.
     stream = torch.cuda.Stream()
     n = 32 << 20
     ones = torch.full((n,), 1, dtype=torch.uint8).pin_memory()
     twos = torch.full((n,), 2, dtype=torch.uint8).pin_memory()
     with torch.cuda.stream(stream):
-        a = ft.to(ones, "cuda", target_stream=stream, mode="ferry")
+        a = ft.to(ones, "cuda", target_stream=stream, mode=mode)
         address = a.data_ptr()
         torch.cuda._sleep(500_000_000)  # keeps the stream busy before the read below
         total = a.sum(dtype=torch.int64)  # reads `a` after the sleep
-        del a                           # stream-ordered release of the block
-        b = ft.to(twos, "cuda", target_stream=stream, mode="ferry")
-    assert b.data_ptr() == address, "ferry's pool did not reuse the block; the test saw nothing"
+        del a                           # released in the stream's order
+        b = ft.to(twos, "cuda", target_stream=stream, mode=mode)
+    assert b.data_ptr() == address, "the block was not reused; the test saw nothing"
     stream.synchronize()
     assert int(total) == n               # the read saw the old bytes
     assert int(b.sum(dtype=torch.int64)) == 2 * n
 
 
-def test_ferry_mode_copy_overlaps_the_compute_queued_on_the_target():
-    # mode="ferry" takes a block whose free point it knows, so its copy does not wait for the
-    # target stream's compute queued before the call (mode="torch" does: see the docs).
+@pytest.mark.parametrize("mode", ["torch", "ferry"])
+def test_the_copy_overlaps_the_compute_queued_on_the_target(mode):
+    # Both modes take a block whose free point ferry knows, so the copy does not wait for the
+    # target stream's compute queued before the call.
     stream = torch.cuda.Stream()
     pinned = torch.arange(1 << 20, dtype=torch.float32).pin_memory()
     pageable = torch.arange(1000, dtype=torch.int64)
     with torch.cuda.stream(stream):
-        warm = ft.to({"a": pinned, "b": pageable}, "cuda", target_stream=stream, mode="ferry")
+        warm = ft.to({"a": pinned, "b": pageable}, "cuda", target_stream=stream, mode=mode)
         del warm
         torch.cuda._sleep(400_000_000)  # compute queued before the call
-        r = ft.to({"a": pinned, "b": pageable}, "cuda", target_stream=stream, mode="ferry")
+        r = ft.to({"a": pinned, "b": pageable}, "cuda", target_stream=stream, mode=mode)
         ft.synchronize()                # every ferry copy done ...
         busy = not stream.query()       # ... while the target stream still computes
     stream.synchronize()
     assert busy
     assert torch.equal(r["a"].cpu(), pinned) and torch.equal(r["b"].cpu(), pageable)
+
+
+def test_pytorch_running_out_of_memory_takes_the_idle_destinations():
+    # mode="torch" draws its destinations from PyTorch's caching allocator: once dropped they
+    # are PyTorch's cached memory, which an allocation that would otherwise fail takes back.
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info()
+    chunk = 1 << 30
+    src = torch.full((chunk,), 5, dtype=torch.uint8).pin_memory()
+    results = []
+    while len(results) * chunk < free - 8 * chunk:
+        results.append(ft.to(src, "cuda"))
+    filled = len(results) * chunk
+    assert int(results[-1][:4096].sum()) == 5 * 4096
+    del results
+    ft.synchronize()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_reserved() >= filled, "the destinations were not left in PyTorch's cache"
+    big = torch.empty(free - 4 * chunk, dtype=torch.uint8, device="cuda")  # needs the cached memory
+    big.fill_(1)
+    torch.cuda.synchronize()
+    del big
+    torch.cuda.empty_cache()
 
 
 def test_default_target_is_the_current_stream_and_the_host_is_not_synchronized():
