@@ -83,7 +83,7 @@ from torch.overrides import TorchFunctionMode
 from . import _ferry
 from ._error import Error
 
-__all__ = ["to", "engine", "synchronize", "held_sources", "ALIGNMENT", "DMA_MIN_BYTES"]
+__all__ = ["to", "stash", "Stash", "engine", "synchronize", "held_sources", "ALIGNMENT", "DMA_MIN_BYTES"]
 
 #: Offset alignment of every leaf inside the structure's allocation, in bytes. It is also
 #: the core's padding limit (UploadOptions::kPaddingLimit): with every leaf aligned to it, a
@@ -687,3 +687,260 @@ def _upload_pinned(xfer, destination, pinned, owner_waits):
         # After an error the copies enqueued so far still read their sources: they are held
         # until every copy enqueued on the executor completes.
         _hold(done if done is not None else xfer.executor.mark(), [s for s, _, _ in pinned])
+
+
+# ---------------------------------------------------------------------------------------------
+# Stashing device state in pinned host memory
+
+
+class _StashGroup:
+    """The stashed tensors that share one device storage, and where its bytes live in the
+    stash's host memory."""
+
+    __slots__ = ("tensors", "layouts", "nbytes", "offset")
+
+    def __init__(self, nbytes: int, offset: int):
+        self.tensors: list[torch.Tensor] = []
+        # Each tensor's (dtype, shape, stride, storage offset in elements) in the storage.
+        self.layouts: list[tuple[torch.dtype, torch.Size, tuple[int, ...], int]] = []
+        self.nbytes = nbytes
+        self.offset = offset
+
+
+def _repoint(group: _StashGroup, storage: torch.UntypedStorage, base: int, device: torch.device) -> None:
+    """Point every tensor of `group` at its place in `storage` (`base` bytes in), keeping each
+    one's identity, dtype, shape, strides and offset: views of one storage stay views of one
+    storage."""
+    for t, (dtype, shape, stride, offset) in zip(group.tensors, group.layouts):
+        e = torch.empty(0, dtype=dtype).element_size()
+        view = torch.empty(0, dtype=dtype, device=device).set_(storage, base // e + offset, shape, stride)
+        t.data = view
+
+
+class Stash:
+    """CUDA tensors stashed in pinned host memory by ``ferry.torch.stash``; see there.
+
+    States: *stashed* (the tensors are CPU tensors over the host copy), then *restoring* after
+    ``restore`` (device tensors whose bytes arrive on the device), then *restored* once
+    ``wait`` ordered a stream after the copy. Not thread-safe: one thread drives a Stash.
+    """
+
+    def __init__(self, groups, host, host_buffer, device, dev, xfer, ready):
+        self._groups: list[_StashGroup] = groups
+        self._host = host                # pinned uint8 tensor holding every group's bytes
+        self._host_buffer = host_buffer  # it, adopted for DMA
+        self._device = device
+        self._dev = dev
+        self._xfer = xfer
+        self._ready = ready              # the point at which the host copy is complete
+        self._adopted: list[Any] = []    # the restore's destinations until wait()
+        self._restored = None            # the point at which the restore's bytes are in place
+        self._state = "stashed"
+
+    @property
+    def state(self) -> str:
+        """"stashed", "restoring" or "restored"."""
+        return self._state
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of device storage stashed (one per storage, shared by its views)."""
+        return sum(g.nbytes for g in self._groups)
+
+    @property
+    def ready(self) -> _ferry.TimelinePoint:
+        """The point at which the host copy is complete (its CPU tensors may be read)."""
+        return self._ready
+
+    def synchronize(self) -> None:
+        """Wait on the host until the host copy is complete: the stashed tensors' CPU data may
+        then be read (a checkpoint, say)."""
+        self._ready.wait()
+
+    def restore(self, *, target_stream: Any = None) -> None:
+        """Copy the state back into fresh device storage allocated on `target_stream`'s pool
+        (default: the current stream) and point every stashed tensor at it, in place.
+
+        The copy runs on ferry's transfer stream. It waits for the target's work enqueued
+        before the call (the caching allocator's order for the new blocks, which may reuse
+        memory the target freed) and for nothing else; the target does not wait for it. Call
+        ``wait(stream)`` before a stream reads the tensors (a backward hook, or before
+        ``optimizer.step()``): that stream then waits on the device, the host never does.
+
+        Raises:
+            ferry.Error: the Stash is not stashed, or `target_stream` is not a stream of the
+            tensors' device.
+        """
+        if self._state != "stashed":
+            raise Error("invalid_argument", f"Stash.restore: the stash is {self._state}, not stashed")
+        _check_stream("target_stream", target_stream)
+        if target_stream is None:
+            target_stream = torch.cuda.current_stream(self._device)
+        elif torch.device(target_stream.device) != self._device:
+            raise Error("invalid_argument",
+                        f"Stash.restore: target_stream is a stream of {target_stream.device}, not of {self._device}")
+        backend = _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
+        owner = _adopted_queue((backend, self._device.index), self._dev, target_stream)
+        with torch.cuda.stream(target_stream):
+            blocks = [torch.empty(g.nbytes, dtype=torch.uint8, device=self._device) for g in self._groups]
+        after = owner.mark()  # the new blocks are free in the target's order from here on
+        done = None
+        try:
+            for g, block in zip(self._groups, blocks):
+                a = self._dev.adopt_memory(block.data_ptr(), g.nbytes, owner, ready_after=after,
+                                           tag="ferry.torch.stash")
+                self._adopted.append(a)
+                done = self._xfer.upload_into(self._host_buffer, a, 0, source_offset=g.offset, size=g.nbytes,
+                                              owner_waits=False, destination_unused=True)
+        except BaseException:
+            self._finish()  # the target waits for what was enqueued; the tensors stay on the host
+            raise
+        for g, block in zip(self._groups, blocks):
+            _repoint(g, block.untyped_storage(), 0, self._device)
+        self._restored = done
+        self._state = "restoring"
+
+    def wait(self, stream: Any = None) -> None:
+        """Make `stream` (default: the current stream) wait on the device for the restore, and
+        end ferry's use of the restored memory: from then on it is the target stream's like any
+        tensor's, and the pinned host memory goes back once the copy completes."""
+        if self._state == "stashed":
+            raise Error("invalid_argument", "Stash.wait: the stash was not restored (call restore() first)")
+        _check_stream("stream", stream)
+        if stream is None:
+            stream = torch.cuda.current_stream(self._device)
+        if self._restored is not None:
+            backend = _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
+            _adopted_queue((backend, self._device.index), self._dev, stream).wait(self._restored)
+        self._finish()
+        self._state = "restored"
+
+    def _finish(self) -> None:
+        # Releasing an adoption orders its owner (the target) after ferry's copy into it, so the
+        # memory is never freed or reused under the copy; the host copy is held until the copy
+        # completes.
+        for a in self._adopted:
+            a.release()
+        self._adopted = []
+        if self._host is not None:
+            _hold(self._xfer.executor.mark(), [self._host])
+            self._host = None
+
+    def __del__(self):
+        if self._adopted:
+            try:
+                self._finish()
+            except Exception:  # pragma: no cover - a closed device at interpreter exit
+                pass
+
+
+def stash(tensors: Any, *, stream: Any = None) -> Stash:
+    """Stash CUDA tensors (parameters, optimizer state, views of them) in pinned host memory
+    and free their device storage, with no host wait and no ``record_stream``.
+
+    - One D2H copy per storage, on ferry's transfer stream, into one pinned host allocation,
+      after the work `stream` (default: the current stream) has enqueued so far.
+    - The device storage is freed at once, in `stream`'s order: `stream` waits on the device
+      for the copy first, so the caching allocator hands the bytes out again only after the
+      copy has read them. `stream` must be the stream the storages were allocated on (the
+      caching allocator reuses a block in its allocation stream's order), as with PyTorch's
+      own ``resize_(0)`` stashing.
+    - The tensors keep their identity, dtype, shape, strides and views of one another. While
+      stashed they are **CPU tensors over the host copy**: device code that reads one by
+      accident raises PyTorch's device-mismatch error instead of reading freed memory, and host
+      code may read them once the copy is complete (``Stash.synchronize()``, or the point
+      ``Stash.ready``).
+    - ``Stash.restore()`` brings them back; ``Stash.wait(stream)`` orders a stream after it.
+
+    Every tensor that uses a stashed storage must be passed: a view, an autograd saved tensor
+    or a ``.data`` alias left out would keep pointing at freed memory, so the call refuses a
+    storage that anything else still holds.
+
+    Raises:
+        ferry.Error: a non-tensor, a tensor not on one CUDA device (a stashed tensor is a CPU
+        tensor), a sparse, quantized, nested or meta tensor, a storage held by tensors that
+        were not passed, a bad `stream`. Nothing is copied or freed then.
+    """
+    items = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+    _check_stream("stream", stream)
+    unique: list[torch.Tensor] = []
+    seen: set[int] = set()
+    for i, t in enumerate(items):
+        if not isinstance(t, torch.Tensor):
+            raise Error("invalid_argument", f"ferry.torch.stash: item {i} is a {type(t).__name__}, not a tensor")
+        if t.is_nested or t.layout != torch.strided or t.is_quantized:
+            raise Error("unsupported", f"ferry.torch.stash: tensor {i} is not a plain strided tensor "
+                        f"({'nested' if t.is_nested else t.layout if t.layout != torch.strided else 'quantized'})")
+        if t.device.type != "cuda":
+            raise Error("invalid_argument", f"ferry.torch.stash: tensor {i} is on {t.device}, not a CUDA device "
+                        "(a stashed tensor is a CPU tensor until its stash is restored)")
+        if unique and t.device != unique[0].device:
+            raise Error("invalid_argument", f"ferry.torch.stash: tensor {i} is on {t.device}, the others on "
+                        f"{unique[0].device}: one stash holds one device's tensors")
+        if id(t) not in seen:
+            seen.add(id(t))
+            unique.append(t)
+    if not unique:
+        raise Error("invalid_argument", "ferry.torch.stash: no tensors to stash")
+    device = unique[0].device
+    if stream is None:
+        stream = torch.cuda.current_stream(device)
+    elif torch.device(stream.device) != device:
+        raise Error("invalid_argument", f"ferry.torch.stash: stream is a stream of {stream.device}, not of {device}")
+
+    groups: dict[int, _StashGroup] = {}
+    storages: dict[int, torch.UntypedStorage] = {}
+    total = 0
+    for t in unique:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        g = groups.get(key)
+        if g is None:
+            total = _align(total)
+            g = _StashGroup(storage.nbytes(), total)
+            total += g.nbytes
+            groups[key] = g
+            storages[key] = storage
+        g.tensors.append(t)
+        g.layouts.append((t.dtype, t.shape, t.stride(), t.storage_offset()))
+        del storage
+    # Every holder of a storage must be one of the tensors passed (plus the one storage
+    # object kept here): any other would read the storage after it is freed.
+    for key, g in groups.items():
+        holders = torch._C._storage_Use_Count(storages[key]._cdata) - 1
+        if holders > len(g.tensors):
+            i = next(j for j, t in enumerate(items) if t.untyped_storage().data_ptr() == key)
+            raise Error("invalid_argument",
+                        f"ferry.torch.stash: tensor {i}'s storage ({g.nbytes} bytes) is also held by "
+                        f"{holders - len(g.tensors)} tensor(s) or storage reference(s) that were not passed "
+                        "(a view, an autograd saved tensor, a .data alias): they would read freed memory; "
+                        "pass every tensor that uses it")
+    backend = _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
+    dev, xfer = engine(backend, device.index)
+    owner = _adopted_queue((backend, device.index), dev, stream)
+    _release_reached()
+    host = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=True)
+    host_buffer = dev.host_pool.adopt(host.data_ptr(), max(total, 1))
+    after = owner.mark()  # the work `stream` enqueued on the tensors so far
+    order = list(groups.items())
+    ready = None
+    adopted = []
+    try:
+        for key, g in order:
+            if g.nbytes == 0:
+                continue
+            a = dev.adopt_memory(key, g.nbytes, owner, ready_after=after, tag="ferry.torch.stash")
+            adopted.append(a)
+            ready = xfer.download(a, host_buffer, g.offset)
+    finally:
+        # The owner's release is ordered after each download's read: the caching allocator
+        # reuses the storage only after the copy.
+        for a in adopted:
+            a.release()
+        if ready is None:
+            ready = xfer.executor.mark()
+    host_storage = host.untyped_storage()
+    for key, g in order:
+        _repoint(g, host_storage, g.offset, torch.device("cpu"))
+    storages.clear()  # the last holders: the storages are freed here, in `stream`'s order
+    return Stash(list(groups.values()), host, host_buffer, device, dev, xfer, ready)

@@ -829,19 +829,26 @@ NB_MODULE(_ferry, m) {
            "during the call).")
       .def("upload_into", [](PyTransfer& t, nb::handle source, PyDeviceBuffer& destination, nb::object offsets,
                              bool owner_waits, std::vector<ferry::TimelinePoint> wait,
-                             std::vector<ferry::TimelinePoint> signal, bool destination_unused) {
+                             std::vector<ferry::TimelinePoint> signal, bool destination_unused,
+                             std::uint64_t source_offset, nb::object size) {
              ferry::UploadOptions o = upload_options(nb::cast(ferry::CopyMode::preallocated), "", false, owner_waits,
                                                      std::move(wait), std::move(signal));
              o.destination_unused = destination_unused;
              ferry::TimelinePoint p;
              if (nb::isinstance<PyHostBuffer>(source)) {
                const PyHostBuffer& h = nb::cast<const PyHostBuffer&>(source);
-               if (!offsets.is_none()) {
-                 // A HostBuffer at one destination offset: the whole of it, placed there.
-                 const auto offset = nb::cast<std::uint64_t>(offsets);
-                 const std::uint64_t bytes = h.buffer.size();
+               if (!offsets.is_none() || source_offset != 0 || !size.is_none()) {
+                 // A range of a HostBuffer (`size` bytes from `source_offset`, by default the
+                 // rest of it) at one destination offset; the core checks both ranges.
+                 const auto offset = offsets.is_none() ? std::uint64_t{0} : nb::cast<std::uint64_t>(offsets);
+                 const std::uint64_t total = h.buffer.size();
+                 if (source_offset > total) {
+                   invalid("Transfer.upload_into: source_offset " + std::to_string(source_offset) +
+                           " is past the end of the HostBuffer of " + std::to_string(total) + " bytes");
+                 }
+                 const std::uint64_t bytes = size.is_none() ? total - source_offset : nb::cast<std::uint64_t>(size);
                  nb::gil_scoped_release nogil;
-                 p = t.get().upload_into(h.buffer, 0, bytes, destination.s->buffer, offset, std::move(o));
+                 p = t.get().upload_into(h.buffer, source_offset, bytes, destination.s->buffer, offset, std::move(o));
                } else {
                  nb::gil_scoped_release nogil;
                  p = t.get().upload_into(h.buffer, destination.s->buffer, std::move(o));
@@ -865,9 +872,10 @@ NB_MODULE(_ferry, m) {
              return p;
            }, "source"_a, "destination"_a, "offsets"_a = nb::none(), nb::kw_only(), "owner_waits"_a = true,
            "wait"_a = std::vector<ferry::TimelinePoint>{}, "signal"_a = std::vector<ferry::TimelinePoint>{},
-           "destination_unused"_a = false,
+           "destination_unused"_a = false, "source_offset"_a = 0, "size"_a = nb::none(),
            "Copy into a caller-supplied destination: a HostBuffer (pinned: DMA from it; `offsets`, "
-           "when given, is the one destination offset it goes to, the other bytes are kept), or a "
+           "when given, is the one destination offset it goes to, the other bytes are kept; "
+           "`source_offset` and `size` select a range of it, by default all of it), or a "
            "list of contiguous buffers placed at `offsets` (staged; none may be empty). The "
            "executor waits for the destination owner's work so far (only for its ready_after and "
            "ferry's earlier copies with destination_unused, the caller's guarantee that nothing "

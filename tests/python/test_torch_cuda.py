@@ -335,3 +335,64 @@ def test_a_result_dropped_at_once_is_never_reused_under_its_copy(mode, source):
         wrong = int((x != 7).sum())
         assert wrong == 0, f"trial {trial}: {wrong} bytes of main's new tensor were overwritten by the copy"
         del x
+
+
+def test_stash_and_restore_keep_identity_views_and_bytes():
+    main = torch.cuda.current_stream()
+    base = torch.randn(1 << 20, device="cuda")
+    view = base[1000:3000].view(40, 50)
+    param = torch.nn.Parameter(torch.randn(333, 7, device="cuda", dtype=torch.float16))
+    state = torch.randint(0, 1 << 30, (12345,), device="cuda", dtype=torch.int64)
+    expect = [t.detach().cpu().clone() for t in (base, view, param, state)]
+    ids = [id(t) for t in (base, view, param, state)]
+    s = ft.stash([base, view, param, state])
+    assert s.state == "stashed" and s.nbytes >= base.nbytes + param.nbytes + state.nbytes
+    for t in (base, view, param, state):
+        assert t.device.type == "cpu"
+    assert isinstance(param, torch.nn.Parameter)
+    with pytest.raises(RuntimeError):
+        torch.ones(4, device="cuda") + state[:4]  # a device read of a stashed tensor fails loudly
+    s.synchronize()
+    for t, e in zip((base, view, param, state), expect):
+        assert torch.equal(t.detach(), e)
+    assert view.data_ptr() - base.data_ptr() == 1000 * 4
+    s.restore()
+    assert s.state == "restoring"
+    s.wait(main)
+    assert s.state == "restored"
+    assert [id(t) for t in (base, view, param, state)] == ids
+    for t, e in zip((base, view, param, state), expect):
+        assert t.device.type == "cuda" and torch.equal(t.detach().cpu(), e)
+    assert view.data_ptr() - base.data_ptr() == 1000 * 4
+    view.fill_(7)  # still a view of base
+    assert int((base[1000:3000] == 7).sum()) == 2000
+
+
+def test_stash_frees_at_once_and_nothing_written_after_it_reaches_the_copy():
+    # The stash frees the storage at once: main's next allocation of the same size gets the
+    # same block and writes it immediately. The host copy and the restore must hold the
+    # stashed bytes all the same.
+    n = 64 << 20
+    tensors = [torch.full((n,), i + 1, dtype=torch.uint8, device="cuda") for i in range(8)]
+    torch.cuda.synchronize()
+    for step in range(4):
+        torch.cuda._sleep(50_000_000)  # queued work before the stash, as in a real step
+        s = ft.stash(tensors)
+        scratch = [torch.full((n,), 0xEE, dtype=torch.uint8, device="cuda") for _ in tensors]
+        s.synchronize()
+        bad = [i for i, t in enumerate(tensors) if int((t != i + 1).sum())]
+        assert bad == [], f"step {step}: host copies {bad} hold bytes written after the stash freed them"
+        del scratch
+        s.restore()
+        s.wait()
+        bad = [i for i, t in enumerate(tensors) if int((t != i + 1).sum())]
+        assert bad == [], f"step {step}: restored tensors {bad} are corrupt"
+
+
+def test_stash_refuses_a_storage_that_an_unpassed_view_still_uses():
+    base = torch.zeros(1 << 16, device="cuda")
+    view = base[:100]  # noqa: F841 - held, not passed
+    with pytest.raises(ferry.Error) as e:
+        ft.stash([base])
+    assert e.value.code == "invalid_argument" and "not passed" in e.value.message
+    assert base.device.type == "cuda"  # untouched

@@ -164,3 +164,20 @@ def test_a_tensor_requiring_grad_on_the_target_device_is_returned_as_it_is():
     w = torch.ones(4, device="cuda", requires_grad=True)
     r = ft.to({"w": w}, "cuda")
     assert r["w"] is w
+
+
+@pytest.mark.parametrize("bad, what", [
+    ([], "no tensors"),
+    ([3], "not a tensor"),
+    ([torch.zeros(4)], "not a CUDA device"),
+])
+def test_stash_refuses_what_it_cannot_stash(bad, what):
+    with pytest.raises(ferry.Error) as e:
+        ft.stash(bad)
+    assert e.value.code == "invalid_argument" and what in e.value.message
+
+
+def test_stash_refuses_a_stream_that_is_not_a_stream():
+    with pytest.raises(ferry.Error) as e:
+        ft.stash([torch.zeros(4)], stream=42)
+    assert e.value.code == "invalid_argument" and "torch.cuda.Stream" in e.value.message
