@@ -91,8 +91,7 @@ Bars (PASS/FAIL, measured in the same run):
   The other mode's figures are reported beside them. A bar whose figure is missing (no trace)
   reads ``----`` and is not counted.
 - Seed workload, compute_first order: ferry's peak reserved ≤ 1.02 × blocking's and ferry's
-  wall per step ≤ side_stream's (a bar for mode="ferry", reported for mode="torch", whose
-  copy follows the compute the step enqueued before the call).
+  wall per step ≤ 1.02 × side_stream's, for both modes.
 - ferry's copy GB/s ≥ 0.98 × torch's pinned ``.to(non_blocking=True)``; from pageable sources
   ferry's host time in the call ≤ 0.25 × and its bandwidth ≥ 4 × torch's pageable
   ``.to(non_blocking=True)``; the KJT-shaped batch in one allocation and one upload per call;
@@ -1199,15 +1198,12 @@ def compute_bars(results, references, checks, mode="torch"):
                      r["peak_reserved_bytes"] <= lim, "bytes", r)
         s = seed_row(r, "side_stream")
         if s:
-            # The seed's step calls the copy after enqueueing its compute. mode="torch" takes
-            # its memory from PyTorch's allocator, free only in the target stream's order at the
-            # call, so its copy follows that compute by construction: reported. mode="ferry"
-            # knows its block's free point and is the mode for this call order: the bar.
-            torch_mode = r["strategy"] == "ferry_torch"
-            bars.add(f"{where} wall per step ≤ side_stream's" +
-                     (" (mode=torch: its copy follows the compute enqueued before the call)" if torch_mode else ""),
-                     r["wall_ms_per_step"], s["wall_ms_per_step"], r["wall_ms_per_step"] <= s["wall_ms_per_step"],
-                     "ms", r, report_only=torch_mode)
+            # The seed's step calls the copy after enqueueing its compute: both modes take a
+            # block whose free point ferry knows, so the copy overlaps that compute. Within
+            # 2% of the side stream's step, the tolerance of the order bars.
+            lim = 1.02 * s["wall_ms_per_step"]
+            bars.add(f"{where} wall per step ≤ 1.02 × side_stream's", r["wall_ms_per_step"], lim,
+                     r["wall_ms_per_step"] <= lim, "ms", r)
 
     # The copies alone are measured once per batch and strategy: the seed rows carry them.
     alone = {}
@@ -1383,6 +1379,8 @@ def parse_args(argv):
     ap.add_argument("--matmul-n", type=int, help=f"matrix size of the compute (default {DEFAULTS['matmul_n']})")
     ap.add_argument("--matmuls", type=int, help=f"matmuls per step (default {DEFAULTS['matmuls']})")
     ap.add_argument("--matmul-dtype", choices=("bf16", "fp32"), default="bf16")
+    ap.add_argument("--rejudge", metavar="RESULTS_JSON",
+                    help="judge a results.json again with this version's bars (rewrites its bars; runs nothing)")
     ap.add_argument("--out", default="seed-study", help="output directory (results.json, snapshots/, traces/)")
     args = ap.parse_args(argv)
     preset = QUICK if args.quick else DEFAULTS
@@ -1418,6 +1416,15 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.rejudge:
+        # The stored measurements, judged again by this version's bars: nothing is run.
+        path = pathlib.Path(args.rejudge)
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["bars"] = compute_bars(doc["results"], doc["references"], doc["checks"], doc["ferry_default_mode"])
+        path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        print_report(doc)
+        print(f"rewrote the bars of {path} ({len(doc['bars'])} bars)")
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print(f"seed_study: CUDA is not available to torch {torch.__version__} (built for CUDA "
               f"{torch.version.cuda or 'none'}): run it on a GPU machine, or pass --device cpu for the host smoke "
