@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Stashing GPU state to pinned host memory and back: ``ferry.torch.stash`` beside the ways
+PyTorch users do it today, in one process on one GPU.
+
+    PYTHONPATH=build/python python3 tools/python/stash_study.py [--tensors 64] [--mib 32]
+        [--steps 24] [--json FILE]
+
+The state is ``--tensors`` CUDA tensors of ``--mib`` MiB each (optimizer-state-shaped). Each
+step stashes the state, then runs a forward that allocates blocks of the same sizes on the
+main stream and writes them at once (the memory the stash freed), then restores the state
+and makes the main stream wait for it, then checks every state tensor's bytes on the GPU
+(the check is outside the timings). The ways:
+
+- ``record_stream``: EMS's way. Pinned CPU buffers; on a D2H side stream after
+  ``wait_stream(main)``, ``copy_(non_blocking=True)``; ``record_stream(d2h)`` then
+  ``untyped_storage().resize_(0)``. The restore: ``resize_`` back, H2D ``copy_`` on a side
+  stream after ``wait_stream(main)``, ``main.wait_stream(h2d)``.
+- ``host_sync``: the same, with a host ``synchronize()`` of the D2H event before
+  ``resize_(0)`` instead of ``record_stream``.
+- ``unsafe``: the same with neither (the NaN bug): the freed bytes are reused mid-copy.
+- ``ferry``: ``s = ferry.torch.stash(state)``, ``s.restore()``, ``s.wait(main)``.
+
+Printed per way: peak reserved, host time in the stash and restore calls (median per step),
+corrupt steps (a state tensor whose restored bytes differ), and the D2H and H2D bandwidth of
+one stash and one restore of the whole state on an idle GPU beside torch's pinned ``copy_``
+of the same bytes.
+
+Bars (same run): ferry's stash and restore bandwidth ≥ 0.95 × torch's pinned ``copy_``;
+ferry's peak reserved ≤ 1.02 × ``host_sync``'s; ferry's host time ≤ 1.5 × ``record_stream``'s;
+ferry's corrupt steps 0.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def gib(n):
+    return n / (1 << 30)
+
+
+def make_state(torch, count, nbytes):
+    return [torch.full((nbytes,), (i % 250) + 1, dtype=torch.uint8, device="cuda") for i in range(count)]
+
+
+def corrupt(torch, state):
+    bad = torch.zeros((), dtype=torch.int64, device="cuda")
+    for i, t in enumerate(state):
+        bad += (t != (i % 250) + 1).sum()
+    return int(bad) != 0
+
+
+def forward(torch, count, nbytes):
+    # Allocates what the stash freed and writes it at once.
+    return [torch.full((nbytes,), 0xEE, dtype=torch.uint8, device="cuda") for _ in range(count)]
+
+
+def run_torch_way(torch, way, count, nbytes, steps):
+    main = torch.cuda.current_stream()
+    d2h, h2d = torch.cuda.Stream(), torch.cuda.Stream()
+    state = make_state(torch, count, nbytes)
+    host = [torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(count)]
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    host_us, bad_steps = [], 0
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        d2h.wait_stream(main)
+        with torch.cuda.stream(d2h):
+            for t, h in zip(state, host):
+                h.copy_(t, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(d2h)
+        if way == "host_sync":
+            done.synchronize()
+        for t in state:
+            if way == "record_stream":
+                t.record_stream(d2h)
+            t.untyped_storage().resize_(0)
+        stash_us = (time.perf_counter() - t0) * 1e6
+        activations = forward(torch, count, nbytes)
+        del activations
+        t0 = time.perf_counter()
+        for t in state:
+            t.untyped_storage().resize_(nbytes)
+        h2d.wait_stream(main)
+        with torch.cuda.stream(h2d):
+            for t, h in zip(state, host):
+                t.copy_(h, non_blocking=True)
+        main.wait_stream(h2d)
+        host_us.append(stash_us + (time.perf_counter() - t0) * 1e6)
+        bad_steps += corrupt(torch, state)
+    torch.cuda.synchronize()
+    return {"way": way, "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "host_us_per_step": statistics.median(host_us), "corrupt_steps": bad_steps, "steps": steps}
+
+
+def run_ferry(torch, ft, count, nbytes, steps):
+    main = torch.cuda.current_stream()
+    state = make_state(torch, count, nbytes)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    host_us, bad_steps = [], 0
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        s = ft.stash(state)
+        stash_us = (time.perf_counter() - t0) * 1e6
+        activations = forward(torch, count, nbytes)
+        del activations
+        t0 = time.perf_counter()
+        s.restore()
+        s.wait(main)
+        host_us.append(stash_us + (time.perf_counter() - t0) * 1e6)
+        bad_steps += corrupt(torch, state)
+    torch.cuda.synchronize()
+    return {"way": "ferry", "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "host_us_per_step": statistics.median(host_us), "corrupt_steps": bad_steps, "steps": steps}
+
+
+def bandwidth(torch, ft, count, nbytes, reps=3):
+    """GB/s of one stash and one restore of the whole state on an idle GPU, and of torch's
+    pinned copy_ of the same bytes, best of `reps`."""
+    total = count * nbytes
+    state = make_state(torch, count, nbytes)
+    host = [torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(count)]
+    out = {"torch_d2h": 0.0, "torch_h2d": 0.0, "ferry_stash": 0.0, "ferry_restore": 0.0}
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for t, h in zip(state, host):
+            h.copy_(t, non_blocking=True)
+        torch.cuda.synchronize()
+        out["torch_d2h"] = max(out["torch_d2h"], total / (time.perf_counter() - t0) / 1e9)
+        t0 = time.perf_counter()
+        for t, h in zip(state, host):
+            t.copy_(h, non_blocking=True)
+        torch.cuda.synchronize()
+        out["torch_h2d"] = max(out["torch_h2d"], total / (time.perf_counter() - t0) / 1e9)
+        t0 = time.perf_counter()
+        s = ft.stash(state)
+        s.synchronize()
+        out["ferry_stash"] = max(out["ferry_stash"], total / (time.perf_counter() - t0) / 1e9)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        s.restore()
+        s.wait()
+        torch.cuda.synchronize()
+        out["ferry_restore"] = max(out["ferry_restore"], total / (time.perf_counter() - t0) / 1e9)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tensors", type=int, default=64)
+    ap.add_argument("--mib", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--json", default=None, help="also write the rows and bars to this file")
+    args = ap.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("stash_study: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import ferry.torch as ft
+    nbytes = args.mib << 20
+    rows = []
+    for way in ("record_stream", "host_sync", "unsafe"):
+        rows.append(run_torch_way(torch, way, args.tensors, nbytes, args.steps))
+        torch.cuda.empty_cache()
+    rows.append(run_ferry(torch, ft, args.tensors, nbytes, args.steps))
+    torch.cuda.empty_cache()
+    bw = bandwidth(torch, ft, args.tensors, nbytes)
+    print(f"stash study on {torch.cuda.get_device_name()} (torch {torch.__version__}): "
+          f"{args.tensors} x {args.mib} MiB, {args.steps} steps")
+    print(f"{'way':<14} {'peak reserved GiB':>18} {'host ms/step':>13} {'corrupt steps':>14}")
+    for r in rows:
+        print(f"{r['way']:<14} {gib(r['peak_reserved_bytes']):>18.3f} {r['host_us_per_step'] / 1e3:>13.3f} "
+              f"{r['corrupt_steps']:>8} of {r['steps']}")
+    print("bandwidth GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in bw.items()))
+    by = {r["way"]: r for r in rows}
+    f = by["ferry"]
+    bars = [
+        ("stash bandwidth ≥ 0.95 × torch D2H copy_", bw["ferry_stash"], 0.95 * bw["torch_d2h"], True),
+        ("restore bandwidth ≥ 0.95 × torch H2D copy_", bw["ferry_restore"], 0.95 * bw["torch_h2d"], True),
+        ("peak reserved ≤ 1.02 × host_sync's", f["peak_reserved_bytes"], 1.02 * by["host_sync"]["peak_reserved_bytes"],
+         False),
+        ("host time ≤ 1.5 × record_stream's", f["host_us_per_step"], 1.5 * by["record_stream"]["host_us_per_step"],
+         False),
+        ("corrupt steps = 0", f["corrupt_steps"], 0, False),
+    ]
+    verdicts = []
+    for name, value, limit, at_least in bars:
+        ok = value >= limit if at_least else value <= limit
+        verdicts.append({"name": name, "value": value, "limit": limit, "pass": ok})
+        print(f"  {'PASS' if ok else 'FAIL'} ferry {name}: {value:.4g} (limit {limit:.4g})")
+    print(f"{sum(v['pass'] for v in verdicts)} of {len(verdicts)} bars met")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows,
+                       "bandwidth_gbps": bw, "bars": verdicts}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
