@@ -707,20 +707,14 @@ class _StashGroup:
         self.offset = offset
 
 
-def _repoint(groups: list[_StashGroup], storage: torch.UntypedStorage, device: torch.device) -> None:
-    """Point every tensor of `groups` at its group's place in `storage` (each group's `offset`
-    bytes in), keeping each one's identity, dtype, shape, strides and offset: views of one
-    storage stay views of one storage. One typed tensor per dtype spans the storage, so each
-    tensor costs one view."""
-    typed: dict[torch.dtype, tuple[torch.Tensor, int]] = {}
-    for g in groups:
-        for t, (dtype, shape, stride, offset) in zip(g.tensors, g.layouts):
-            whole = typed.get(dtype)
-            if whole is None:
-                e = torch.empty(0, dtype=dtype).element_size()
-                whole = (torch.empty(0, dtype=dtype, device=device).set_(storage, 0, (storage.nbytes() // e,), (1,)), e)
-                typed[dtype] = whole
-            t.data = whole[0].as_strided(shape, stride, g.offset // whole[1] + offset)
+def _repoint(group: _StashGroup, storage: torch.UntypedStorage, base: int, device: torch.device) -> None:
+    """Point every tensor of `group` at its place in `storage` (`base` bytes in), keeping each
+    one's identity, dtype, shape, strides and offset: views of one storage stay views of one
+    storage."""
+    for t, (dtype, shape, stride, offset) in zip(group.tensors, group.layouts):
+        e = torch.empty(0, dtype=dtype).element_size()
+        view = torch.empty(0, dtype=dtype, device=device).set_(storage, base // e + offset, shape, stride)
+        t.data = view
 
 
 class Stash:
@@ -764,9 +758,8 @@ class Stash:
         self._ready.wait()
 
     def restore(self, *, target_stream: Any = None) -> None:
-        """Copy the state back into one fresh block allocated on `target_stream`'s pool
-        (default: the current stream), in the host copy's layout, and point every stashed
-        tensor at its place in it, in place: the restored tensors share one storage.
+        """Copy the state back into fresh device storage allocated on `target_stream`'s pool
+        (default: the current stream) and point every stashed tensor at it, in place.
 
         The copy runs on ferry's transfer stream. It waits for the target's work enqueued
         before the call (the caching allocator's order for the new blocks, which may reuse
@@ -788,20 +781,22 @@ class Stash:
                         f"Stash.restore: target_stream is a stream of {target_stream.device}, not of {self._device}")
         backend = _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
         owner = _adopted_queue((backend, self._device.index), self._dev, target_stream)
-        # One block in the host copy's layout, filled by one copy: the restored tensors share
-        # one storage, so stashing them again is one copy too.
-        nbytes = self._host_buffer.size
         with torch.cuda.stream(target_stream):
-            block = torch.empty(nbytes, dtype=torch.uint8, device=self._device)
-        after = owner.mark()  # the new block is free in the target's order from here on
+            blocks = [torch.empty(g.nbytes, dtype=torch.uint8, device=self._device) for g in self._groups]
+        after = owner.mark()  # the new blocks are free in the target's order from here on
+        done = None
         try:
-            a = self._dev.adopt_memory(block.data_ptr(), nbytes, owner, ready_after=after, tag="ferry.torch.stash")
-            self._adopted.append(a)
-            done = self._xfer.upload_into(self._host_buffer, a, 0, owner_waits=False, destination_unused=True)
+            for g, block in zip(self._groups, blocks):
+                a = self._dev.adopt_memory(block.data_ptr(), g.nbytes, owner, ready_after=after,
+                                           tag="ferry.torch.stash")
+                self._adopted.append(a)
+                done = self._xfer.upload_into(self._host_buffer, a, 0, source_offset=g.offset, size=g.nbytes,
+                                              owner_waits=False, destination_unused=True)
         except BaseException:
             self._finish()  # the target waits for what was enqueued; the tensors stay on the host
             raise
-        _repoint(self._groups, block.untyped_storage(), self._device)
+        for g, block in zip(self._groups, blocks):
+            _repoint(g, block.untyped_storage(), 0, self._device)
         self._restored = done
         self._state = "restoring"
 
@@ -855,9 +850,7 @@ def stash(tensors: Any, *, stream: Any = None) -> Stash:
       accident raises PyTorch's device-mismatch error instead of reading freed memory, and host
       code may read them once the copy is complete (``Stash.synchronize()``, or the point
       ``Stash.ready``).
-    - ``Stash.restore()`` brings them back, into one allocation in the host copy's layout, so
-      the restored tensors share one storage and the next stash of them is one copy;
-      ``Stash.wait(stream)`` orders a stream after it.
+    - ``Stash.restore()`` brings them back; ``Stash.wait(stream)`` orders a stream after it.
 
     Every tensor that uses a stashed storage must be passed: a view, an autograd saved tensor
     or a ``.data`` alias left out would keep pointing at freed memory, so the call refuses a
@@ -946,6 +939,8 @@ def stash(tensors: Any, *, stream: Any = None) -> Stash:
             a.release()
         if ready is None:
             ready = xfer.executor.mark()
-    _repoint([g for _, g in order], host.untyped_storage(), torch.device("cpu"))
+    host_storage = host.untyped_storage()
+    for key, g in order:
+        _repoint(g, host_storage, g.offset, torch.device("cpu"))
     storages.clear()  # the last holders: the storages are freed here, in `stream`'s order
     return Stash(list(groups.values()), host, host_buffer, device, dev, xfer, ready)
