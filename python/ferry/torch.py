@@ -206,6 +206,11 @@ def _close_engines() -> None:
 atexit.register(_close_engines)
 
 
+def _gpu_backend() -> _ferry.Backend:
+    """ferry's backend for PyTorch's GPU: HIP on ROCm builds of PyTorch, else CUDA."""
+    return _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
+
+
 def _target(device: Any) -> torch.device:
     try:
         d = torch.device(device)
@@ -440,7 +445,7 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
         backend = _ferry.Backend.host
         ordinal = 0
     else:
-        backend = _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
+        backend = _gpu_backend()
         ordinal = dev_t.index
         for name, st in (("target_stream", target_stream), ("wait_stream", wait_stream)):
             if st is not None and torch.device(st.device) != dev_t:
@@ -779,7 +784,7 @@ class Stash:
         elif torch.device(target_stream.device) != self._device:
             raise Error("invalid_argument",
                         f"Stash.restore: target_stream is a stream of {target_stream.device}, not of {self._device}")
-        backend = _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
+        backend = _gpu_backend()
         owner = _adopted_queue((backend, self._device.index), self._dev, target_stream)
         with torch.cuda.stream(target_stream):
             blocks = [torch.empty(g.nbytes, dtype=torch.uint8, device=self._device) for g in self._groups]
@@ -810,7 +815,7 @@ class Stash:
         if stream is None:
             stream = torch.cuda.current_stream(self._device)
         if self._restored is not None:
-            backend = _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
+            backend = _gpu_backend()
             _adopted_queue((backend, self._device.index), self._dev, stream).wait(self._restored)
         self._finish()
         self._state = "restored"
@@ -915,7 +920,7 @@ def stash(tensors: Any, *, stream: Any = None) -> Stash:
                         f"{holders - len(g.tensors)} tensor(s) or storage reference(s) that were not passed "
                         "(a view, an autograd saved tensor, a .data alias): they would read freed memory; "
                         "pass every tensor that uses it")
-    backend = _ferry.Backend.hip if getattr(torch.version, "hip", None) else _ferry.Backend.cuda
+    backend = _gpu_backend()
     dev, xfer = engine(backend, device.index)
     owner = _adopted_queue((backend, device.index), dev, stream)
     _release_reached()
