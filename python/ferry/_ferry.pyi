@@ -474,6 +474,18 @@ class Upload:
     @property
     def ready(self) -> TimelinePoint: ...
 
+class _Adoptions:
+    """
+    Engine ranges adopted together by one batched call.
+    """
+
+    def release(self) -> TimelinePoint:
+        """
+        Release every range (stream-ordered on the owner, after ferry's copies into it) and return the last release point; a second call releases nothing and returns an empty point.
+        """
+
+    def __len__(self) -> int: ...
+
 class UploadBatch:
     """
     A batch upload: one owner-owned buffer holding every input at 256-aligned offsets.

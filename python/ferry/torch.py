@@ -717,9 +717,25 @@ def _repoint(group: _StashGroup, storage: torch.UntypedStorage, base: int, devic
     one's identity, dtype, shape, strides and offset: views of one storage stay views of one
     storage."""
     for t, (dtype, shape, stride, offset) in zip(group.tensors, group.layouts):
-        e = torch.empty(0, dtype=dtype).element_size()
-        view = torch.empty(0, dtype=dtype, device=device).set_(storage, base // e + offset, shape, stride)
-        t.data = view
+        t.data = torch.empty(0, dtype=dtype, device=device).set_(storage, base // dtype.itemsize + offset, shape,
+                                                                 stride)
+
+
+def _restore_blocks(groups: list[_StashGroup], device: torch.device) -> list[tuple[torch.Tensor, bool]]:
+    """Fresh device memory for each group, on the current stream's pool, and whether it is the
+    group's tensor itself: a group of one contiguous tensor that spans its whole storage gets
+    a tensor of that layout (one allocation that takes the tensor's place as it is); any
+    other group gets a byte block its tensors are set into."""
+    blocks = []
+    for g in groups:
+        if len(g.tensors) == 1:
+            t = g.tensors[0]
+            dtype, shape, stride, offset = g.layouts[0]
+            if offset == 0 and t.numel() * dtype.itemsize == g.nbytes and t.is_contiguous():
+                blocks.append((torch.empty_strided(shape, stride, dtype=dtype, device=device), True))
+                continue
+        blocks.append((torch.empty(g.nbytes, dtype=torch.uint8, device=device), False))
+    return blocks
 
 
 class Stash:
@@ -738,7 +754,7 @@ class Stash:
         self._dev = dev
         self._xfer = xfer
         self._ready = ready              # the point at which the host copy is complete
-        self._adopted: list[Any] = []    # the restore's destinations until wait()
+        self._adopted = None             # the restore's destinations (_ferry._Adoptions) until wait()
         self._restored = None            # the point at which the restore's bytes are in place
         self._state = "stashed"
 
@@ -787,22 +803,21 @@ class Stash:
         backend = _gpu_backend()
         owner = _adopted_queue((backend, self._device.index), self._dev, target_stream)
         with torch.cuda.stream(target_stream):
-            blocks = [torch.empty(g.nbytes, dtype=torch.uint8, device=self._device) for g in self._groups]
+            blocks = _restore_blocks(self._groups, self._device)
         after = owner.mark()  # the new blocks are free in the target's order from here on
-        done = None
         try:
-            for g, block in zip(self._groups, blocks):
-                a = self._dev.adopt_memory(block.data_ptr(), g.nbytes, owner, ready_after=after,
-                                           tag="ferry.torch.stash")
-                self._adopted.append(a)
-                done = self._xfer.upload_into(self._host_buffer, a, 0, source_offset=g.offset, size=g.nbytes,
-                                              owner_waits=False, destination_unused=True)
+            done, self._adopted = self._xfer._upload_adopted_raw(
+                [b.data_ptr() for b, _ in blocks], [g.nbytes for g in self._groups], owner, after, self._host_buffer,
+                [g.offset for g in self._groups], "ferry.torch.stash")
         except BaseException:
             self._finish()  # the target waits for what was enqueued; the tensors stay on the host
             raise
-        for g, block in zip(self._groups, blocks):
-            _repoint(g, block.untyped_storage(), 0, self._device)
-        self._restored = done
+        for g, (block, itself) in zip(self._groups, blocks):
+            if itself:
+                g.tensors[0].data = block
+            else:
+                _repoint(g, block.untyped_storage(), 0, self._device)
+        self._restored = None if done.empty else done
         self._state = "restoring"
 
     def wait(self, stream: Any = None) -> None:
@@ -824,15 +839,15 @@ class Stash:
         # Releasing an adoption orders its owner (the target) after ferry's copy into it, so the
         # memory is never freed or reused under the copy; the host copy is held until the copy
         # completes.
-        for a in self._adopted:
-            a.release()
-        self._adopted = []
+        if self._adopted is not None:
+            self._adopted.release()
+        self._adopted = None
         if self._host is not None:
             _hold(self._xfer.executor.mark(), [self._host])
             self._host = None
 
     def __del__(self):
-        if self._adopted:
+        if self._adopted is not None:
             try:
                 self._finish()
             except Exception:  # pragma: no cover - a closed device at interpreter exit
@@ -927,25 +942,16 @@ def stash(tensors: Any, *, stream: Any = None) -> Stash:
     host = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=True)
     host_buffer = dev.host_pool.adopt(host.data_ptr(), max(total, 1))
     after = owner.mark()  # the work `stream` enqueued on the tensors so far
-    order = list(groups.items())
-    ready = None
-    adopted = []
-    try:
-        for key, g in order:
-            if g.nbytes == 0:
-                continue
-            a = dev.adopt_memory(key, g.nbytes, owner, ready_after=after, tag="ferry.torch.stash")
-            adopted.append(a)
-            ready = xfer.download(a, host_buffer, g.offset)
-    finally:
-        # The owner's release is ordered after each download's read: the caching allocator
-        # reuses the storage only after the copy.
-        for a in adopted:
-            a.release()
-        if ready is None:
-            ready = xfer.executor.mark()
+    order = list(groups.values())
+    # Each storage's release is ordered after its download's read: the caching allocator
+    # reuses the storage only after the copy.
+    ready = xfer._download_adopted_raw(list(groups.keys()), [g.nbytes for g in order], owner, after, host_buffer,
+                                       [g.offset for g in order], "ferry.torch.stash")
+    if ready.empty:
+        ready = xfer.executor.mark()
     host_storage = host.untyped_storage()
-    for key, g in order:
-        _repoint(g, host_storage, g.offset, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    for g in order:
+        _repoint(g, host_storage, g.offset, cpu)
     storages.clear()  # the last holders: the storages are freed here, in `stream`'s order
     return Stash(list(groups.values()), host, host_buffer, device, dev, xfer, ready)

@@ -18,6 +18,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
@@ -345,6 +346,52 @@ std::vector<ferry::HostView> raw_views(const std::vector<std::uint64_t>& address
     views[i] = {reinterpret_cast<const void*>(static_cast<std::uintptr_t>(addresses[i])), sizes[i]};
   }
   return views;
+}
+
+/// Engine ranges adopted by one batched call (ferry.torch's stash restore), owned by one
+/// queue and released together. Destruction releases what is still held, stream-ordered on
+/// the owner, as a DeviceBuffer's destruction does.
+struct PyAdoptions {
+  std::vector<ferry::DeviceBuffer> buffers;
+
+  PyAdoptions() = default;
+  PyAdoptions(PyAdoptions&&) = default;
+  PyAdoptions& operator=(PyAdoptions&&) = default;
+  PyAdoptions(const PyAdoptions&) = delete;
+  PyAdoptions& operator=(const PyAdoptions&) = delete;
+};
+
+/// The checked arguments of a batched adopt-and-copy: one device range and one offset in the
+/// host buffer per entry, each range inside the host buffer.
+void check_adopted_ranges(const char* fn, const std::vector<std::uint64_t>& pointers,
+                          const std::vector<std::uint64_t>& sizes, const std::vector<std::uint64_t>& host_offsets,
+                          const ferry::HostBuffer& host) {
+  if (pointers.size() != sizes.size() || pointers.size() != host_offsets.size()) {
+    invalid(std::string(fn) + ": " + std::to_string(pointers.size()) + " pointers, " + std::to_string(sizes.size()) +
+            " sizes and " + std::to_string(host_offsets.size()) + " host offsets: one of each per range");
+  }
+  const std::uint64_t total = host.size();
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (host_offsets[i] > total || sizes[i] > total - host_offsets[i]) {
+      invalid(std::string(fn) + ": range " + std::to_string(i) + " (" + std::to_string(sizes[i]) + " bytes at host offset " +
+              std::to_string(host_offsets[i]) + ") is outside the HostBuffer of " + std::to_string(total) + " bytes");
+    }
+  }
+}
+
+/// Adopts range i of a batched call (`Device::adopt_memory`), its error prefixed with the index.
+ferry::DeviceBuffer adopt_range(PyTransfer& t, const char* fn, std::size_t i, std::uint64_t pointer,
+                                std::uint64_t size, const ferry::Queue& owner, const ferry::TimelinePoint& after,
+                                const std::string& tag) {
+  ferry::AdoptOptions o;
+  o.ready_after = after;
+  o.tag = tag;
+  try {
+    return t.device.device.adopt_memory(ferry::NativeMemory{.pointer = pointer}, size, owner, std::move(o));
+  } catch (const ferry::Error& e) {
+    throw ferry::Error(e.code(), std::string(fn) + ": range " + std::to_string(i) + ": " + e.message(), e.call(),
+                       e.where());
+  }
 }
 
 PyUploadBatch make_batch(ferry::UploadBatch b, const PyDevice& dev) {
@@ -739,6 +786,17 @@ NB_MODULE(_ferry, m) {
   nb::class_<PyUpload>(m, "Upload", "An upload's destination and the point it is ready at.")
       .def_ro("buffer", &PyUpload::buffer)
       .def_ro("ready", &PyUpload::ready);
+  nb::class_<PyAdoptions>(m, "_Adoptions", "Engine ranges adopted together by one batched call.")
+      .def("release", [](PyAdoptions& a) {
+             nb::gil_scoped_release nogil;
+             std::vector<ferry::DeviceBuffer> buffers = std::move(a.buffers);
+             ferry::TimelinePoint last;
+             for (ferry::DeviceBuffer& b : buffers) last = b.release();
+             return last;
+           }, "Release every range (stream-ordered on the owner, after ferry's copies into it) and "
+           "return the last release point; a second call releases nothing and returns an empty point.")
+      .def("__len__", [](const PyAdoptions& a) { return a.buffers.size(); });
+
   nb::class_<PyUploadBatch>(m, "UploadBatch",
                             "A batch upload: one owner-owned buffer holding every input at 256-aligned offsets.")
       .def_ro("buffer", &PyUploadBatch::buffer)
@@ -903,6 +961,59 @@ NB_MODULE(_ferry, m) {
            "overwrite_padding"_a = false, "destination_unused"_a = false,
            "upload_into from raw host addresses (ferry.torch's path); overwrite_padding and "
            "destination_unused as in UploadOptions.")
+      .def("_download_adopted_raw", [](PyTransfer& t, const std::vector<std::uint64_t>& pointers,
+                                       const std::vector<std::uint64_t>& sizes, const ferry::Queue& owner,
+                                       const ferry::TimelinePoint& ready_after, const PyHostBuffer& host,
+                                       const std::vector<std::uint64_t>& host_offsets, const std::string& tag) {
+             constexpr const char* fn = "Transfer._download_adopted_raw";
+             check_adopted_ranges(fn, pointers, sizes, host_offsets, host.buffer);
+             ferry::Transfer& x = t.get();
+             nb::gil_scoped_release nogil;
+             // Each range is released right after its download is enqueued, so the owner's
+             // order (and any reuse that follows it) comes after the read. A range adopted
+             // before an error is released the same way by its destructor.
+             ferry::TimelinePoint last;
+             for (std::size_t i = 0; i < pointers.size(); ++i) {
+               if (sizes[i] == 0) continue;
+               ferry::DeviceBuffer a = adopt_range(t, fn, i, pointers[i], sizes[i], owner, ready_after, tag);
+               last = x.download(a, host.buffer, host_offsets[i]);
+               a.release();
+             }
+             return last;
+           }, "pointers"_a, "sizes"_a, "owner"_a, "ready_after"_a, "host"_a, "host_offsets"_a, "tag"_a = "",
+           "For each range: adopt `sizes[i]` device bytes at `pointers[i]` (owned by `owner`, free for "
+           "ferry after `ready_after`), download them to `host` at `host_offsets[i]`, and release "
+           "the adoption, so the owner is ordered after the read. Returns the point at which every "
+           "byte is in host memory (empty when every size is 0). ferry.torch's stash path.")
+      .def("_upload_adopted_raw", [](PyTransfer& t, const std::vector<std::uint64_t>& pointers,
+                                     const std::vector<std::uint64_t>& sizes, const ferry::Queue& owner,
+                                     const ferry::TimelinePoint& ready_after, const PyHostBuffer& host,
+                                     const std::vector<std::uint64_t>& host_offsets, const std::string& tag) {
+             constexpr const char* fn = "Transfer._upload_adopted_raw";
+             check_adopted_ranges(fn, pointers, sizes, host_offsets, host.buffer);
+             ferry::Transfer& x = t.get();
+             PyAdoptions held;
+             ferry::TimelinePoint last;
+             {
+               nb::gil_scoped_release nogil;
+               held.buffers.reserve(pointers.size());
+               for (std::size_t i = 0; i < pointers.size(); ++i) {
+                 if (sizes[i] == 0) continue;
+                 held.buffers.push_back(adopt_range(t, fn, i, pointers[i], sizes[i], owner, ready_after, tag));
+                 ferry::UploadOptions o;
+                 o.mode = ferry::CopyMode::preallocated;
+                 o.owner_waits = false;
+                 o.destination_unused = true;
+                 last = x.upload_into(host.buffer, host_offsets[i], sizes[i], held.buffers.back(), 0, std::move(o));
+               }
+             }
+             return std::make_pair(last, std::move(held));
+           }, "pointers"_a, "sizes"_a, "owner"_a, "ready_after"_a, "host"_a, "host_offsets"_a, "tag"_a = "",
+           "For each range: adopt `sizes[i]` device bytes at `pointers[i]` (owned by `owner`, unused "
+           "since their allocation, free for ferry after `ready_after`) and upload `host`'s bytes at "
+           "`host_offsets[i]` into them; the owner does not wait. Returns (the point at which every "
+           "byte is in place, the adoptions): release them (Adoptions.release, or by dropping them) "
+           "to order the owner after the copies. ferry.torch's stash-restore path.")
       .def("download", [](PyTransfer& t, PyDeviceBuffer& source, nb::handle destination, std::uint64_t offset,
                           std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal) -> nb::object {
              ferry::CallOptions o{std::move(wait), std::move(signal)};

@@ -226,6 +226,44 @@ def test_adopted_memory_reports_its_release_point_once_every_owner_is_gone(dev):
     assert e.value.code == "invalid_argument" and "on_release" in e.value.message
 
 
+def test_batched_adopted_downloads_and_uploads_move_every_range_and_release_them(dev):
+    # ferry.torch's stash path: many engine ranges adopted, copied to or from one HostBuffer
+    # and released by one call each way.
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    rng = np.random.default_rng(7)
+    sizes = [4096, 0, 100, 65536]
+    ranges = [rng.integers(0, 255, max(n, 1), dtype=np.uint8) for n in sizes]
+    offsets = [0, 4096, 4096, 4352]
+    host = dev.host_pool.allocate(4352 + 65536)
+    host_bytes = np.frombuffer(host, dtype=np.uint8)
+    host_bytes[:] = 0
+    ready = xfer._download_adopted_raw([r.ctypes.data for r in ranges], sizes, q, q.mark(), host, offsets, "t")
+    assert not ready.empty
+    ready.wait()
+    for r, n, o in zip(ranges, sizes, offsets):
+        assert np.array_equal(host_bytes[o:o + n], r[:n])
+    back = [np.zeros(max(n, 1), dtype=np.uint8) for n in sizes]
+    done, adopted = xfer._upload_adopted_raw([b.ctypes.data for b in back], sizes, q, q.mark(), host, offsets, "t")
+    assert len(adopted) == 3  # the empty range is not adopted
+    released = adopted.release()
+    assert adopted.release().empty  # released once
+    released.wait()
+    assert done.reached()
+    for b, r, n in zip(back, ranges, sizes):
+        assert np.array_equal(b[:n], r[:n])
+    # Bad arguments name what is wrong; nothing is copied.
+    with pytest.raises(ferry.Error) as e:
+        xfer._download_adopted_raw([ranges[0].ctypes.data], [4096, 1], q, q.mark(), host, [0], "t")
+    assert e.value.code == "invalid_argument" and "one of each per range" in e.value.message
+    with pytest.raises(ferry.Error) as e:
+        xfer._upload_adopted_raw([back[0].ctypes.data], [4096], q, q.mark(), host, [4352 + 65536 - 10], "t")
+    assert e.value.code == "invalid_argument" and "range 0" in e.value.message and "outside" in e.value.message
+    with pytest.raises(ferry.Error) as e:
+        xfer._download_adopted_raw([0], [64], q, q.mark(), host, [0], "t")
+    assert e.value.code == "invalid_argument" and "range 0" in e.value.message
+
+
 def test_pool_budget_snapshot_and_exports(dev, tmp_path):
     q = dev.queue(ferry.QueueRole.compute)
     b = dev.pool.allocate(1 << 20, q, tag="python")
