@@ -98,6 +98,8 @@ ALIGNMENT = 256
 #: call in one stream.
 DMA_MIN_BYTES = 128 << 10
 
+_STRIDED = torch.strided
+
 _lock = threading.Lock()
 _engines: dict[tuple[Any, int], tuple[_ferry.Device, _ferry.Transfer]] = {}
 
@@ -380,23 +382,44 @@ def _align(n: int) -> int:
 
 def _views(whole: torch.Tensor, sources: list[torch.Tensor], offsets: list[int]) -> list[torch.Tensor]:
     """The leaves as views of `whole` (bytes): leaf i has sources[i]'s dtype, shape and
-    (contiguous) strides at byte offsets[i]. One tensor op per leaf: each leaf is an
-    as_strided view of a typed tensor over the whole storage (one per dtype), since slicing
-    and viewing a byte tensor costs three ops, which dominate the call for many small leaves."""
-    storage = whole.untyped_storage()
+    (contiguous) strides at byte offsets[i] (ascending). A few tensor ops per dtype, not per
+    leaf: a typed view of the whole range is split at the leaves' boundaries in one
+    ``split_with_sizes`` (the gaps between a dtype's leaves are pieces of their own), which
+    gives 1-D leaves as they are; only leaves of other ranks take one more view."""
+    if len(sources) == 1 and offsets[0] == 0 and whole.numel() == sources[0].nbytes and sources[0].nbytes:
+        s = sources[0]  # one leaf spanning the whole range: two views
+        return [whole.view(s.dtype).view(s.shape)]
+    n = whole.numel()
     base = whole.storage_offset()  # in bytes: `whole` is uint8
-    typed: dict[torch.dtype, torch.Tensor] = {}
-    out = []
-    for s, o in zip(sources, offsets):
-        e = s.element_size()
-        if (base + o) % e:  # not element-aligned in the storage: slice and view the bytes
-            out.append(whole[o:o + s.nbytes].view(s.dtype).view(s.shape))
+    by_dtype: dict[torch.dtype, list[int]] = {}
+    for i, s in enumerate(sources):
+        by_dtype.setdefault(s.dtype, []).append(i)
+    out: list[torch.Tensor | None] = [None] * len(sources)
+    for dtype, indices in by_dtype.items():
+        e = dtype.itemsize
+        if base % e:  # not element-aligned in the storage: slice and view each leaf's bytes
+            for i in indices:
+                s = sources[i]
+                out[i] = whole[offsets[i]:offsets[i] + s.nbytes].view(dtype).view(s.shape)
             continue
-        t = typed.get(s.dtype)
-        if t is None:
-            t = torch.empty(0, dtype=s.dtype, device=whole.device).set_(storage, 0, (storage.nbytes() // e,), (1,))
-            typed[s.dtype] = t
-        out.append(t.as_strided(s.shape, s.stride(), (base + o) // e))
+        typed = whole[:n - n % e].view(dtype) if n % e else whole.view(dtype)
+        sizes: list[int] = []
+        picks: list[int] = []
+        at = 0  # in elements
+        for i in indices:
+            start = offsets[i] // e  # offsets are ALIGNMENT-aligned, so whole elements
+            if start > at:
+                sizes.append(start - at)
+            picks.append(len(sizes))
+            count = sources[i].numel()
+            sizes.append(count)
+            at = start + count
+        if typed.numel() > at:
+            sizes.append(typed.numel() - at)
+        parts = typed.split_with_sizes(sizes)
+        for i, k in zip(indices, picks):
+            s = sources[i]
+            out[i] = parts[k] if s.dim() == 1 else parts[k].view(s.shape)
     return out
 
 
@@ -455,17 +478,25 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
             target_stream = current
         if wait_stream is None:
             wait_stream = current
+    # Every leaf is checked before anything is allocated or copied. The plain strided CPU
+    # tensor (the common leaf) passes one inline test; any other leaf gets the full check,
+    # which names what is wrong with it.
+    devices = [t.device for t in leaves]
     for i, t in enumerate(leaves):
-        if cpu or t.device != dev_t:
+        d = devices[i]
+        if d.type == "cpu" and t.layout is _STRIDED and not (t.requires_grad or t.is_quantized or t.is_nested):
+            continue
+        if cpu or d != dev_t:
             _check_leaf(i, t)
 
     packed: list[int] = []  # indices into leaves
     sources: list[torch.Tensor] = []
     for i, t in enumerate(leaves):
-        if t.device.type == "cpu":
+        d = devices[i]
+        if d.type == "cpu":
             packed.append(i)
-            sources.append(t.detach().contiguous())
-        elif not cpu and t.device == dev_t:
+            sources.append(t.contiguous())  # the tensor itself when contiguous; none requires grad
+        elif not cpu and d == dev_t:
             results[i] = t
         else:
             with torch.cuda.stream(target_stream) if not cpu else _nullcontext():
