@@ -24,6 +24,22 @@ std::unique_ptr<Segment> BackendDevice::import_segment(const ExternalMemory&) {
               std::source_location{});
 }
 
+std::unique_ptr<BackendImage> BackendDevice::adopt_image(const NativeImage&, const ImageDesc&, std::uint32_t) {
+  throw Error(ErrorCode::unsupported, capabilities().name + ": images are not supported by this backend", {},
+              std::source_location{});
+}
+
+namespace {
+[[noreturn]] void no_image_copies() {
+  throw Error(ErrorCode::unsupported, "image copies are not supported by this backend", {}, std::source_location{});
+}
+}  // namespace
+
+void BackendQueue::copy_h2i(BackendImage&, HostRef, std::span<const ImageCopy>) { no_image_copies(); }
+void BackendQueue::copy_i2h(HostRef, BackendImage&, std::span<const ImageCopy>) { no_image_copies(); }
+void BackendQueue::copy_d2i(BackendImage&, DeviceRef, std::span<const ImageCopy>) { no_image_copies(); }
+void BackendQueue::copy_i2d(DeviceRef, BackendImage&, std::span<const ImageCopy>) { no_image_copies(); }
+
 AdoptedRange BackendDevice::adopt_memory(const NativeMemory&, std::uint64_t) {
   throw Error(ErrorCode::unsupported, capabilities().name + ": adopting device memory is not supported", {},
               std::source_location{});

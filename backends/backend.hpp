@@ -15,11 +15,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 
 #include "ferry/device.hpp"
 #include "ferry/error.hpp"
+#include "ferry/image.hpp"
 
 namespace ferry::detail {
 
@@ -138,6 +140,54 @@ struct HostRef {
   std::uint64_t offset = 0;
 };
 
+/// An engine's image as a backend addresses it (BackendDevice::adopt_image). Never frees
+/// the native object. Backend private, beyond this base.
+class BackendImage {
+ public:
+  virtual ~BackendImage() = default;
+};
+
+/// One region of an image copy, resolved by the front end (image.cpp): every value checked,
+/// tight pitches filled in. The buffer side: rows of `row_bytes` bytes, `row_pitch` apart,
+/// `rows` of them per slice, slices `slice_pitch` apart, `depth * layers` slices, from
+/// `buffer_offset` of the buffer the call names.
+struct ImageCopy {
+  std::uint64_t buffer_offset = 0;  ///< bytes from the buffer reference to the first row
+  std::uint64_t row_pitch = 0;      ///< bytes between rows of blocks (> 0)
+  std::uint64_t slice_pitch = 0;    ///< bytes between slices (> 0)
+  std::uint64_t row_bytes = 0;      ///< bytes of one row of the region
+  std::uint32_t rows = 0;           ///< rows of blocks per slice of the region
+  std::uint32_t row_length = 0;     ///< row_pitch in texels (Vulkan bufferRowLength)
+  std::uint32_t image_height = 0;   ///< slice_pitch in texel rows (Vulkan bufferImageHeight)
+  std::uint32_t mip = 0;
+  std::uint32_t base_layer = 0;
+  std::uint32_t layers = 1;
+  std::uint32_t x = 0, y = 0, z = 0;               ///< texels
+  std::uint32_t width = 0, height = 0, depth = 0;  ///< texels
+};
+
+/// What the image is used as on either side of a hand-over (BackendQueue::image_barrier).
+enum class ImageUse : std::uint8_t {
+  engine,    ///< the engine's: its current layout before a copy, its final layout after
+  copy_dst,  ///< written by a copy (Vulkan TRANSFER_DST_OPTIMAL)
+  copy_src,  ///< read by a copy (Vulkan TRANSFER_SRC_OPTIMAL)
+};
+
+/// One half of an image's hand-over between the owner (engine side) and the executor (copy
+/// side): the image goes from use `from` on a queue of `src_family` to use `to` on one of
+/// `dst_family`. The front end records both halves on the two queues, the release half first
+/// (then a semaphore between them); `executor` says which half is the executor's. Where no
+/// queue-family ownership transfer applies, the executor's half records the whole transition
+/// and the owner's half nothing.
+struct ImageHandOff {
+  ImageUse from = ImageUse::engine;
+  ImageUse to = ImageUse::copy_dst;
+  std::uint32_t src_family = 0;
+  std::uint32_t dst_family = 0;
+  bool release = false;   ///< the release half (on the src_family queue), else the acquire
+  bool executor = false;  ///< recorded on the executor
+};
+
 /// A queue of the backend. Operations execute in enqueue order. Each call enqueues and
 /// returns; nothing blocks the host except where stated.
 class BackendDevice;
@@ -188,6 +238,18 @@ class BackendQueue {
   /// operation: CUDA, HIP, host), so the front end may skip a wait for a value this queue has
   /// waited for already. Default false: a wait may cover one submission only (Vulkan).
   [[nodiscard]] virtual bool wait_orders_later_work() const { return false; }
+  /// Optional (images): copy regions between a buffer (pinned host memory at `src`/`dst`, or
+  /// a segment range) and an image of this queue's device, in enqueue order like every copy.
+  /// The front end checked every region and ordered the access (image_barrier). Defaults
+  /// (backend.cpp) throw `unsupported`; a backend whose adopt_image succeeds implements all.
+  virtual void copy_h2i(BackendImage& dst, HostRef src, std::span<const ImageCopy> regions);
+  virtual void copy_i2h(HostRef dst, BackendImage& src, std::span<const ImageCopy> regions);
+  virtual void copy_d2i(BackendImage& dst, DeviceRef src, std::span<const ImageCopy> regions);
+  virtual void copy_i2d(DeviceRef dst, BackendImage& src, std::span<const ImageCopy> regions);
+  /// Optional (Vulkan): record one half of an image hand-over (layout transition and queue-
+  /// family ownership transfer; see ImageHandOff), over every level and layer. Default:
+  /// nothing to record (images have no layouts or families).
+  virtual void image_barrier(BackendImage& /*image*/, const ImageHandOff& /*hand_off*/) {}
   /// Queue family index (Vulkan); 0 elsewhere.
   [[nodiscard]] virtual std::uint32_t family() const { return 0; }
   /// Optional (peer copies): copy `bytes` from `src`, a segment of `src_device`, to `dst`, a
@@ -279,6 +341,24 @@ class BackendDevice {
   /// a pointer, size of a VkBuffer), throwing `invalid_argument` naming them. Default
   /// (backend.cpp): `unsupported`.
   virtual AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes);
+  /// Optional (images, Device::adopt_image): describe an engine's image of shape `desc`
+  /// (checked by the front end: known format, extents, levels, layers) owned by a queue of
+  /// `owner_family`. The backend checks which fields of `native` it can address and what its
+  /// driver can tell (an array's extent and format), throwing `invalid_argument` naming them.
+  /// Default (backend.cpp): `unsupported`.
+  virtual std::unique_ptr<BackendImage> adopt_image(const NativeImage& native, const ImageDesc& desc,
+                                                    std::uint32_t owner_family);
+  /// The granularity of image copies on a queue of `family`, in texel blocks (Vulkan:
+  /// VkQueueFamilyProperties::minImageTransferGranularity; (0, 0, 0): whole levels only). The
+  /// front end refuses regions that break it. Default (1, 1, 1): any block-aligned box.
+  [[nodiscard]] virtual Extent3D image_copy_granularity(std::uint32_t /*family*/) const { return {1, 1, 1}; }
+  /// Whether handing `image` from a queue of `src_family` to one of `dst_family` transfers
+  /// queue-family ownership (Vulkan: families differ and the image is EXCLUSIVE), so that the
+  /// receiving queue owes an acquire (recorded at its wait, or by the engine). Default: no.
+  [[nodiscard]] virtual bool image_hand_off_needed(const BackendImage& /*image*/, std::uint32_t /*src_family*/,
+                                                   std::uint32_t /*dst_family*/) const {
+    return false;
+  }
   /// Alignment that register_host needs for pointer and size (1 = any).
   [[nodiscard]] virtual std::uint64_t host_registration_alignment() const { return 1; }
   /// Optional (peer copies): whether this device's queues can copy between its segments and

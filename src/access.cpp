@@ -18,7 +18,7 @@ void use_on(const QueuePtr& user, BlockState& b) {
   if (const auto& owed = b.owed; owed && !owed->taken.load(std::memory_order_acquire) &&
                                  owed->to->family() == user->backend->family() &&
                                  !owed->taken.exchange(true, std::memory_order_acq_rel)) {
-    user->backend->acquire_ownership(owed->range, owed->bytes, *owed->from);
+    owed->perform(*user->backend);
     user->dirty = true;
   }
   b.holder = user;

@@ -28,6 +28,20 @@ struct OwedAcquire {
   BackendQueue* from = nullptr;  ///< the releasing queue
   BackendQueue* to = nullptr;    ///< the queue the range was released to
   std::atomic<bool> taken{false};
+  /// An image's acquire instead of a buffer range's (image.cpp): the acquire half of
+  /// `hand_off`, recorded on `image`, which this keeps alive until it is recorded or dropped.
+  std::shared_ptr<BackendImage> image{};
+  ImageHandOff hand_off{};
+
+  /// Record the acquire on `q` (a queue of the receiving family; caller holds its mutex and
+  /// set `taken`).
+  void perform(BackendQueue& q) {
+    if (image) {
+      q.image_barrier(*image, hand_off);
+    } else {
+      q.acquire_ownership(range, bytes, *from);
+    }
+  }
 };
 
 struct BlockState {

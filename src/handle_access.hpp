@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ferry/device.hpp"
+#include "ferry/image.hpp"
 #include "ferry/pool.hpp"
 
 namespace ferry::detail {
@@ -38,6 +39,7 @@ struct access {
     return h.state_;
   }
   [[nodiscard]] static const std::shared_ptr<BlockState>& state(const DeviceBuffer& h) noexcept { return h.state_; }
+  [[nodiscard]] static const std::shared_ptr<ImageState>& state(const Image& h) noexcept { return h.state_; }
   [[nodiscard]] static const std::shared_ptr<HostAllocation>& state(const HostBuffer& h) noexcept {
     return h.state_;
   }

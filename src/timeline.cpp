@@ -109,7 +109,7 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
       if (a->taken.load(std::memory_order_acquire)) return true;  // another queue of the family did
       if (detail::access::semaphore(a->point) != detail::access::semaphore(point) || a->point.value > point.value) return false;
       if (!a->taken.exchange(true, std::memory_order_acq_rel)) {
-        q.backend->acquire_ownership(a->range, a->bytes, *a->from);
+        a->perform(*q.backend);
         q.dirty = true;
       }
       return true;

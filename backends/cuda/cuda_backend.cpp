@@ -416,6 +416,78 @@ struct ImportedMemory {
 /// is one, through peer_support).
 int ordinal_of(BackendDevice& device);
 
+#if FERRY_GPU_HAS_IMAGES
+// ---------------------------------------------------------------------------------------------
+// Images: an engine's cudaArray_t or cudaMipmappedArray_t (Device::adopt_image), never freed.
+
+/// A failure of a call on an array the engine named is the engine's wrong handle or shape.
+ErrorCode classify_engine_array(cudaError_t) { return ErrorCode::invalid_argument; }
+
+struct GpuImage final : BackendImage {
+  cudaArray_t array = nullptr;               ///< one level (not mipmapped)
+  cudaMipmappedArray_t mipmapped = nullptr;  ///< the levels (mipmapped)
+  bool layered = false;                      ///< cudaArrayLayered: z addresses layers
+  bool volume = false;                       ///< a 3D array: z addresses depth slices
+  std::uint32_t block_bytes = 0;             ///< bytes per element
+
+  /// The array of level `mip` (checked at adoption to exist).
+  [[nodiscard]] cudaArray_t level(std::uint32_t mip) const {
+    if (mipmapped == nullptr) return array;
+    cudaArray_t a = nullptr;
+    FERRY_GPU_CHECK(cudaGetMipmappedArrayLevel(&a, mipmapped, mip));
+    return a;
+  }
+};
+
+/// Copy every region between linear memory at `linear` (host or device, per `kind`) and
+/// `image`, on `stream`: a plain 2D region with cudaMemcpy2DToArrayAsync /
+/// cudaMemcpy2DFromArrayAsync, layers and depth slices with cudaMemcpy3DAsync (the linear
+/// side's slices `image_height` rows of `row_pitch` bytes apart).
+void copy_image_regions(const GpuImage& image, std::byte* linear, std::span<const ImageCopy> regions, bool to_image,
+                        cudaMemcpyKind kind, cudaStream_t stream) {
+  for (const ImageCopy& c : regions) {
+    const cudaArray_t a = image.level(c.mip);
+    std::byte* at = linear + c.buffer_offset;
+    const std::size_t width_bytes = std::size_t{c.width} * image.block_bytes;
+    const std::size_t x_bytes = std::size_t{c.x} * image.block_bytes;
+    if (!image.layered && !image.volume) {
+      if (to_image) {
+        FERRY_GPU_CHECK(cudaMemcpy2DToArrayAsync(a, x_bytes, c.y, at, c.row_pitch, width_bytes, c.height, kind, stream));
+      } else {
+        FERRY_GPU_CHECK(cudaMemcpy2DFromArrayAsync(at, c.row_pitch, a, x_bytes, c.y, width_bytes, c.height, kind, stream));
+      }
+      continue;
+    }
+    cudaMemcpy3DParms p{};
+    // The fields of make_cudaPitchedPtr / make_cudaPos / make_cudaExtent (driver_functions.h,
+    // which the runtime API header alone does not include).
+    cudaPitchedPtr pitched{};
+    pitched.ptr = at;
+    pitched.pitch = c.row_pitch;
+    pitched.xsize = c.width;
+    pitched.ysize = c.image_height;
+    cudaPos pos{};
+    pos.x = c.x;
+    pos.y = c.y;
+    pos.z = image.layered ? c.base_layer : c.z;
+    if (to_image) {
+      p.srcPtr = pitched;
+      p.dstArray = a;
+      p.dstPos = pos;
+    } else {
+      p.srcArray = a;
+      p.srcPos = pos;
+      p.dstPtr = pitched;
+    }
+    p.extent.width = c.width;
+    p.extent.height = c.height;
+    p.extent.depth = image.layered ? c.layers : c.depth;
+    p.kind = kind;
+    FERRY_GPU_CHECK(cudaMemcpy3DAsync(&p, stream));
+  }
+}
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // Queues: one stream each, own (destroyed with the queue) or adopted (never destroyed).
 class Queue final : public BackendQueue {
@@ -472,6 +544,29 @@ class Queue final : public BackendQueue {
     ContextGuard guard(*core_);
     static_cast<GpuSemaphore&>(sem).enqueue_wait(stream_, value);
   }
+
+#if FERRY_GPU_HAS_IMAGES
+  void copy_h2i(BackendImage& dst, HostRef src, std::span<const ImageCopy> regions) override {
+    ContextGuard guard(*core_);
+    copy_image_regions(static_cast<GpuImage&>(dst), static_cast<std::byte*>(host_ptr(src)), regions, true,
+                       cudaMemcpyHostToDevice, stream_);
+  }
+  void copy_i2h(HostRef dst, BackendImage& src, std::span<const ImageCopy> regions) override {
+    ContextGuard guard(*core_);
+    copy_image_regions(static_cast<GpuImage&>(src), static_cast<std::byte*>(host_ptr(dst)), regions, false,
+                       cudaMemcpyDeviceToHost, stream_);
+  }
+  void copy_d2i(BackendImage& dst, DeviceRef src, std::span<const ImageCopy> regions) override {
+    ContextGuard guard(*core_);
+    copy_image_regions(static_cast<GpuImage&>(dst), static_cast<std::byte*>(device_ptr(src)), regions, true,
+                       cudaMemcpyDeviceToDevice, stream_);
+  }
+  void copy_i2d(DeviceRef dst, BackendImage& src, std::span<const ImageCopy> regions) override {
+    ContextGuard guard(*core_);
+    copy_image_regions(static_cast<GpuImage&>(src), static_cast<std::byte*>(device_ptr(dst)), regions, false,
+                       cudaMemcpyDeviceToDevice, stream_);
+  }
+#endif
 
   /// cudaStreamWaitEvent and cuStreamWaitValue64 are stream operations: all later work of the
   /// stream starts after them.
@@ -620,6 +715,79 @@ class Device final : public BackendDevice {
     }
     return AdoptedRange{pointer_segment(reinterpret_cast<void*>(static_cast<std::uintptr_t>(native.pointer)), bytes), 0};
   }
+
+#if FERRY_GPU_HAS_IMAGES
+  // An engine's array: its element size, extent, layering and levels are asked of the driver
+  // (cudaArrayGetInfo on every level) and must be the stated shape's. Block-compressed arrays
+  // are refused: their copies address blocks, which this backend does not map.
+  std::unique_ptr<BackendImage> adopt_image(const NativeImage& native, const ImageDesc& desc,
+                                            std::uint32_t /*owner_family*/) override {
+    if (native.host_pointer != 0 || native.host_row_pitch != 0 || native.host_slice_pitch != 0 ||
+        native.vulkan_image != 0 || native.vulkan_layout != 0 || native.vulkan_final_layout != 0 ||
+        !native.vulkan_queue_families.empty()) {
+      throw Error(ErrorCode::invalid_argument,
+                  FERRY_GPU_LABEL ": a host or Vulkan field of NativeImage is set; a " FERRY_GPU_VENDOR
+                                  " image is NativeImage::cuda_array",
+                  {}, std::source_location{});
+    }
+    if (native.cuda_array == 0) {
+      throw Error(ErrorCode::invalid_argument, FERRY_GPU_LABEL ": NativeImage::cuda_array is null", {},
+                  std::source_location{});
+    }
+    const FormatInfo f = format_info(desc.format);
+    if (f.compressed()) {
+      throw Error(ErrorCode::unsupported,
+                  FERRY_GPU_LABEL ": block-compressed formats (" + std::string(f.name) +
+                      ") are not supported by this backend's image copies",
+                  {}, std::source_location{});
+    }
+    if (!native.cuda_mipmapped && desc.mip_levels != 1) {
+      throw Error(ErrorCode::invalid_argument,
+                  FERRY_GPU_LABEL ": a cudaArray_t has one level, not " + std::to_string(desc.mip_levels) +
+                      " (adopt a cudaMipmappedArray_t with cuda_mipmapped = true)",
+                  {}, std::source_location{});
+    }
+    ContextGuard guard(*core_);
+    auto image = std::make_unique<GpuImage>();
+    image->block_bytes = f.block_bytes;
+    image->volume = desc.depth > 1;
+    if (native.cuda_mipmapped) {
+      image->mipmapped = reinterpret_cast<cudaMipmappedArray_t>(static_cast<std::uintptr_t>(native.cuda_array));
+    } else {
+      image->array = reinterpret_cast<cudaArray_t>(static_cast<std::uintptr_t>(native.cuda_array));
+    }
+    for (std::uint32_t l = 0; l < desc.mip_levels; ++l) {
+      cudaArray_t a = image->array;
+      if (image->mipmapped != nullptr) {
+        FERRY_GPU_CHECK_WITH(cudaGetMipmappedArrayLevel(&a, image->mipmapped, l), classify_engine_array);
+      }
+      cudaChannelFormatDesc channels{};
+      cudaExtent extent{};
+      unsigned int flags = 0;
+      FERRY_GPU_CHECK_WITH(cudaArrayGetInfo(&channels, &extent, &flags, a), classify_engine_array);
+      const int bits = channels.x + channels.y + channels.z + channels.w;
+      const bool layered = (flags & cudaArrayLayered) != 0;
+      const Extent3D e = mip_extent(desc, l);
+      const std::size_t want_height = e.height;
+      const std::size_t want_depth = layered ? desc.array_layers : (desc.depth > 1 ? e.depth : 0);
+      const bool matches = bits == static_cast<int>(f.block_bytes * 8) && extent.width == e.width &&
+                           (extent.height == want_height || (extent.height == 0 && want_height == 1)) &&
+                           (extent.depth == want_depth || (extent.depth == 1 && want_depth == 0)) &&
+                           (layered || desc.array_layers == 1);
+      if (!matches) {
+        throw Error(ErrorCode::invalid_argument,
+                    FERRY_GPU_LABEL ": level " + std::to_string(l) + " of the array is " + std::to_string(extent.width) +
+                        "x" + std::to_string(extent.height) + "x" + std::to_string(extent.depth) + (layered ? " layered" : "") +
+                        " of " + std::to_string(bits) + "-bit elements, not the stated " + std::to_string(e.width) + "x" +
+                        std::to_string(e.height) + "x" + std::to_string(desc.depth > 1 ? e.depth : desc.array_layers) +
+                        " of " + std::string(f.name) + " (" + std::to_string(f.block_bytes * 8) + "-bit)",
+                    "cudaArrayGetInfo", std::source_location{});
+      }
+      if (l == 0) image->layered = layered;
+    }
+    return image;
+  }
+#endif
 
   std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) override {
     ContextGuard guard(*core_);

@@ -59,7 +59,9 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <span>
 #include <unordered_set>
+#include <vector>
 
 #include "backend.hpp"
 
@@ -340,6 +342,22 @@ class HostSemaphore final : public BackendSemaphore {
 
 class HostQueue;
 
+/// An engine's host image (Device::adopt_image): memory in the reference layout of
+/// host_image_level, with the level-0 pitches it was adopted with (0 = tight).
+struct HostImage final : BackendImage {
+  std::byte* base = nullptr;
+  ImageDesc desc{};
+  std::uint64_t row_pitch = 0;
+  std::uint64_t slice_pitch = 0;
+};
+
+/// One row of an image copy, as the worker runs it.
+struct RowCopy {
+  std::byte* dst = nullptr;
+  const std::byte* src = nullptr;
+  std::uint64_t bytes = 0;
+};
+
 // The set of live queues of a device, for wait_idle. Shared so that a caller-owned queue may
 // outlive its device without touching freed memory.
 struct QueueRegistry {
@@ -392,6 +410,18 @@ class HostQueue final : public BackendQueue {
   void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) override {
     push(Op::copy(device_ptr(dst), device_ptr(src), bytes));
   }
+  void copy_h2i(BackendImage& dst, HostRef src, std::span<const ImageCopy> regions) override {
+    push_rows(static_cast<HostImage&>(dst), host_ptr(src), regions, /*to_image=*/true);
+  }
+  void copy_i2h(HostRef dst, BackendImage& src, std::span<const ImageCopy> regions) override {
+    push_rows(static_cast<HostImage&>(src), host_ptr(dst), regions, /*to_image=*/false);
+  }
+  void copy_d2i(BackendImage& dst, DeviceRef src, std::span<const ImageCopy> regions) override {
+    push_rows(static_cast<HostImage&>(dst), device_ptr(src), regions, /*to_image=*/true);
+  }
+  void copy_i2d(DeviceRef dst, BackendImage& src, std::span<const ImageCopy> regions) override {
+    push_rows(static_cast<HostImage&>(src), device_ptr(dst), regions, /*to_image=*/false);
+  }
   // Every host device's memory is process memory: a copy between two is a memmove.
   void copy_peer(DeviceRef dst, BackendDevice& /*dst_device*/, DeviceRef src, BackendDevice& /*src_device*/,
                  std::uint64_t bytes) override {
@@ -430,7 +460,8 @@ class HostQueue final : public BackendQueue {
 
  private:
   struct Op {
-    enum class Kind : std::uint8_t { copy, compute, signal, wait } kind = Kind::copy;
+    enum class Kind : std::uint8_t { copy, compute, signal, wait, rows } kind = Kind::copy;
+    std::shared_ptr<const std::vector<RowCopy>> rows{};  // Kind::rows: an image copy's rows
     std::byte* dst = nullptr;
     const std::byte* src = nullptr;
     std::uint64_t bytes = 0;
@@ -451,6 +482,31 @@ class HostQueue final : public BackendQueue {
     return static_cast<std::byte*>(r.segment->native) + r.offset;
   }
   static std::byte* host_ptr(HostRef r) { return r.memory->ptr + r.offset; }
+
+  /// One queued operation copying every row of `regions` between linear memory at `linear`
+  /// and the image's reference layout (host_image_level), in the direction `to_image`.
+  void push_rows(const HostImage& image, std::byte* linear, std::span<const ImageCopy> regions, bool to_image) {
+    const FormatInfo f = format_info(image.desc.format);
+    auto rows = std::make_shared<std::vector<RowCopy>>();
+    for (const ImageCopy& c : regions) {
+      const HostImageLevel level = host_image_level(image.desc, c.mip, image.row_pitch, image.slice_pitch);
+      const Extent3D e = mip_extent(image.desc, c.mip);
+      const std::uint64_t slices = std::uint64_t{c.depth} * c.layers;
+      for (std::uint64_t s = 0; s < slices; ++s) {
+        const std::uint64_t layer = c.base_layer + s / c.depth, z = c.z + s % c.depth;
+        const std::uint64_t slice_at = level.offset + (layer * e.depth + z) * level.slice_pitch;
+        for (std::uint32_t r = 0; r < c.rows; ++r) {
+          std::byte* img = image.base + slice_at + (std::uint64_t{c.y / f.block_height} + r) * level.row_pitch +
+                           std::uint64_t{c.x / f.block_width} * f.block_bytes;
+          std::byte* lin = linear + c.buffer_offset + s * c.slice_pitch + std::uint64_t{r} * c.row_pitch;
+          rows->push_back(to_image ? RowCopy{img, lin, c.row_bytes} : RowCopy{lin, img, c.row_bytes});
+        }
+      }
+    }
+    Op op{Op::Kind::rows};
+    op.rows = std::move(rows);
+    push(op);
+  }
 
   void push(const Op& op) {
     if (faults_) faults_->enqueue(op.kind == Op::Kind::copy);  // throws an injected fault
@@ -513,6 +569,9 @@ class HostQueue final : public BackendQueue {
     switch (op.kind) {
       case Op::Kind::copy:
         std::memmove(op.dst, op.src, static_cast<std::size_t>(op.bytes));  // d2d may overlap
+        return true;
+      case Op::Kind::rows:
+        for (const RowCopy& r : *op.rows) std::memcpy(r.dst, r.src, static_cast<std::size_t>(r.bytes));
         return true;
       case Op::Kind::compute:
         for (std::uint32_t pass = 0; pass < op.units; ++pass) add_one(op.dst, op.src, op.bytes);
@@ -642,6 +701,50 @@ class HostDevice final : public BackendDevice {
   AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes) override {
     require_pointer_only(native, "host");
     return AdoptedRange{pointer_segment(reinterpret_cast<void*>(static_cast<std::uintptr_t>(native.pointer)), bytes), 0};
+  }
+
+  // A host image is the engine's memory in the reference layout; only its pitches can be
+  // checked against the shape.
+  std::unique_ptr<BackendImage> adopt_image(const NativeImage& native, const ImageDesc& desc,
+                                            std::uint32_t /*owner_family*/) override {
+    if (native.vulkan_image != 0 || native.vulkan_layout != 0 || native.vulkan_final_layout != 0 ||
+        !native.vulkan_queue_families.empty() || native.cuda_array != 0 || native.cuda_mipmapped) {
+      throw Error(ErrorCode::invalid_argument,
+                  "host: a host image is described by host_pointer and its pitches only (a Vulkan or CUDA field is set)",
+                  {}, std::source_location{});
+    }
+    if (native.host_pointer == 0) {
+      throw Error(ErrorCode::invalid_argument, "host: host_pointer is null", {}, std::source_location{});
+    }
+    const FormatInfo f = format_info(desc.format);
+    const HostImageLevel tight = host_image_level(desc, 0);
+    if (native.host_row_pitch != 0 && (native.host_row_pitch < tight.row_pitch || native.host_row_pitch % f.block_bytes != 0)) {
+      throw Error(ErrorCode::invalid_argument,
+                  "host: host_row_pitch " + std::to_string(native.host_row_pitch) + " must be 0 or a multiple of " +
+                      std::to_string(f.block_bytes) + " bytes of at least the level-0 row's " +
+                      std::to_string(tight.row_pitch) + " bytes",
+                  {}, std::source_location{});
+    }
+    const HostImageLevel pitched = host_image_level(desc, 0, native.host_row_pitch);
+    if (native.host_slice_pitch != 0 &&
+        (native.host_slice_pitch < pitched.slice_pitch || native.host_slice_pitch % pitched.row_pitch != 0)) {
+      throw Error(ErrorCode::invalid_argument,
+                  "host: host_slice_pitch " + std::to_string(native.host_slice_pitch) +
+                      " must be 0 or a multiple of the row pitch " + std::to_string(pitched.row_pitch) +
+                      " of at least the level-0 slice's " + std::to_string(pitched.slice_pitch) + " bytes",
+                  {}, std::source_location{});
+    }
+    const std::uint64_t bytes = host_image_bytes(desc, native.host_row_pitch, native.host_slice_pitch);
+    if (native.host_pointer > UINT64_MAX - bytes) {
+      throw Error(ErrorCode::invalid_argument, "host: the image's " + std::to_string(bytes) +
+                  " bytes wrap around the address space", {}, std::source_location{});
+    }
+    auto image = std::make_unique<HostImage>();
+    image->base = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(native.host_pointer));
+    image->desc = desc;
+    image->row_pitch = native.host_row_pitch;
+    image->slice_pitch = native.host_slice_pitch;
+    return image;
   }
 
   std::unique_ptr<HostMemory> allocate_host(std::uint64_t bytes) override {

@@ -51,5 +51,11 @@ EngineAcquire engine_acquire(const DeviceBuffer& /*buffer*/, const TimelinePoint
               "-Dvulkan=enabled)",
               {}, where);
 }
+EngineImageAcquire engine_acquire(const Image& /*image*/, const TimelinePoint& /*ready*/, std::source_location where) {
+  throw Error(ErrorCode::unsupported,
+              "vulkan::engine_acquire: ferry was built without the vulkan backend (reconfigure with meson "
+              "-Dvulkan=enabled)",
+              {}, where);
+}
 }  // namespace ferry::vulkan
 #endif

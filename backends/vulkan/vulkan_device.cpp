@@ -797,6 +797,54 @@ AdoptedRange VulkanDevice::adopt_memory(const NativeMemory& native, std::uint64_
   return AdoptedRange{std::move(segment), native.vulkan_offset};
 }
 
+// An engine's VkImage: Vulkan has no query of an image's shape, format or layout, so the
+// stated ones are taken on trust, except that its memory requirements must hold the stated
+// shape's texel data (an image smaller than that is not the image described).
+std::unique_ptr<BackendImage> VulkanDevice::adopt_image(const NativeImage& native, const ImageDesc& desc,
+                                                        std::uint32_t owner_family) {
+  if (native.host_pointer != 0 || native.host_row_pitch != 0 || native.host_slice_pitch != 0 ||
+      native.cuda_array != 0 || native.cuda_mipmapped) {
+    vk_fail(ErrorCode::invalid_argument,
+            "a host or CUDA field of NativeImage is set, but a Vulkan device addresses images through a VkImage "
+            "(NativeImage::vulkan_image; see ferry::vulkan::native_image)");
+  }
+  if (native.vulkan_image == 0) vk_fail(ErrorCode::invalid_argument, "NativeImage::vulkan_image is a null VkImage");
+  const auto final_layout = static_cast<VkImageLayout>(native.vulkan_final_layout);
+  if (final_layout == VK_IMAGE_LAYOUT_UNDEFINED || final_layout == VK_IMAGE_LAYOUT_PREINITIALIZED) {
+    vk_fail(ErrorCode::invalid_argument,
+            "NativeImage::vulkan_final_layout " + std::to_string(native.vulkan_final_layout) +
+                " is UNDEFINED or PREINITIALIZED: state the layout the engine uses the image in after a copy");
+  }
+  const bool concurrent = native.vulkan_sharing == MemorySharing::concurrent;
+  if (concurrent) {
+    const auto& f = native.vulkan_queue_families;
+    if (std::find(f.begin(), f.end(), owner_family) == f.end()) {
+      vk_fail(ErrorCode::invalid_argument, "a concurrent image's vulkan_queue_families do not include the owner queue's "
+                                           "family " + std::to_string(owner_family));
+    }
+  } else if (!native.vulkan_queue_families.empty()) {
+    vk_fail(ErrorCode::invalid_argument, "vulkan_queue_families is set for an exclusive image (it lists the families of "
+                                         "a concurrent one)");
+  }
+  auto image = std::make_unique<VulkanImage>();
+  static_assert(sizeof(image->image) <= sizeof(native.vulkan_image));
+  std::memcpy(&image->image, &native.vulkan_image, sizeof(image->image));
+  VkMemoryRequirements req{};
+  vk_.vkGetImageMemoryRequirements(device_, image->image, &req);
+  const std::uint64_t texels = host_image_bytes(desc);
+  if (req.size < texels) {
+    vk_fail(ErrorCode::invalid_argument,
+            "the VkImage's memory requirements (" + std::to_string(req.size) + " bytes) cannot hold the " +
+                std::to_string(texels) + " bytes of the stated shape: not the image described");
+  }
+  image->engine_layout = static_cast<VkImageLayout>(native.vulkan_layout);
+  image->final_layout = final_layout;
+  image->concurrent = concurrent;
+  image->mip_levels = desc.mip_levels;
+  image->array_layers = desc.array_layers;
+  return image;
+}
+
 void VulkanDevice::free_segment(std::unique_ptr<Segment> segment) {
   std::unique_ptr<VulkanAllocation> record(static_cast<VulkanAllocation*>(segment->backend_data));
   destroy_allocation(*record);

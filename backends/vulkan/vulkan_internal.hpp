@@ -72,7 +72,8 @@ std::unique_ptr<BackendDevice> vulkan_open(const DeviceOptions& options);
   X(vkDestroyDescriptorSetLayout) X(vkCreatePipelineLayout) X(vkDestroyPipelineLayout)    \
   X(vkCreateComputePipelines) X(vkDestroyPipeline) X(vkCreateDescriptorPool)              \
   X(vkDestroyDescriptorPool) X(vkAllocateDescriptorSets) X(vkResetDescriptorPool)         \
-  X(vkUpdateDescriptorSets)
+  X(vkUpdateDescriptorSets) X(vkCmdCopyBufferToImage) X(vkCmdCopyImageToBuffer)            \
+  X(vkGetImageMemoryRequirements)
 
 /// The loader's vkGetInstanceProcAddr from libvulkan.so.1, opened once; null without a loader.
 PFN_vkGetInstanceProcAddr loader_get_instance_proc_addr() noexcept;
@@ -129,6 +130,34 @@ inline VkBuffer buffer_of(const HostMemory* memory) {
 }
 
 class VulkanDevice;
+
+/// An engine's VkImage (Device::adopt_image). ferry destroys nothing of it. `engine_layout` is
+/// the layout the image is in when the engine holds it, as recorded so far: the adopted
+/// layout until ferry's first copy is recorded, the final layout after it (image_barrier
+/// keeps it; the front end serializes the calls that use one image).
+struct VulkanImage final : BackendImage {
+  VkImage image = VK_NULL_HANDLE;
+  VkImageLayout engine_layout = VK_IMAGE_LAYOUT_UNDEFINED;
+  VkImageLayout final_layout = VK_IMAGE_LAYOUT_GENERAL;
+  bool concurrent = false;
+  std::uint32_t mip_levels = 1;
+  std::uint32_t array_layers = 1;
+  /// The layout of `use` (engine: engine_layout before a copy, `final_layout` after it).
+  [[nodiscard]] VkImageLayout layout(ImageUse use, bool after) const noexcept {
+    switch (use) {
+      case ImageUse::copy_dst: return VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL;
+      case ImageUse::copy_src: return VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL;
+      case ImageUse::engine: break;
+    }
+    return after ? final_layout : engine_layout;
+  }
+  /// Whether the hand-over `h` transfers queue-family ownership: two families, an EXCLUSIVE
+  /// image, and contents to keep (from an UNDEFINED layout nothing is kept, and the
+  /// executor's transition alone takes the image).
+  [[nodiscard]] bool transfers(const ImageHandOff& h) const noexcept {
+    return h.src_family != h.dst_family && !concurrent && layout(h.from, false) != VK_IMAGE_LAYOUT_UNDEFINED;
+  }
+};
 
 class VulkanSemaphore final : public BackendSemaphore {
  public:
@@ -189,6 +218,11 @@ class VulkanQueue final : public BackendQueue {
   void acquire_ownership(DeviceRef range, std::uint64_t bytes, BackendQueue& from) override;
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes,
                          std::uint32_t units) override;
+  void copy_h2i(BackendImage& dst, HostRef src, std::span<const ImageCopy> regions) override;
+  void copy_i2h(HostRef dst, BackendImage& src, std::span<const ImageCopy> regions) override;
+  void copy_d2i(BackendImage& dst, DeviceRef src, std::span<const ImageCopy> regions) override;
+  void copy_i2d(DeviceRef dst, BackendImage& src, std::span<const ImageCopy> regions) override;
+  void image_barrier(BackendImage& image, const ImageHandOff& hand_off) override;
   void flush() override;
   [[nodiscard]] bool defers_signals() const override { return true; }
   void hold_signals(bool held) override;
@@ -229,6 +263,8 @@ class VulkanQueue final : public BackendQueue {
   void order(std::initializer_list<Access> next);
   void copy(VkBuffer dst, VkDeviceSize dst_offset, VkBuffer src, VkDeviceSize src_offset,
             VkDeviceSize bytes, bool dst_is_host);
+  void copy_image(VulkanImage& image, VkBuffer buffer, VkDeviceSize base, std::span<const ImageCopy> regions,
+                  bool to_image, bool host_dst);
   void ownership_barrier(DeviceRef range, std::uint64_t bytes, std::uint32_t src_family,
                          std::uint32_t dst_family, bool release);
   VkDescriptorSet allocate_set();
@@ -323,6 +359,16 @@ class VulkanDevice final : public BackendDevice {
   std::unique_ptr<BackendSemaphore> create_exported_semaphore(std::uint64_t initial, int* fd) override;
   std::unique_ptr<Segment> allocate_exported_segment(std::uint64_t bytes, ExternalMemory* out) override;
   AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes) override;
+  std::unique_ptr<BackendImage> adopt_image(const NativeImage& native, const ImageDesc& desc,
+                                            std::uint32_t owner_family) override;
+  [[nodiscard]] Extent3D image_copy_granularity(std::uint32_t family) const override {
+    const VkExtent3D g = families_[family].minImageTransferGranularity;
+    return {g.width, g.height, g.depth};
+  }
+  [[nodiscard]] bool image_hand_off_needed(const BackendImage& image, std::uint32_t src_family,
+                                           std::uint32_t dst_family) const override {
+    return src_family != dst_family && !static_cast<const VulkanImage&>(image).concurrent;
+  }
   std::uint64_t host_registration_alignment() const override {
     return host_import_ ? host_import_alignment_ : 1;
   }

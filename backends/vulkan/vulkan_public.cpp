@@ -7,6 +7,7 @@
 
 #include "device_state.hpp"
 #include "handle_access.hpp"
+#include "image_state.hpp"
 #include "vulkan_adopt.hpp"
 #include "vulkan_internal.hpp"
 
@@ -101,6 +102,53 @@ EngineAcquire engine_acquire(const DeviceBuffer& buffer, const TimelinePoint& re
   out.barrier.buffer = detail::buffer_of(owed->range.segment);
   out.barrier.offset = owed->range.offset;
   out.barrier.size = owed->bytes;
+  return out;
+}
+
+EngineImageAcquire engine_acquire(const Image& image, const TimelinePoint& ready, std::source_location where) {
+  constexpr const char* fn = "vulkan::engine_acquire(image)";
+  const auto& state = detail::access::state(image);
+  FERRY_REQUIRE(state != nullptr, fn, "null or moved-from image", where);
+  detail::ImageState& img = *state;
+  const auto device = detail::lock_device(img.device, fn, where);
+  FERRY_REQUIRE(!img.released, fn, "the image was released", where);
+  auto* vk = dynamic_cast<detail::VulkanDevice*>(device->backend.get());
+  FERRY_REQUIRE(vk != nullptr, fn,
+                "the image's device is not a Vulkan device (backend " + std::string(to_string(device->options.backend)) +
+                    ")",
+                where);
+  FERRY_REQUIRE(!ready.empty(), fn, "empty ready point: pass the point of the image's latest copy", where);
+  const TimelinePoint& latest = img.last_access;
+  FERRY_REQUIRE(detail::access::semaphore(ready) == detail::access::semaphore(latest) && ready.value == latest.value,
+                fn,
+                "the ready point (value " + std::to_string(ready.value) +
+                    ") is not the point of the image's latest copy (value " + std::to_string(latest.value) +
+                    "): pass the point that call returned",
+                where);
+  detail::SemaphoreState& s = *detail::access::semaphore(ready);
+  detail::ensure_submitted(s, ready.value);  // the engine waits for it where ferry cannot see
+  EngineImageAcquire out;
+  {
+    std::lock_guard lock(s.mutex);
+    FERRY_REQUIRE(s.backend != nullptr, fn, "the device is closed", where);
+    out.semaphore = static_cast<detail::VulkanSemaphore&>(*s.backend).handle();
+  }
+  out.value = ready.value;
+  const std::shared_ptr<detail::OwedAcquire>& owed = img.owed;
+  if (!owed || owed->taken.load(std::memory_order_acquire)) return out;
+  if (owed->taken.exchange(true, std::memory_order_acq_rel)) return out;  // ferry took it meanwhile
+  const auto& vi = static_cast<const detail::VulkanImage&>(*img.backend);
+  out.barrier_needed = true;
+  out.barrier.srcStageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
+  out.barrier.srcAccessMask = VK_ACCESS_2_NONE;
+  out.barrier.dstStageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
+  out.barrier.dstAccessMask = VK_ACCESS_2_MEMORY_READ_BIT | VK_ACCESS_2_MEMORY_WRITE_BIT;
+  out.barrier.oldLayout = vi.layout(owed->hand_off.from, false);
+  out.barrier.newLayout = vi.final_layout;
+  out.barrier.srcQueueFamilyIndex = owed->hand_off.src_family;
+  out.barrier.dstQueueFamilyIndex = owed->hand_off.dst_family;
+  out.barrier.image = vi.image;
+  out.barrier.subresourceRange = {VK_IMAGE_ASPECT_COLOR_BIT, 0, vi.mip_levels, 0, vi.array_layers};
   return out;
 }
 

@@ -48,6 +48,10 @@ struct access;
 class DevicePool;
 class DeviceBuffer;
 class HostPool;
+class Image;
+struct ImageDesc;
+struct NativeImage;
+struct ImageAdoptOptions;
 
 /// @brief The backends ferry can be built with.
 enum class Backend : std::uint8_t {
@@ -423,6 +427,37 @@ class FERRY_API Device {
   DeviceBuffer adopt_memory(const NativeMemory& native, std::uint64_t size, const Queue& owner,
                             AdoptOptions options = {},
                             std::source_location where = std::source_location::current());
+  /// @brief Adopt an engine's image (a `VkImage`, a CUDA array or mipmapped array, a pitched
+  /// host region: see `NativeImage` in image.hpp, which declares the result) of shape
+  /// `desc`, owned by `owner`, for ferry's image copies (`Transfer::upload_image`, ...).
+  ///
+  /// Ownership: ferry never creates, frees or destroys the native image; the engine keeps it
+  /// alive until the release point (`Image::release`) is reached. Ordering: that of adopted
+  /// memory (see `adopt_memory`); on Vulkan, the layouts and queue-family ownership of
+  /// image.hpp's file comment.
+  ///
+  /// Rules and errors (`invalid_argument`, naming the value, at the caller's `where`): a
+  /// known format; width, height, depth, mip_levels and array_layers >= 1; mip_levels at
+  /// most the full chain; a 3D image (depth > 1) with one layer; `owner` a live queue of this
+  /// device; `options.ready_after` empty or of this device; the backend's field set and no
+  /// field of another backend. Per backend:
+  ///  - host: pitches 0 or at least the tight ones, row pitch a multiple of the block size,
+  ///    slice pitch a multiple of the row pitch;
+  ///  - Vulkan: `vulkan_final_layout` set (not UNDEFINED or PREINITIALIZED), a `concurrent`
+  ///    image lists the owner's family;
+  ///  - CUDA: the array's element size, extent, layering and levels match `desc`
+  ///    (`cudaArrayGetInfo` on every level); block-compressed formats are `unsupported`.
+  /// `unsupported`, with the reason: a backend without images (HIP, null, interop pairs).
+  /// What cannot be checked is the caller's promise: the native image is live, of this
+  /// device, in the stated layout and created as `NativeImage` describes.
+  ///
+  /// Thread-safety: like every Device method.
+  Image adopt_image(const NativeImage& native, const ImageDesc& desc, const Queue& owner,
+                    std::source_location where = std::source_location::current());
+  /// @brief `adopt_image` with options (the engine's ready point, a tag).
+  Image adopt_image(const NativeImage& native, const ImageDesc& desc, const Queue& owner,
+                    const ImageAdoptOptions& options,
+                    std::source_location where = std::source_location::current());
   /// @brief Create a timeline semaphore starting at `initial`.
   TimelineSemaphore create_semaphore(std::uint64_t initial = 0,
                                      std::source_location where = std::source_location::current());

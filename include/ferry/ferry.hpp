@@ -6,6 +6,7 @@
 #include "ferry/config.hpp"
 #include "ferry/device.hpp"
 #include "ferry/error.hpp"
+#include "ferry/image.hpp"
 #include "ferry/interop.hpp"
 #include "ferry/pool.hpp"
 #include "ferry/snapshot.hpp"

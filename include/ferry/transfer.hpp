@@ -129,6 +129,7 @@
 
 #include "ferry/api.hpp"
 #include "ferry/device.hpp"
+#include "ferry/image.hpp"
 #include "ferry/pool.hpp"
 
 namespace ferry {
@@ -453,6 +454,61 @@ class FERRY_API Transfer {
   /// when no copy between the two devices is possible (see `copy`).
   [[nodiscard]] PeerPath peer_path(const Device& other,
                                    std::source_location where = std::source_location::current()) const;
+  /// @name Images (image.hpp)
+  /// Copies between linear memory and an adopted image, in regions (`ImageRegion`), on the
+  /// executor. Common contract of the six calls:
+  ///  - Ordering (image.hpp): the executor waits for the image owner's work enqueued before
+  ///    the call, for ferry's earlier accesses of the image, for the image's `ready_after`
+  ///    (first access) and for `options.wait`; `options.signal` is signalled after the copy.
+  ///    The calls that write the image take `UploadOptions`: with `owner_waits` (the default)
+  ///    the owner waits for the copy (and, on Vulkan, records the ownership acquire); without
+  ///    it, the owner waits itself (`Queue::wait` on the returned point, which also records
+  ///    the acquire, or `vulkan::engine_acquire` for the engine's own submission). `mode`
+  ///    must be `owner_owned` or `preallocated` (both mean "into the given image").
+  ///  - Vulkan: the copy carries the layout transitions and queue-family ownership transfers
+  ///    of image.hpp; the image is in its final layout, the owner's, after the point.
+  ///  - Regions: every region is checked (see `ImageRegion`) before anything is enqueued;
+  ///    regions that write the image must not overlap. Errors name the region's index.
+  ///  - Errors (`invalid_argument`, at the caller's `where`, nothing enqueued): an empty span
+  ///    of regions or more than `max_batch_views`, a released, null or other device's image
+  ///    or buffer, a region's rule broken, a region's footprint outside the buffer, a pageable
+  ///    path with staging disabled or a block row larger than one staging chunk; the wait and
+  ///    signal list errors of every Transfer call. The backend's error when the copy fails.
+  /// @{
+
+  /// @brief Upload pinned host memory into `destination`'s regions, by DMA from the
+  /// HostBuffer itself (no staging; its row pitch as given). Returns at once; the source must
+  /// stay unchanged until the returned point.
+  TimelinePoint upload_image(const HostBuffer& source, const Image& destination, std::span<const ImageRegion> regions,
+                             UploadOptions options = {}, std::source_location where = std::source_location::current());
+  /// @brief Upload pageable host memory into `destination`'s regions through the staging ring:
+  /// each region's rows are read at their pitch and packed tightly into staging, whole rows of
+  /// blocks per chunk. The source may be reused when the call returns (which may wait for a
+  /// staging buffer to come free); the copy is complete at the returned point.
+  TimelinePoint upload_image(std::span<const std::byte> source, const Image& destination,
+                             std::span<const ImageRegion> regions, UploadOptions options = {},
+                             std::source_location where = std::source_location::current());
+  /// @brief Copy `source`'s regions into pinned host memory at each region's buffer offset
+  /// and pitch (bytes between rows are kept). The bytes are in place at the returned point.
+  TimelinePoint download_image(const Image& source, const HostBuffer& destination, std::span<const ImageRegion> regions,
+                               CallOptions options = {}, std::source_location where = std::source_location::current());
+  /// @brief Copy `source`'s regions into pageable memory through the staging ring, at each
+  /// region's offset and pitch (bytes between rows are kept). Blocking: returns once every
+  /// byte is there, so points in `options.wait` must be signalled by another thread or queue.
+  void download_image(const Image& source, std::span<std::byte> destination, std::span<const ImageRegion> regions,
+                      CallOptions options = {}, std::source_location where = std::source_location::current());
+  /// @brief Device-to-device copy from a DeviceBuffer (a pool block or adopted memory) into
+  /// `destination`'s regions, on the executor: both owners are ordered around it as for
+  /// `copy` (the buffer's owner's later work, a release too, follows the copy's read).
+  TimelinePoint copy_to_image(const DeviceBuffer& source, const Image& destination, std::span<const ImageRegion> regions,
+                              UploadOptions options = {}, std::source_location where = std::source_location::current());
+  /// @brief Device-to-device copy of `source`'s regions into a DeviceBuffer, on the executor;
+  /// the buffer's bytes outside the regions' rows are kept, and its owner waits for the copy.
+  TimelinePoint copy_from_image(const Image& source, const DeviceBuffer& destination,
+                                std::span<const ImageRegion> regions, CallOptions options = {},
+                                std::source_location where = std::source_location::current());
+  /// @}
+
   /// @brief Host wait for every copy this Transfer had enqueued when the call began; throws
   /// `timeout` after `timeout`. Copies other threads enqueue during the wait are not waited
   /// for, and the host memory they use stays alive until they complete.

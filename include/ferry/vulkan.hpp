@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /// @file vulkan.hpp
 /// @brief Adopting an engine's own Vulkan device, so an engine never has to let ferry create it,
-/// and describing its `VkBuffer`s for `Device::adopt_memory`.
+/// and describing its `VkBuffer`s for `Device::adopt_memory` and its `VkImage`s for
+/// `Device::adopt_image`.
 ///
 /// This header includes `<vulkan/vulkan.h>` (Vulkan 1.2 or newer); the rest of ferry's public
 /// headers are vendor-free. Check `FERRY_HAVE_VULKAN` (ferry/config.hpp) or
@@ -24,15 +25,45 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <cstring>
+#include <initializer_list>
+#include <mutex>
 #include <source_location>
 
 #include <vulkan/vulkan.h>
 
 #include "ferry/api.hpp"
 #include "ferry/device.hpp"
+#include "ferry/image.hpp"
 #include "ferry/pool.hpp"
+
+// The barriers of vulkan::BasicEngineAcquire.
+namespace ferry::detail {
+
+/// A synchronization2 barrier of `Barrier` (VkBufferMemoryBarrier2, VkImageMemoryBarrier2)
+/// with its sType `Type` and every other field zero.
+template <class Barrier, VkStructureType Type>
+[[nodiscard]] constexpr Barrier empty_barrier() noexcept {
+  Barrier b{};
+  b.sType = Type;
+  return b;
+}
+
+/// The access masks of an acquire's Vulkan 1.0 form: none before, memory read and write after.
+inline constexpr VkAccessFlags kAcquireSrcAccess = 0;
+inline constexpr VkAccessFlags kAcquireDstAccess = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
+
+/// The Vulkan 1.0 forms of an acquire, for `vkCmdPipelineBarrier`.
+[[nodiscard]] constexpr VkBufferMemoryBarrier to_legacy(const VkBufferMemoryBarrier2& b) noexcept {
+  return {VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER, nullptr, kAcquireSrcAccess, kAcquireDstAccess,
+          b.srcQueueFamilyIndex, b.dstQueueFamilyIndex, b.buffer, b.offset, b.size};
+}
+[[nodiscard]] constexpr VkImageMemoryBarrier to_legacy(const VkImageMemoryBarrier2& b) noexcept {
+  return {VK_STRUCTURE_TYPE_IMAGE_MEMORY_BARRIER, nullptr, kAcquireSrcAccess, kAcquireDstAccess, b.oldLayout,
+          b.newLayout, b.srcQueueFamilyIndex, b.dstQueueFamilyIndex, b.image, b.subresourceRange};
+}
+
+}  // namespace ferry::detail
 
 namespace ferry::vulkan {
 
@@ -118,42 +149,42 @@ struct NativeHandles {
 FERRY_API NativeHandles native_handles(const Device& device,
                                        std::source_location where = std::source_location::current());
 
-/// @brief What an engine's own submission needs to use an upload's destination, so that
-/// ferry submits nothing on the engine's queue (see `engine_acquire`).
-struct EngineAcquire {
+/// @brief What an engine's own submission needs to use the destination of a ferry copy made
+/// with `UploadOptions::owner_waits = false`, so that ferry submits nothing on the engine's
+/// queue (see `engine_acquire`): `EngineAcquire` for a buffer's range, `EngineImageAcquire`
+/// for an image. One shape for both, as the buffer and the image hand-over follow one rule.
+template <class Barrier, VkStructureType Type>
+struct BasicEngineAcquire {
   /// Whether the engine must record `barrier` (a queue-family ownership acquire) in its
-  /// command buffer before its first access to the range. False when no transfer of
-  /// ownership is needed (one queue family, a `CONCURRENT` buffer, or ferry already recorded
-  /// the acquire on the owner).
+  /// command buffer before its first access to the range or image. False when no transfer of
+  /// ownership is needed (one queue family -- for an image the executor then recorded the
+  /// whole layout transition --, a `CONCURRENT` buffer or image), or when ferry already
+  /// recorded the acquire on the owner.
   bool barrier_needed = false;
-  /// The acquire: source family the executor's, destination family the owner's, the range of
-  /// the buffer; stages ALL_COMMANDS on both sides (chaining with the semaphore wait), access
-  /// none before and memory read and write after. Record it with `vkCmdPipelineBarrier2`
-  /// (one `VkDependencyInfo` with this one buffer barrier).
-  VkBufferMemoryBarrier2 barrier{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER_2, nullptr, 0, 0, 0, 0, 0, 0,
-                                 VK_NULL_HANDLE, 0, 0};
+  /// The acquire: source family the executor's, destination family the owner's; stages
+  /// ALL_COMMANDS on both sides (chaining with the semaphore wait), access none before and
+  /// memory read and write after. A buffer's covers the copied range; an image's covers every
+  /// level and layer, with the transition from TRANSFER_DST_OPTIMAL (after an upload) or
+  /// TRANSFER_SRC_OPTIMAL (after a download) to the image's final layout. Record it with
+  /// `vkCmdPipelineBarrier2` (one `VkDependencyInfo` with this one barrier).
+  Barrier barrier = detail::empty_barrier<Barrier, Type>();
   /// The engine's submission waits for `semaphore` to reach `value` (a `VkSemaphoreSubmitInfo`
   /// with stage ALL_COMMANDS, or a timeline wait of `vkQueueSubmit`) before the barrier and
-  /// its use of the range. The semaphore is ferry's (the executor's progress timeline): wait on
-  /// it, never signal or destroy it. It lives until the device closes.
+  /// its use of the range or image. The semaphore is ferry's (the executor's progress
+  /// timeline): wait on it, never signal or destroy it. It lives until the device closes.
   VkSemaphore semaphore = VK_NULL_HANDLE;
   std::uint64_t value = 0;
 
-  /// `barrier` as a Vulkan 1.0 `VkBufferMemoryBarrier`, for `vkCmdPipelineBarrier` with
-  /// `VK_PIPELINE_STAGE_ALL_COMMANDS_BIT` as both stage masks (devices without
-  /// synchronization2).
-  [[nodiscard]] VkBufferMemoryBarrier legacy_barrier() const noexcept {
-    return VkBufferMemoryBarrier{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
-                                 nullptr,
-                                 0,
-                                 VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT,
-                                 barrier.srcQueueFamilyIndex,
-                                 barrier.dstQueueFamilyIndex,
-                                 barrier.buffer,
-                                 barrier.offset,
-                                 barrier.size};
-  }
+  /// `barrier` as its Vulkan 1.0 form (`VkBufferMemoryBarrier`, `VkImageMemoryBarrier`), for
+  /// `vkCmdPipelineBarrier` with `VK_PIPELINE_STAGE_ALL_COMMANDS_BIT` as both stage masks
+  /// (devices without synchronization2).
+  [[nodiscard]] constexpr auto legacy_barrier() const noexcept { return detail::to_legacy(barrier); }
 };
+
+/// @brief The acquire of a copy into or out of a buffer (`engine_acquire(const DeviceBuffer&, ...)`).
+using EngineAcquire = BasicEngineAcquire<VkBufferMemoryBarrier2, VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER_2>;
+/// @brief The acquire of a copy into or out of an image (`engine_acquire(const Image&, ...)`).
+using EngineImageAcquire = BasicEngineAcquire<VkImageMemoryBarrier2, VK_STRUCTURE_TYPE_IMAGE_MEMORY_BARRIER_2>;
 
 /// @brief Hand the acquire and the wait of a copy into `buffer` to the engine, which records
 /// them in its own submission on the owner's `VkQueue`: ferry then submits nothing on that
@@ -196,5 +227,84 @@ FERRY_API EngineAcquire engine_acquire(const DeviceBuffer& buffer, const Timelin
   m.vulkan_sharing = sharing;
   return m;
 }
+
+/// @brief The `VkFormat` of a ferry format (VK_FORMAT_UNDEFINED for `undefined` and values
+/// outside the table), for an engine creating the image it adopts, or checking one.
+[[nodiscard]] constexpr VkFormat to_vk_format(ImageFormat format) noexcept {
+  switch (format) {
+    case ImageFormat::undefined: return VK_FORMAT_UNDEFINED;
+    case ImageFormat::r8_unorm: return VK_FORMAT_R8_UNORM;
+    case ImageFormat::r8_uint: return VK_FORMAT_R8_UINT;
+    case ImageFormat::rg8_unorm: return VK_FORMAT_R8G8_UNORM;
+    case ImageFormat::rgba8_unorm: return VK_FORMAT_R8G8B8A8_UNORM;
+    case ImageFormat::rgba8_srgb: return VK_FORMAT_R8G8B8A8_SRGB;
+    case ImageFormat::rgba8_uint: return VK_FORMAT_R8G8B8A8_UINT;
+    case ImageFormat::bgra8_unorm: return VK_FORMAT_B8G8R8A8_UNORM;
+    case ImageFormat::bgra8_srgb: return VK_FORMAT_B8G8R8A8_SRGB;
+    case ImageFormat::r16_unorm: return VK_FORMAT_R16_UNORM;
+    case ImageFormat::r16_uint: return VK_FORMAT_R16_UINT;
+    case ImageFormat::r16_float: return VK_FORMAT_R16_SFLOAT;
+    case ImageFormat::rg16_float: return VK_FORMAT_R16G16_SFLOAT;
+    case ImageFormat::rgba16_unorm: return VK_FORMAT_R16G16B16A16_UNORM;
+    case ImageFormat::rgba16_float: return VK_FORMAT_R16G16B16A16_SFLOAT;
+    case ImageFormat::r32_uint: return VK_FORMAT_R32_UINT;
+    case ImageFormat::r32_sint: return VK_FORMAT_R32_SINT;
+    case ImageFormat::r32_float: return VK_FORMAT_R32_SFLOAT;
+    case ImageFormat::rg32_uint: return VK_FORMAT_R32G32_UINT;
+    case ImageFormat::rg32_float: return VK_FORMAT_R32G32_SFLOAT;
+    case ImageFormat::rgba32_uint: return VK_FORMAT_R32G32B32A32_UINT;
+    case ImageFormat::rgba32_float: return VK_FORMAT_R32G32B32A32_SFLOAT;
+    case ImageFormat::rgb10a2_unorm: return VK_FORMAT_A2B10G10R10_UNORM_PACK32;
+    case ImageFormat::rg11b10_float: return VK_FORMAT_B10G11R11_UFLOAT_PACK32;
+    case ImageFormat::bc1_rgba_unorm: return VK_FORMAT_BC1_RGBA_UNORM_BLOCK;
+    case ImageFormat::bc1_rgba_srgb: return VK_FORMAT_BC1_RGBA_SRGB_BLOCK;
+    case ImageFormat::bc2_unorm: return VK_FORMAT_BC2_UNORM_BLOCK;
+    case ImageFormat::bc3_unorm: return VK_FORMAT_BC3_UNORM_BLOCK;
+    case ImageFormat::bc3_srgb: return VK_FORMAT_BC3_SRGB_BLOCK;
+    case ImageFormat::bc4_unorm: return VK_FORMAT_BC4_UNORM_BLOCK;
+    case ImageFormat::bc5_unorm: return VK_FORMAT_BC5_UNORM_BLOCK;
+    case ImageFormat::bc6h_ufloat: return VK_FORMAT_BC6H_UFLOAT_BLOCK;
+    case ImageFormat::bc6h_sfloat: return VK_FORMAT_BC6H_SFLOAT_BLOCK;
+    case ImageFormat::bc7_unorm: return VK_FORMAT_BC7_UNORM_BLOCK;
+    case ImageFormat::bc7_srgb: return VK_FORMAT_BC7_SRGB_BLOCK;
+    case ImageFormat::astc_4x4_unorm: return VK_FORMAT_ASTC_4x4_UNORM_BLOCK;
+    case ImageFormat::astc_4x4_srgb: return VK_FORMAT_ASTC_4x4_SRGB_BLOCK;
+    case ImageFormat::astc_6x6_unorm: return VK_FORMAT_ASTC_6x6_UNORM_BLOCK;
+    case ImageFormat::astc_8x8_unorm: return VK_FORMAT_ASTC_8x8_UNORM_BLOCK;
+    case ImageFormat::astc_8x8_srgb: return VK_FORMAT_ASTC_8x8_SRGB_BLOCK;
+  }
+  return VK_FORMAT_UNDEFINED;
+}
+
+/// @brief Describe an engine's `VkImage` for `Device::adopt_image`: its layout now
+/// (`current`, UNDEFINED when its contents may be discarded), the layout every ferry copy
+/// leaves it in (`final_layout`), its sharing mode and, for `MemorySharing::concurrent`, the
+/// families it was created with (which must include the owner's and every executor's).
+/// Checked by `adopt_image`, not here.
+[[nodiscard]] inline NativeImage native_image(VkImage image, VkImageLayout current, VkImageLayout final_layout,
+                                              MemorySharing sharing = MemorySharing::exclusive,
+                                              std::initializer_list<std::uint32_t> families = {}) {
+  NativeImage n;
+  static_assert(sizeof(image) <= sizeof(n.vulkan_image));
+  std::memcpy(&n.vulkan_image, &image, sizeof(image));
+  n.vulkan_layout = static_cast<std::uint32_t>(current);
+  n.vulkan_final_layout = static_cast<std::uint32_t>(final_layout);
+  n.vulkan_sharing = sharing;
+  n.vulkan_queue_families.assign(families.begin(), families.end());
+  return n;
+}
+
+/// @brief Hand the acquire of ferry's latest copy of `image` (layout plus ownership) and its
+/// wait to the engine, which records them in its own submission on the owner's `VkQueue`.
+/// The image counterpart of `engine_acquire(const DeviceBuffer&, ...)`, with the same rules:
+/// `ready` is the point of the latest copy call on the image (made with `owner_waits =
+/// false`), the call submits the executor's pending work, and marks the acquire as the
+/// engine's, so ferry records none; call it once per copy, before the engine submits.
+/// Errors (`invalid_argument`, naming the argument, at the caller's `where`): a null, released
+/// or moved-from image; a device that is not a Vulkan device or is closed; an empty `ready`,
+/// or one that is not the image's latest copy point. `unsupported` in a build without the
+/// Vulkan backend. Thread-safety: not concurrently with another ferry call that uses `image`.
+FERRY_API EngineImageAcquire engine_acquire(const Image& image, const TimelinePoint& ready,
+                                            std::source_location where = std::source_location::current());
 
 }  // namespace ferry::vulkan

@@ -3,6 +3,7 @@
 #define FERRY_TEST_GPU cuda
 #define FERRY_TEST_GPU_NAME "cuda"
 #define FERRY_TEST_GPU_FOREIGN cuda_foreign_memory
+#define FERRY_TEST_GPU_IMAGES cuda_foreign_image
 #include "gpu.hpp"
 
 // ---- CUDA only: the engine's context binding ---------------------------------------------
@@ -17,6 +18,8 @@
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#include "cuda_image.hpp"
 
 namespace {
 
@@ -185,4 +188,29 @@ CONFORMANCE_CASE("cuda: the legacy default stream is adopted; the per-thread one
   up.buffer.release().wait(std::chrono::seconds(30));
   CHECK(cudaFree(out) == cudaSuccess);
   dev.close();
+}
+
+// ---- CUDA only: the engine's arrays for the image cases ----------------------------------
+
+/// The engine's array (testkit/cuda_image.hpp, the maker ferry-bench's image study uses
+/// too): a cudaArray_t (one level) or cudaMipmappedArray_t (several) of unsigned elements of
+/// the format's size, layered for array images, 3D for volumes. Block-compressed formats:
+/// null (the backend refuses them, see Device::adopt_image).
+std::unique_ptr<conformance::ForeignImage> cuda_foreign_image(Device& /*device*/, const ImageDesc& desc,
+                                                              std::string& why_not) {
+  const FormatInfo f = format_info(desc.format);
+  if (f.compressed()) {
+    why_not = "block-compressed formats are not supported by the CUDA backend's image copies";
+    return nullptr;
+  }
+  REQUIRE(cudaSetDevice(conformance::options().ordinal) == cudaSuccess);
+  const cudaChannelFormatDesc channels = testkit::cuda_engine_channels(desc.format, why_not);
+  auto image = std::make_unique<conformance::ForeignImage>();
+  image->desc = desc;
+  const char* call = "";
+  const cudaError_t made = testkit::make_cuda_engine_array(desc, channels, image->native, call);
+  REQUIRE_MESSAGE(made == cudaSuccess, call << ": " << cudaGetErrorString(made));
+  const NativeImage native = image->native;
+  image->free = [native] { CHECK(testkit::free_cuda_engine_array(native) == cudaSuccess); };
+  return image;
 }

@@ -5,6 +5,9 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <memory>
+#include <string>
+
 #include "conformance.hpp"
 
 using namespace ferry;
@@ -13,6 +16,12 @@ using namespace ferry;
 /// The engine's own device memory for the adopted-memory cases, allocated with the vendor's
 /// calls by the including file (which has the vendor's headers and library).
 std::unique_ptr<conformance::ForeignMemory> FERRY_TEST_GPU_FOREIGN(Device& device, std::uint64_t bytes);
+#endif
+#ifdef FERRY_TEST_GPU_IMAGES
+/// The engine's own arrays for the image cases, made with the vendor's calls by the including
+/// file; null, with the reason, for a shape or format it cannot make.
+std::unique_ptr<conformance::ForeignImage> FERRY_TEST_GPU_IMAGES(Device& device, const ImageDesc& desc,
+                                                                 std::string& why_not);
 #endif
 
 CONFORMANCE_CASE(FERRY_TEST_GPU_NAME ": capabilities describe a GPU") {
@@ -41,6 +50,9 @@ int main(int argc, char** argv) {
   conformance::configure({.backend = backend, .validation = false});
 #ifdef FERRY_TEST_GPU_FOREIGN
   conformance::set_foreign_allocator(&FERRY_TEST_GPU_FOREIGN);
+#endif
+#ifdef FERRY_TEST_GPU_IMAGES
+  conformance::set_image_allocator(&FERRY_TEST_GPU_IMAGES);
 #endif
   return conformance::run(argc, argv);
 }

@@ -111,6 +111,21 @@ CONFORMANCE_CASE("null: adopt_queue takes any handle but none") {
                             "adopt_queue(null handle)");
 }
 
+CONFORMANCE_CASE("null: images are not supported, and say so with a typed error") {
+  Device dev = conformance::open_device();
+  std::vector<std::byte> memory(4096);
+  const ImageDesc desc{.format = ImageFormat::rgba8_unorm, .width = 16, .height = 16};
+  conformance::expect_error(ErrorCode::unsupported,
+                            [&] { (void)dev.adopt_image(NativeImage::from_host(memory.data()), desc,
+                                                        dev.queue(QueueRole::compute)); },
+                            "adopt_image on the null backend");
+  // The front end's own checks come first, as on every backend.
+  conformance::expect_error(ErrorCode::invalid_argument,
+                            [&] { (void)dev.adopt_image(NativeImage::from_host(memory.data()), ImageDesc{},
+                                                        dev.queue(QueueRole::compute)); },
+                            "adopt_image with no format");
+}
+
 CONFORMANCE_CASE("null: error paths: sizes, ranges, foreign and released objects, a closed device") {
   Device dev = conformance::open_device();
   Device other = Device::open({.backend = Backend::null});

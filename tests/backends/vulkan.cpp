@@ -19,10 +19,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "conformance.hpp"
 #include "ferry/vulkan.hpp"
+#include "vulkan_image.hpp"
 
 using namespace ferry;
 
@@ -458,15 +460,39 @@ std::unique_ptr<conformance::ForeignMemory> allocate_foreign(Device& dev, std::u
   return m;
 }
 
+/// The engine's own VkImage on ferry's VkDevice (testkit/vulkan_image.hpp, the maker
+/// ferry-bench's image study uses too): optimal tiling, device-local memory of its own, in
+/// UNDEFINED layout, sampled after every copy (SHADER_READ_ONLY_OPTIMAL), EXCLUSIVE. Null,
+/// with the reason, when the device lacks the format or the shape.
+std::unique_ptr<conformance::ForeignImage> allocate_image(Device& dev, const ImageDesc& desc, std::string& why_not) {
+  static void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+  REQUIRE((gipa != nullptr));
+  const vulkan::NativeHandles h = vulkan::native_handles(dev);
+  const testkit::VulkanImageFns f = testkit::load_vulkan_image_fns(gipa, h.instance, h.device);
+  const testkit::VulkanEngineImage made = testkit::make_vulkan_engine_image(f, h.physical_device, h.device, desc);
+  if (!made.skipped.empty()) {
+    why_not = made.skipped;
+    return nullptr;
+  }
+  auto out = std::make_unique<conformance::ForeignImage>();
+  out->native = made.native();
+  out->desc = desc;
+  const VkDevice device = h.device;
+  out->free = [f, device, made] { made.destroy(f, device); };
+  return out;
+}
+
 }  // namespace
 
 namespace {
 
-/// The engine's side of `vulkan::engine_acquire`: one command buffer on ferry's compute queue
-/// that records the acquire (when needed) and copies `range` of `src` into `dst`, submitted
-/// with the wait ferry handed out, under ferry's submit lock; then a host wait on a fence.
-void engine_copy(Device& dev, const vulkan::EngineAcquire& acquire, const DeviceView& src, VkBuffer dst,
-                 VkDeviceSize dst_offset, VkDeviceSize bytes) {
+/// The engine's side of `vulkan::engine_acquire`: one command buffer on ferry's compute queue,
+/// recorded by `record` (given the buffer and a lookup of device functions), submitted with
+/// the wait ferry handed out under ferry's submit lock; then a host wait on a fence.
+template <class Record>
+void engine_submit(Device& dev, VkSemaphore semaphore, std::uint64_t value, Record record) {
   static void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
   REQUIRE(lib != nullptr);
   auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
@@ -484,8 +510,6 @@ void engine_copy(Device& dev, const vulkan::EngineAcquire& acquire, const Device
   auto allocate = reinterpret_cast<PFN_vkAllocateCommandBuffers>(fn("vkAllocateCommandBuffers"));
   auto begin = reinterpret_cast<PFN_vkBeginCommandBuffer>(fn("vkBeginCommandBuffer"));
   auto end = reinterpret_cast<PFN_vkEndCommandBuffer>(fn("vkEndCommandBuffer"));
-  auto copy = reinterpret_cast<PFN_vkCmdCopyBuffer>(fn("vkCmdCopyBuffer"));
-  auto barrier1 = reinterpret_cast<PFN_vkCmdPipelineBarrier>(fn("vkCmdPipelineBarrier"));
   auto create_fence = reinterpret_cast<PFN_vkCreateFence>(fn("vkCreateFence"));
   auto destroy_fence = reinterpret_cast<PFN_vkDestroyFence>(fn("vkDestroyFence"));
   auto wait_fences = reinterpret_cast<PFN_vkWaitForFences>(fn("vkWaitForFences"));
@@ -504,25 +528,7 @@ void engine_copy(Device& dev, const vulkan::EngineAcquire& acquire, const Device
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   REQUIRE(begin(cmd, &bi) == VK_SUCCESS);
-  if (acquire.barrier_needed) {
-    if (h.synchronization2) {
-      auto barrier2 = reinterpret_cast<PFN_vkCmdPipelineBarrier2>(fn("vkCmdPipelineBarrier2"));
-      VkDependencyInfo dep{VK_STRUCTURE_TYPE_DEPENDENCY_INFO};
-      dep.bufferMemoryBarrierCount = 1;
-      dep.pBufferMemoryBarriers = &acquire.barrier;
-      barrier2(cmd, &dep);
-    } else {
-      const VkBufferMemoryBarrier b = acquire.legacy_barrier();
-      barrier1(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 0, nullptr, 1, &b, 0,
-               nullptr);
-    }
-  }
-  const VkBufferCopy region{src.offset, dst_offset, bytes};
-  copy(cmd, reinterpret_cast<VkBuffer>(src.native), dst, 1, &region);
-  VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  to_host.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-  to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-  barrier1(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0, nullptr, 0, nullptr);
+  record(cmd, h, fn);
   REQUIRE(end(cmd) == VK_SUCCESS);
   VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   VkFence fence = VK_NULL_HANDLE;
@@ -532,8 +538,8 @@ void engine_copy(Device& dev, const vulkan::EngineAcquire& acquire, const Device
     if (h.synchronization2) {
       auto submit2 = reinterpret_cast<PFN_vkQueueSubmit2>(fn("vkQueueSubmit2"));
       VkSemaphoreSubmitInfo wait{VK_STRUCTURE_TYPE_SEMAPHORE_SUBMIT_INFO};
-      wait.semaphore = acquire.semaphore;
-      wait.value = acquire.value;
+      wait.semaphore = semaphore;
+      wait.value = value;
       wait.stageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
       VkCommandBufferSubmitInfo ci{VK_STRUCTURE_TYPE_COMMAND_BUFFER_SUBMIT_INFO};
       ci.commandBuffer = cmd;
@@ -546,11 +552,11 @@ void engine_copy(Device& dev, const vulkan::EngineAcquire& acquire, const Device
     } else {
       VkTimelineSemaphoreSubmitInfo ti{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
       ti.waitSemaphoreValueCount = 1;
-      ti.pWaitSemaphoreValues = &acquire.value;
+      ti.pWaitSemaphoreValues = &value;
       const VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
       VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO, &ti};
       si.waitSemaphoreCount = 1;
-      si.pWaitSemaphores = &acquire.semaphore;
+      si.pWaitSemaphores = &semaphore;
       si.pWaitDstStageMask = &stage;
       si.commandBufferCount = 1;
       si.pCommandBuffers = &cmd;
@@ -560,6 +566,60 @@ void engine_copy(Device& dev, const vulkan::EngineAcquire& acquire, const Device
   CHECK(wait_fences(d, 1, &fence, VK_TRUE, 30'000'000'000ull) == VK_SUCCESS);
   destroy_fence(d, fence, nullptr);
   destroy_pool(d, pool, nullptr);
+}
+
+/// Records `acquire`'s barrier (synchronization2 where the device has it, else its Vulkan 1.0
+/// form) when the engine owes it.
+template <class Acquire, class Fn>
+void record_acquire(VkCommandBuffer cmd, const vulkan::NativeHandles& h, Fn& fn, const Acquire& acquire) {
+  if (!acquire.barrier_needed) return;
+  if (h.synchronization2) {
+    auto barrier2 = reinterpret_cast<PFN_vkCmdPipelineBarrier2>(fn("vkCmdPipelineBarrier2"));
+    VkDependencyInfo dep{VK_STRUCTURE_TYPE_DEPENDENCY_INFO};
+    if constexpr (std::is_same_v<Acquire, vulkan::EngineAcquire>) {
+      dep.bufferMemoryBarrierCount = 1;
+      dep.pBufferMemoryBarriers = &acquire.barrier;
+    } else {
+      dep.imageMemoryBarrierCount = 1;
+      dep.pImageMemoryBarriers = &acquire.barrier;
+    }
+    barrier2(cmd, &dep);
+    return;
+  }
+  auto barrier1 = reinterpret_cast<PFN_vkCmdPipelineBarrier>(fn("vkCmdPipelineBarrier"));
+  const auto b = acquire.legacy_barrier();
+  if constexpr (std::is_same_v<Acquire, vulkan::EngineAcquire>) {
+    barrier1(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 0, nullptr, 1, &b, 0,
+             nullptr);
+  } else {
+    barrier1(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 0, nullptr, 0, nullptr, 1,
+             &b);
+  }
+}
+
+/// The engine's acquire of a copy into a buffer, then its own copy of `range` of `src` into
+/// `dst`, read back on the host.
+void engine_copy(Device& dev, const vulkan::EngineAcquire& acquire, const DeviceView& src, VkBuffer dst,
+                 VkDeviceSize dst_offset, VkDeviceSize bytes) {
+  engine_submit(dev, acquire.semaphore, acquire.value, [&](VkCommandBuffer cmd, const vulkan::NativeHandles& h, auto& fn) {
+    record_acquire(cmd, h, fn, acquire);
+    auto copy = reinterpret_cast<PFN_vkCmdCopyBuffer>(fn("vkCmdCopyBuffer"));
+    auto barrier1 = reinterpret_cast<PFN_vkCmdPipelineBarrier>(fn("vkCmdPipelineBarrier"));
+    const VkBufferCopy region{src.offset, dst_offset, bytes};
+    copy(cmd, reinterpret_cast<VkBuffer>(src.native), dst, 1, &region);
+    VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    to_host.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    barrier1(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0, nullptr, 0, nullptr);
+  });
+}
+
+/// The engine's acquire of a copy into an image, alone: the image is then the engine's, in
+/// its final layout, on the owner's family.
+void engine_image_acquire(Device& dev, const vulkan::EngineImageAcquire& acquire) {
+  engine_submit(dev, acquire.semaphore, acquire.value, [&](VkCommandBuffer cmd, const vulkan::NativeHandles& h, auto& fn) {
+    record_acquire(cmd, h, fn, acquire);
+  });
 }
 
 }  // namespace
@@ -614,6 +674,85 @@ CONFORMANCE_CASE("vulkan: an engine records the acquire and the wait in its own 
   }
 }
 
+CONFORMANCE_CASE("vulkan: an adopted VkImage states its layouts and sharing; engine_acquire hands over its copy") {
+  Device dev = conformance::open_device();
+  const ImageDesc desc{.format = ImageFormat::rgba8_unorm, .width = 20, .height = 12, .mip_levels = 2};
+  std::string why_not;
+  auto foreign = allocate_image(dev, desc, why_not);
+  REQUIRE_MESSAGE(foreign != nullptr, why_not);
+  Queue compute = dev.queue(QueueRole::compute);
+  const vulkan::NativeHandles h = vulkan::native_handles(dev);
+  VkImage handle = VK_NULL_HANDLE;
+  std::memcpy(&handle, &foreign->native.vulkan_image, sizeof(handle));
+
+  // Refused: no final layout, UNDEFINED or PREINITIALIZED as final, a concurrent image whose
+  // families leave out the owner's, families listed for an exclusive image, a host field.
+  auto refused = [&](const NativeImage& n, const char* what) {
+    conformance::expect_error(ErrorCode::invalid_argument, [&] { (void)dev.adopt_image(n, desc, compute); }, what);
+  };
+  refused(vulkan::native_image(handle, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_UNDEFINED), "final layout UNDEFINED");
+  refused(vulkan::native_image(handle, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_PREINITIALIZED),
+          "final layout PREINITIALIZED");
+  refused(vulkan::native_image(handle, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_GENERAL, MemorySharing::concurrent,
+                               {h.compute_family + 1}),
+          "concurrent without the owner's family");
+  refused(vulkan::native_image(handle, VK_IMAGE_LAYOUT_UNDEFINED, VK_IMAGE_LAYOUT_GENERAL, MemorySharing::exclusive,
+                               {h.compute_family}),
+          "families for an exclusive image");
+  NativeImage with_host = foreign->native;
+  with_host.host_pointer = 64;
+  refused(with_host, "a host field");
+  refused(NativeImage::from_host(foreign.get()), "a host image on Vulkan");
+  // A shape the image's memory cannot hold is not the image described.
+  conformance::expect_error(ErrorCode::invalid_argument,
+                            [&] {
+                              (void)dev.adopt_image(foreign->native,
+                                                    {.format = ImageFormat::rgba32_float, .width = 4096, .height = 4096},
+                                                    compute);
+                            },
+                            "a shape larger than the image");
+
+  Transfer xfer(dev);
+  Image image = dev.adopt_image(foreign->native, desc, compute);
+  std::vector<ImageRegion> regions;
+  std::uint64_t at = 0;
+  for (std::uint32_t l = 0; l < desc.mip_levels; ++l) {
+    regions.push_back(ImageRegion::whole_level(desc, l, at));
+    at += region_bytes(format_info(desc.format), regions.back());
+  }
+  HostBuffer src = dev.host_pool().allocate(at);
+  conformance::fill_pattern(src.span(), 9);
+  const TimelinePoint done = xfer.upload_image(src, image, regions, {.owner_waits = false});
+  const vulkan::EngineImageAcquire acquire = vulkan::engine_acquire(image, done);
+  CHECK(acquire.semaphore != VK_NULL_HANDLE);
+  CHECK(acquire.value == done.value);
+  // One queue family (lavapipe) or a family shared with the executor: the executor recorded
+  // the whole transition, nothing is left for the engine to record.
+  if (h.compute_family == h.transfer_family) CHECK_FALSE(acquire.barrier_needed);
+  if (acquire.barrier_needed) {
+    CHECK(acquire.barrier.image == handle);
+    CHECK(acquire.barrier.oldLayout == VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL);
+    CHECK(acquire.barrier.newLayout == VK_IMAGE_LAYOUT_SHADER_READ_ONLY_OPTIMAL);
+    CHECK(acquire.barrier.subresourceRange.levelCount == desc.mip_levels);
+    const VkImageMemoryBarrier legacy = acquire.legacy_barrier();
+    CHECK(legacy.image == handle);
+  }
+  // The engine records the acquire it was handed (layout plus ownership) in a submission of
+  // its own that waits for the copy; ferry then owes the owner nothing for it.
+  engine_image_acquire(dev, acquire);
+  std::vector<std::byte> back(at);
+  xfer.download_image(image, std::span<std::byte>(back), regions);
+  CHECK(std::memcmp(back.data(), src.data(), at) == 0);
+
+  conformance::expect_error(ErrorCode::invalid_argument, [&] { (void)vulkan::engine_acquire(image, done); },
+                            "engine_acquire(an older point)");
+  conformance::expect_error(ErrorCode::invalid_argument, [&] { (void)vulkan::engine_acquire(image, TimelinePoint{}); },
+                            "engine_acquire(empty point)");
+  image.release().wait(std::chrono::seconds(30));
+  conformance::expect_error(ErrorCode::invalid_argument, [&] { (void)vulkan::engine_acquire(image, done); },
+                            "engine_acquire(released image)");
+}
+
 int main(int argc, char** argv) {
   const Backend backend = Backend::vulkan;
   if (int skip = conformance::presence_check(backend)) return skip;
@@ -625,6 +764,7 @@ int main(int argc, char** argv) {
   }
   conformance::configure({.backend = backend, .validation = true});
   conformance::set_foreign_allocator(&allocate_foreign);
+  conformance::set_image_allocator(&allocate_image);
   // Any validation message seen by a device fails the case that opened it.
   conformance::set_end_of_case_check([](Device& dev) {
     const std::uint64_t before_close = dev.validation_messages();

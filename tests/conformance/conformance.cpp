@@ -15,6 +15,7 @@ Config g_config;
 DeviceCheck g_check;
 std::vector<ferry::Device> g_opened;  // devices opened by the running case
 ForeignAllocator g_foreign;
+ImageAllocator g_images;
 
 }  // namespace
 
@@ -26,6 +27,19 @@ std::unique_ptr<ForeignMemory> allocate_foreign(ferry::Device& device, std::uint
     return nullptr;
   }
   return g_foreign(device, bytes);
+}
+
+void set_image_allocator(ImageAllocator allocator) { g_images = std::move(allocator); }
+
+std::unique_ptr<ForeignImage> allocate_image(ferry::Device& device, const ferry::ImageDesc& desc) {
+  if (!g_images) {
+    MESSAGE("not supported: this backend's test main creates no images");
+    return nullptr;
+  }
+  std::string why_not;
+  auto image = g_images(device, desc, why_not);
+  if (!image) MESSAGE("not supported: " << ferry::to_string(desc.format) << ": " << why_not);
+  return image;
 }
 
 void configure(const Config& config) { g_config = config; }

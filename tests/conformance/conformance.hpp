@@ -112,6 +112,29 @@ void set_foreign_allocator(ForeignAllocator allocator);
 /// (MESSAGE) when the backend's main set none.
 std::unique_ptr<ForeignMemory> allocate_foreign(ferry::Device& device, std::uint64_t bytes);
 
+/// An image an engine created itself, with its vendor's calls, for the image cases
+/// (image.cpp). Destroyed with the vendor's calls when destroyed.
+struct ForeignImage {
+  ferry::NativeImage native{};  ///< what `Device::adopt_image` is given
+  ferry::ImageDesc desc{};      ///< its shape
+  std::function<void()> free{};  ///< the vendor's destroy
+  ForeignImage() = default;
+  ForeignImage(const ForeignImage&) = delete;
+  ForeignImage& operator=(const ForeignImage&) = delete;
+  ~ForeignImage() {
+    if (free) free();
+  }
+};
+
+/// Creates an image of `desc` on the device under test (set by a backend's main), or returns
+/// null with the reason in `why_not` when the device cannot make one (a format it lacks).
+using ImageAllocator =
+    std::function<std::unique_ptr<ForeignImage>(ferry::Device&, const ferry::ImageDesc&, std::string& why_not)>;
+void set_image_allocator(ImageAllocator allocator);
+/// An image from the backend's allocator, or null after reporting "not supported: ..."
+/// (MESSAGE) when the backend's main set none or the device cannot make this one.
+std::unique_ptr<ForeignImage> allocate_image(ferry::Device& device, const ferry::ImageDesc& desc);
+
 /// Holds a queue behind a host-signalled gate, so every free point it records stays pending
 /// until open(): a case whose outcome must not depend on how fast the device runs its work.
 /// open() is idempotent; a case opens the gate before it waits on the gated queue's work.

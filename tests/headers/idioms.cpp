@@ -10,6 +10,7 @@
 #include <ferry/vulkan.hpp>
 #endif
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -77,7 +78,19 @@ int run() {
   [[maybe_unused]] const ferry::UploadBatch empty_batch{.offsets = {0}};
 #if FERRY_HAVE_VULKAN
   [[maybe_unused]] const ferry::vulkan::AdoptInfo adopt{.compute_family = 0, .transfer_family = 1};
+  [[maybe_unused]] const ferry::vulkan::EngineImageAcquire image_acquire{.barrier_needed = false};
 #endif
+
+  // An image: the host backend's pitched region, adopted and filled in two regions.
+  const ferry::ImageDesc image_desc{.format = ferry::ImageFormat::rgba8_unorm, .width = 8, .height = 4};
+  std::vector<std::byte> texels(ferry::host_image_bytes(image_desc, 64));
+  ferry::Image image = dev.adopt_image(ferry::NativeImage::from_host(texels.data(), 64), image_desc, compute,
+                                       {.tag = "texture"});
+  const ferry::ImageRegion regions[] = {{.width = 8, .height = 2},
+                                        {.buffer_offset = 64, .row_pitch = 64, .y = 2, .width = 8, .height = 2}};
+  (void)xfer.upload_image(batch, image, regions, {.owner_waits = true});
+  image.release().wait();
+  const bool image_ok = std::all_of(texels.begin(), texels.begin() + 32, [](std::byte v) { return v == std::byte{1}; });
 
   up.buffer.release();
   tagged.buffer.release();
@@ -86,7 +99,7 @@ int run() {
   staged.release();
   many.buffer.release();
   compute.synchronize();
-  const bool ok = back_a == a && back_b == b && head == std::vector<std::byte>(32, std::byte{1}) &&
+  const bool ok = image_ok && back_a == a && back_b == b && head == std::vector<std::byte>(32, std::byte{1}) &&
                   !ferry::to_json(snapshot).empty();
   std::printf("idioms: %s\n", ok ? "ok" : "downloaded bytes differ");
   return ok ? 0 : 1;

@@ -34,6 +34,7 @@
 #define FERRY_GPU_DESCRIPTOR cuda_backend_descriptor
 #define FERRY_GPU_OPTION "-Dcuda=enabled"
 #define FERRY_GPU_HAS_KERNELS 1
+#define FERRY_GPU_HAS_IMAGES 1
 
 namespace ferry::detail::cuda_impl::vendor {
 

@@ -34,6 +34,8 @@
 #define FERRY_GPU_DESCRIPTOR hip_backend_descriptor
 #define FERRY_GPU_OPTION "-Dhip=enabled"
 #define FERRY_GPU_HAS_KERNELS 0  // kernels.cu needs hipcc, which this build does not use
+// Image copies are written against the CUDA runtime's array API only; HIP has no mapping yet.
+#define FERRY_GPU_HAS_IMAGES 0
 
 // Runtime names used by cuda_backend.cpp.
 #define cudaDeviceGetStreamPriorityRange hipDeviceGetStreamPriorityRange

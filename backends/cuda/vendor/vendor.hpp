@@ -13,6 +13,7 @@
 //   FERRY_GPU_DESCRIPTOR      cuda_backend_descriptor / hip_backend_descriptor (backend.hpp)
 //   FERRY_GPU_OPTION          "-Dcuda=enabled" / "-Dhip=enabled", the meson option
 //   FERRY_GPU_HAS_KERNELS     1 when a device compiler built kernels.cu for this vendor
+//   FERRY_GPU_HAS_IMAGES      1 when the vendor's array API is mapped (Device::adopt_image)
 //
 // and, in namespace ferry::detail::FERRY_GPU_NS::vendor, the few operations whose API differs
 // (error text and classification, stream memory operations, stream -> device query, UUID,
