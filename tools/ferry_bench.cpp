@@ -3,11 +3,12 @@
 //
 //   ferry-bench [--backend auto] [--sizes 64M,512M] [--steps 30] [--compute-units 20]
 //               [--inflight 2] [--workloads seed,pipeline] [--orders seed,compute_first]
-//               [--strategies ...] [--out DIR] [--snapshot DIR] [--quiet]
+//               [--strategies ...] [--images] [--out DIR] [--snapshot DIR] [--quiet]
 //
 // Prints, per workload (seed, pipeline; the seed in each order), a table (footprint,
 // bandwidth, host cost, step time, overlap per strategy and size), a raw-copy reference row per
-// size and verdict lines against each workload's bars (docs/benchmarks.md, "Bars").
+// size, the image study (on a GPU, or with --images) and verdict lines against each
+// workload's bars (docs/benchmarks.md, "Bars").
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,8 +43,19 @@ Run plan(const Options& options, const DeviceFactory& factory) {
   return run;
 }
 
+// The image study at the options' scale: the layered case shrinks on a CPU backend.
+ImageStudy measure_images(const Run& run, const DeviceFactory& factory, const Progress& progress) {
+  const auto& o = run.options;
+  return run_image_study(factory, o.image_reps, o.image_scale.value_or(run.is_gpu ? 1.0 : 1.0 / 32), progress);
+}
+
 void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
   const auto& o = run.options;
+  if (o.images_only) {
+    run.images = measure_images(run, factory, progress);
+    progress.done();
+    return;
+  }
   if (o.host_cost_calls > 0 && !o.batch_study_only) {
     run.host_cost = run_host_cost(factory, o.host_cost_bytes, o.host_cost_calls, progress);
   }
@@ -104,6 +116,7 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
     }
     run.batch = run_batch_study(factory, batch_bytes, dma, dma_d2h, o.batch_rounds, progress);
   }
+  if (!o.batch_study_only && o.images.value_or(run.is_gpu)) run.images = measure_images(run, factory, progress);
   progress.done();
 }
 
@@ -127,8 +140,14 @@ int bench_main(int argc, char** argv) {
   if (options->host_cost_only && options->host_cost_calls == 0) {
     throw std::invalid_argument("--host-cost-only with --host-cost off measures nothing");
   }
+  if (options->images_only && (options->host_cost_only || options->batch_study_only)) {
+    throw std::invalid_argument("--images-only excludes --host-cost-only and --batch-study-only");
+  }
+  if (options->images_only && options->images == std::optional<bool>(false)) {
+    throw std::invalid_argument("--images-only with --no-images measures nothing");
+  }
   Run run = plan(*options, factory);
-  if (options->host_cost_only) run.sizes.clear();
+  if (options->host_cost_only || options->images_only) run.sizes.clear();
   print_header(run);
   measure(run, factory, progress);
   print_table(run);

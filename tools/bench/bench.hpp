@@ -2,6 +2,7 @@
 // ferry-bench internals: options, one scenario's run, and the report (table, verdicts, JSON).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -78,6 +79,15 @@ struct Options {
   int batch_rounds = 5;
   /// Time each footprint run's steps (and the raw Vulkan loop's) and print where they go.
   bool trace_steps = false;
+  /// Image study (`--images`, `--no-images`); unset = on a GPU backend only.
+  std::optional<bool> images;
+  /// Run only the image study.
+  bool images_only = false;
+  /// Image study: timed copies per measurement, each way.
+  int image_reps = 10;
+  /// Image study: the fraction of the layered case's 2048 layers; unset = 1 on a GPU, 1/32
+  /// elsewhere (CPU runs then finish in seconds).
+  std::optional<double> image_scale;
 };
 
 /// Parse argv; throws std::invalid_argument with a message on bad input. Returns nullopt for
@@ -226,6 +236,69 @@ struct Percentiles {
 };
 Percentiles percentiles(std::vector<double> samples);
 
+/// What the image study measures of one kind of copy (see time_copies).
+struct CopyTimes {
+  double gbps = 0;     ///< median over the copies of bytes / host time of the issue and the wait
+  double call_us = 0;  ///< median host time of the issue alone
+};
+
+/// One untimed warm-up, then `reps` copies of `bytes`, each `wait(issue())`, host-timed
+/// around the issue and around both. The image study's ferry calls and vendor loops all time
+/// their copies with it, so that their figures compare by construction.
+template <class Issue, class Wait>
+CopyTimes time_copies(std::uint64_t bytes, int reps, Issue&& issue, Wait&& wait) {
+  using clock = std::chrono::steady_clock;
+  const auto us = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+  };
+  wait(issue());
+  std::vector<double> gbps, call_us;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = clock::now();
+    auto issued = issue();
+    const auto t1 = clock::now();
+    wait(issued);
+    const auto t2 = clock::now();
+    call_us.push_back(us(t0, t1));
+    gbps.push_back(static_cast<double>(bytes) / (us(t0, t2) * 1e3));
+  }
+  return {percentiles(std::move(gbps)).median, percentiles(std::move(call_us)).median};
+}
+
+/// One case of the image study (docs/benchmarks.md, "Images"): an engine's image made with
+/// the vendor's calls and adopted, every region filled and read back by ferry from and into
+/// pinned memory, beside one ferry buffer copy of the same bytes and the vendor's own image
+/// copy of the same regions. GB/s are medians over the reps of one copy's bytes / its host
+/// time (the call and the wait for its point); call times are medians of the call alone.
+struct ImageCase {
+  std::string name;                ///< "frame", "bc7_mips", "layers"
+  ferry::ImageDesc desc{};
+  std::vector<ferry::ImageRegion> regions;  ///< whole levels, tight, 16-byte aligned
+  std::uint64_t bytes = 0;         ///< the regions' bytes: the buffer copy's size
+  std::string skipped;             ///< why the case was not measured (empty when it was)
+  std::string image_what;          ///< the engine's image (VendorImage::what)
+  double upload_gbps = 0;          ///< Transfer::upload_image(HostBuffer, ...)
+  double download_gbps = 0;        ///< Transfer::download_image(..., HostBuffer, ...)
+  double buffer_upload_gbps = 0;   ///< Transfer::upload_into(HostBuffer, DeviceBuffer)
+  double buffer_download_gbps = 0; ///< Transfer::download(DeviceBuffer, HostBuffer)
+  double upload_call_us = 0;       ///< host time of one upload_image call
+  double download_call_us = 0;     ///< host time of one download_image call
+  double buffer_upload_call_us = 0;    ///< host time of one upload_into call
+  double buffer_download_call_us = 0;  ///< host time of one buffer download call
+  VendorImageCopy raw;             ///< the vendor's image copy of the same regions
+  [[nodiscard]] bool ran() const { return skipped.empty(); }
+  /// "3840x2160 rgba8_unorm, 1 level, 1 layer"
+  [[nodiscard]] std::string shape() const;
+};
+
+struct ImageStudy {
+  bool ran = false;
+  int reps = 0;
+  double scale = 1;  ///< the layered case's fraction of 2048 layers
+  std::vector<ImageCase> cases;
+};
+ImageStudy run_image_study(const DeviceFactory& factory, int reps, double scale, const Progress& progress);
+
 /// Host cost of one upload call: `calls` uploads of one `bytes` pinned range to the
 /// owner queue (owner_owned, the defaults), each released right after, each call host-timed.
 /// Microseconds.
@@ -265,6 +338,7 @@ struct Run {
   std::vector<RawCopy> raw;
   BatchStudy batch;
   HostCost host_cost;
+  ImageStudy images;
 };
 
 void print_header(const Run& run);

@@ -54,6 +54,15 @@ Order parse_order(const std::string& name) {
   throw std::invalid_argument("--orders: unknown order '" + name + "' (seed, compute_first)");
 }
 
+double parse_fraction(const std::string& text, const char* option) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || !(v > 0 && v <= 1)) {
+    throw std::invalid_argument(std::string(option) + ": expected a number in (0, 1], got '" + text + "'");
+  }
+  return v;
+}
+
 }  // namespace
 
 std::uint64_t parse_size(const std::string& text) {
@@ -131,6 +140,16 @@ usage: ferry-bench [options]
                         give its DMA ceiling)
   --trace-steps         time each footprint run's steps (and the raw Vulkan loop's) from a
                         polling thread and print where a step's time goes
+  --images, --no-images image study on or off (default: on for a GPU backend only): an
+                        engine's images made with the vendor's calls and adopted, filled and
+                        read by upload_image / download_image from pinned memory, beside one
+                        buffer copy of the same bytes and the vendor's raw image copy of the
+                        same regions: a 3840x2160 rgba8 frame, a 4096x4096 bc7 texture with
+                        its mip chain, and 2048 layers of 256x256 rgba8
+  --images-only         run only the image study
+  --image-reps N        image study: timed copies per measurement and direction (default 10)
+  --image-scale F       image study: fraction of the layered case's 2048 layers, in (0, 1]
+                        (default 1 on a GPU, 1/32 on a CPU backend)
   --help                this text
 
 Each step, in the workload's order: pinned host batch -> device (strategy), allocate the
@@ -207,6 +226,16 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.batch_study_only = true;
     } else if (key == "--trace-steps") {
       o.trace_steps = true;
+    } else if (key == "--images") {
+      o.images = true;
+    } else if (key == "--no-images") {
+      o.images = false;
+    } else if (key == "--images-only") {
+      o.images_only = true;
+    } else if (key == "--image-reps") {
+      o.image_reps = static_cast<int>(parse_int(value(i, "--image-reps"), "--image-reps", 1, 100'000));
+    } else if (key == "--image-scale") {
+      o.image_scale = parse_fraction(value(i, "--image-scale"), "--image-scale");
     } else {
       throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
     }

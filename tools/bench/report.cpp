@@ -65,6 +65,13 @@ constexpr double overlap_bar = 1.05;
 /// Against the hand-written raw Vulkan loop of the same run.
 constexpr double vulkan_anchor_bandwidth_bar = 0.98;
 constexpr double vulkan_anchor_overlap_slack = 0.03;
+/// Image copies against the vendor's own image copy of the same regions, same run.
+constexpr double image_vs_raw_bar = 0.95;
+/// The uncompressed 2D frame against one buffer copy of the same bytes, same run: an image's
+/// copy moves the bytes of a buffer's, and may cost only its tiling.
+constexpr double image_vs_buffer_bar = 0.90;
+/// The image case whose copies are judged against a buffer copy (uncompressed, 2D, 1 level).
+constexpr const char* image_vs_buffer_case = "frame";
 
 struct Verdict {
   std::uint64_t bytes = 0;
@@ -227,6 +234,47 @@ void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& ou
   }
 }
 
+// The image study's bars: GPU bars (`Capabilities::is_gpu`), informational elsewhere.
+void image_verdicts(const Run& run, std::vector<Verdict>& out) {
+  const bool gpu = run.is_gpu;
+  const std::string raw_note = gpu ? " (bar >= 95%)" : " (bar applies to GPUs)";
+  const std::string buffer_note = gpu ? " (bar >= 90%)" : " (bar applies to GPUs)";
+  for (const ImageCase& c : run.images.cases) {
+    if (!c.ran()) continue;
+    const std::string what = c.name + " (" + c.shape() + ")";
+    const std::string prefix = "image_" + c.name + "_";
+    if (c.raw.measured) {
+      for (const bool up : {true, false}) {
+        const double ferry = up ? c.upload_gbps : c.download_gbps;
+        const double raw = up ? c.raw.upload_gbps : c.raw.download_gbps;
+        if (raw <= 0) continue;
+        const double v = ferry / raw;
+        out.push_back({c.bytes, "image", prefix + (up ? "upload_vs_raw" : "download_vs_raw"), v,
+                       gpu ? image_vs_raw_bar : 0, false,
+                       what + ": " + (up ? "upload_image" : "download_image") + " = " + fmt("%.1f", v * 100) +
+                           "% of the raw image copy (" + fmt("%.2f", raw) + " GB/s)" + raw_note});
+      }
+    }
+    if (c.name == image_vs_buffer_case) {
+      for (const bool up : {true, false}) {
+        const double image = up ? c.upload_gbps : c.download_gbps;
+        const double buffer = up ? c.buffer_upload_gbps : c.buffer_download_gbps;
+        if (buffer <= 0) continue;
+        const double v = image / buffer;
+        out.push_back({c.bytes, "image", prefix + (up ? "upload_vs_buffer" : "download_vs_buffer"), v,
+                       gpu ? image_vs_buffer_bar : 0, false,
+                       what + ": " + (up ? "upload_image" : "download_image") + " = " + fmt("%.1f", v * 100) +
+                           "% of one buffer copy of the same bytes (" + fmt("%.2f", buffer) + " GB/s)" +
+                           buffer_note});
+      }
+    }
+    out.push_back({c.bytes, "image", prefix + "upload_call_us", c.upload_call_us, 0, true,
+                   what + ": upload_image call: median " + fmt("%.2f", c.upload_call_us) +
+                       " us of host time; a buffer upload_into call: " + fmt("%.2f", c.buffer_upload_call_us) +
+                       " us (informational)"});
+  }
+}
+
 std::vector<Verdict> verdicts(const Run& run) {
   std::vector<Verdict> out;
   const bool gpu_bars = bandwidth_bar(run) > 0;
@@ -296,6 +344,7 @@ std::vector<Verdict> verdicts(const Run& run) {
                      "4096 x 16K scattered pageable download = " + spread_text(b.scattered_down_ratio) + bar_text});
     }
   }
+  if (run.images.ran) image_verdicts(run, out);
   return out;
 }
 
@@ -309,6 +358,10 @@ std::string num(double v) {
 void print_header(const Run& run) {
   const auto& o = run.options;
   std::cout << "ferry-bench " << FERRY_VERSION << ": " << run.backend << " backend, " << run.device_name << "\n";
+  if (o.images_only) {
+    std::cout << "image study only\n";
+    return;
+  }
   if (run.sizes.empty()) {  // --host-cost-only
     std::cout << "host cost only: " << o.host_cost_calls << " uploads of " << size_label(o.host_cost_bytes) << "\n";
     return;
@@ -449,6 +502,39 @@ void print_batch_study(const BatchStudy& b) {
               spread_gbps(b.scattered_down_gbps).c_str(), spread_pct(b.scattered_down_ratio).c_str());
 }
 
+void print_image_study(const ImageStudy& study) {
+  std::printf("\nimage copies from and into pinned memory, whole levels (GB/s: median of %d copies, each "
+              "host-timed with its wait; call us: median host time of the call alone):\n",
+              study.reps);
+  std::printf("  %-10s %-5s %8s %8s %8s %8s %9s %10s %10s\n", "case", "dir", "image", "buffer", "img/buf", "raw",
+              "ferry/raw", "call us", "buf call");
+  std::string raw_what;
+  for (const ImageCase& c : study.cases) {
+    std::printf("  %s: %s, %s MiB in %zu region%s\n", c.name.c_str(), c.shape().c_str(),
+                fmt("%.1f", static_cast<double>(c.bytes) / (1 << 20)).c_str(),
+                c.regions.size(), c.regions.size() == 1 ? "" : "s");
+    if (!c.ran()) {
+      std::printf("    skipped: %s\n", c.skipped.c_str());
+      continue;
+    }
+    for (const bool up : {true, false}) {
+      const double image = up ? c.upload_gbps : c.download_gbps;
+      const double buffer = up ? c.buffer_upload_gbps : c.buffer_download_gbps;
+      const double raw = c.raw.measured ? (up ? c.raw.upload_gbps : c.raw.download_gbps) : 0;
+      const auto ratio_text = [](double a, double b) { return b > 0 ? fmt("%.3f", a / b) : std::string("-"); };
+      std::printf("  %-10s %-5s %8.2f %8.2f %8s %8s %9s %10.2f %10.2f\n", "", up ? "up" : "down", image, buffer,
+                  ratio_text(image, buffer).c_str(), raw > 0 ? fmt("%.2f", raw).c_str() : "-",
+                  ratio_text(image, raw).c_str(), up ? c.upload_call_us : c.download_call_us,
+                  up ? c.buffer_upload_call_us : c.buffer_download_call_us);
+    }
+    if (!c.raw.measured) std::printf("    raw image copy skipped: %s\n", c.raw.skipped.c_str());
+    if (c.raw.measured && raw_what.empty()) raw_what = c.raw.what;
+  }
+  std::printf("  image: the engine's image, Transfer::upload_image / download_image; buffer: upload_into / "
+              "download of a DeviceBuffer of the same bytes\n");
+  if (!raw_what.empty()) std::printf("  raw: %s\n", raw_what.c_str());
+}
+
 }  // namespace
 
 void print_table(const Run& run) {
@@ -475,6 +561,7 @@ void print_table(const Run& run) {
     }
   }
   if (run.batch.ran) print_batch_study(run.batch);
+  if (run.images.ran) print_image_study(run.images);
   std::printf("\n");
 }
 
@@ -496,13 +583,16 @@ void print_step_times(const Run& run) {
 bool print_verdicts(const Run& run) {
   bool ok = true;
   const auto all = verdicts(run);
-  for (const char* group : {"seed", "pipeline", ""}) {
+  for (const char* group : {"seed", "pipeline", "", "image"}) {
     bool first = true;
     for (const auto& v : all) {
       if (v.workload != group) continue;
       if (first) {
-        std::printf("%s\n", *group == 0 ? "bars of the copy path, host cost and whole batches:"
-                                          : (std::string("bars of workload ") + group + ":").c_str());
+        const std::string g = group;
+        const std::string header = g.empty()      ? "bars of the copy path, host cost and whole batches:"
+                                   : g == "image" ? "bars of the image copies:"
+                                                  : "bars of workload " + g + ":";
+        std::printf("%s\n", header.c_str());
         first = false;
       }
       const char* tag = !v.checked() ? "info" : (v.pass() ? "PASS" : "FAIL");
@@ -640,6 +730,41 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
       o << "null";
     }
     o << "}";
+  } else {
+    o << "null";
+  }
+  o << ",\n  \"image_study\": ";
+  if (run.images.ran) {
+    const ImageStudy& st = run.images;
+    o << "{\"reps\": " << st.reps << ", \"layer_scale\": " << num(st.scale) << ", \"cases\": [";
+    for (std::size_t i = 0; i < st.cases.size(); ++i) {
+      const ImageCase& c = st.cases[i];
+      o << (i ? ", " : "") << "{\"name\": " << ferry::detail::json_string(c.name)
+        << ", \"format\": " << ferry::detail::json_string(std::string(ferry::to_string(c.desc.format)))
+        << ", \"width\": " << c.desc.width << ", \"height\": " << c.desc.height
+        << ", \"mip_levels\": " << c.desc.mip_levels << ", \"array_layers\": " << c.desc.array_layers
+        << ", \"regions\": " << c.regions.size() << ", \"bytes\": " << c.bytes << ", \"skipped\": "
+        << (c.ran() ? std::string("null") : ferry::detail::json_string(c.skipped));
+      if (c.ran()) {
+        o << ", \"image\": " << ferry::detail::json_string(c.image_what)
+          << ", \"upload_gbps\": " << num(c.upload_gbps) << ", \"download_gbps\": " << num(c.download_gbps)
+          << ", \"buffer_upload_gbps\": " << num(c.buffer_upload_gbps)
+          << ", \"buffer_download_gbps\": " << num(c.buffer_download_gbps)
+          << ", \"upload_call_us\": " << num(c.upload_call_us) << ", \"download_call_us\": " << num(c.download_call_us)
+          << ", \"buffer_upload_call_us\": " << num(c.buffer_upload_call_us)
+          << ", \"buffer_download_call_us\": " << num(c.buffer_download_call_us) << ", \"raw\": ";
+        if (c.raw.measured) {
+          o << "{\"what\": " << ferry::detail::json_string(c.raw.what)
+            << ", \"upload_gbps\": " << num(c.raw.upload_gbps)
+            << ", \"download_gbps\": " << num(c.raw.download_gbps)
+            << ", \"upload_call_us\": " << num(c.raw.upload_call_us) << "}";
+        } else {
+          o << "{\"skipped\": " << ferry::detail::json_string(c.raw.skipped) << "}";
+        }
+      }
+      o << "}";
+    }
+    o << "]}";
   } else {
     o << "null";
   }

@@ -6,8 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
 #include <string>
 
+#include "ferry/image.hpp"
 #include "step_trace.hpp"
 
 namespace ferry {
@@ -97,5 +101,61 @@ struct VulkanCallCost {
   double p90_us = 0;
 };
 VulkanCallCost measure_vulkan_call_cost(const ferry::Device& device, std::uint64_t bytes, int calls, int round);
+
+/// An engine's image made with the vendor's own calls for the image study (engines own their
+/// images: ferry only adopts them), destroyed with the object. Without an image, `skipped`
+/// says why (a format or shape the device lacks, a build without the vendor).
+struct VendorImage {
+  ferry::NativeImage native{};
+  std::string what;     ///< e.g. "VkImage, optimal tiling, device-local"
+  std::string skipped;  ///< why no image was made (empty when one was)
+  std::function<void()> free{};
+  VendorImage() = default;
+  VendorImage(const VendorImage&) = delete;
+  VendorImage& operator=(const VendorImage&) = delete;
+  ~VendorImage() {
+    if (free) free();
+  }
+  [[nodiscard]] bool made() const { return skipped.empty(); }
+};
+
+/// The vendor's own copy of an image's regions, beside ferry's upload_image and
+/// download_image in the same run: every region from pinned host memory into the image (or
+/// back) as one operation, waited for by the host, `reps` times each way after a warm-up.
+struct VendorImageCopy {
+  bool measured = false;
+  std::string what;           ///< e.g. "raw Vulkan: vkCmdCopyBufferToImage on family 1"
+  std::string skipped;        ///< why not measured (empty when measured)
+  double upload_gbps = 0;     ///< median over the reps of one copy's bytes / its host time
+  double download_gbps = 0;
+  double upload_call_us = 0;  ///< median host time of issuing one upload (no wait)
+};
+
+/// A CUDA array of `desc` on `device`'s GPU: a cudaArray_t (one level; layered for several
+/// layers) or a cudaMipmappedArray_t, of unsigned elements of the format's block size, as
+/// ferry's CUDA backend adopts them; block-compressed formats as the driver's BC channel
+/// kinds, which that backend refuses (`unsupported`: the study then reports ferry's reason).
+/// Every CUDA call is checked: a failure throws std::runtime_error naming the call.
+std::unique_ptr<VendorImage> make_cuda_image(const ferry::Device& device, const ferry::ImageDesc& desc);
+/// cudaMemcpy2DToArrayAsync / cudaMemcpy2DFromArrayAsync per region of a plain 2D level,
+/// cudaMemcpy3DAsync for layers, into and out of `image` (from make_cuda_image) from pinned
+/// memory on one non-blocking stream; the regions' buffer side tight, as ferry's rows copy it.
+VendorImageCopy measure_cuda_image_copy(const ferry::Device& device, const VendorImage& image,
+                                        const ferry::ImageDesc& desc, std::span<const ferry::ImageRegion> regions,
+                                        std::uint64_t bytes, int reps);
+
+/// A VkImage of `desc` on `device`'s own VkDevice (ferry's device, so that ferry can adopt
+/// it): optimal tiling, device-local memory of its own, transfer and sampled usage, EXCLUSIVE,
+/// in UNDEFINED layout and SHADER_READ_ONLY_OPTIMAL after every copy. Without one (the device
+/// lacks the format or the shape), `skipped` says why. Every Vulkan call is checked.
+std::unique_ptr<VendorImage> make_vulkan_image(const ferry::Device& device, const ferry::ImageDesc& desc);
+/// The raw Vulkan image copy on the loop's own VkDevice (as the raw Vulkan loop: the ferry
+/// device's physical device and families): an image of `desc` like make_vulkan_image's, a
+/// host-visible staging buffer of `bytes`, and per copy one command buffer on the transfer
+/// family with the transition to TRANSFER_DST_OPTIMAL (TRANSFER_SRC_OPTIMAL), one
+/// vkCmdCopyBufferToImage (vkCmdCopyImageToBuffer) of every region, and the transition to
+/// SHADER_READ_ONLY_OPTIMAL, submitted with a timeline signal the host waits for.
+VendorImageCopy measure_vulkan_image_copy(const ferry::Device& device, const ferry::ImageDesc& desc,
+                                          std::span<const ferry::ImageRegion> regions, std::uint64_t bytes, int reps);
 
 }  // namespace ferry_bench

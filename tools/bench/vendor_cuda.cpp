@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: MIT
 // Raw cudaMemcpyAsync from/to pinned memory on a non-blocking stream, event-timed: the
-// reference the CUDA and Vulkan bandwidth bars are measured against.
+// reference the CUDA and Vulkan bandwidth bars are measured against. Also the image study's
+// CUDA side: the engine's arrays, and the raw array copies beside ferry's image copies.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "bench.hpp"  // percentiles()
+#include "bench.hpp"  // percentiles(), ferry/ferry.hpp
+#include "cuda_image.hpp"
 #include "vendor.hpp"
 
 namespace ferry_bench {
@@ -18,6 +22,11 @@ namespace {
 
 void check(cudaError_t e, const char* call) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(e));
+}
+
+/// A failure on a path that must not throw (a destructor's): reported on stderr.
+void report_failure(cudaError_t e, const char* call) {
+  if (e != cudaSuccess) std::fprintf(stderr, "ferry-bench: %s: %s\n", call, cudaGetErrorString(e));
 }
 
 /// Whether a CUDA device is present (never throws: no driver means none).
@@ -78,6 +87,24 @@ double us_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+/// Make `device`'s GPU the current CUDA device: the one whose UUID the ferry device reports,
+/// so that the engine's arrays live where ferry copies. Throws when none matches.
+void use_device_of(const ferry::Device& device) {
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  const auto& want = device.capabilities().uuid;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, i), "cudaGetDeviceProperties");
+    static_assert(sizeof(prop.uuid.bytes) == sizeof(want));
+    if (std::memcmp(prop.uuid.bytes, want.data(), want.size()) == 0) {
+      check(cudaSetDevice(i), "cudaSetDevice");
+      return;
+    }
+  }
+  throw std::runtime_error("no CUDA device has the UUID of the ferry device '" + device.capabilities().name + "'");
 }
 
 }  // namespace
@@ -183,6 +210,120 @@ VendorCallCost measure_vendor_call_cost(std::uint64_t bytes, int calls, int roun
   r.ordered_pair_median_us = pair.median;
   r.ordered_pair_p90_us = pair.p90;
   r.ordered_what = "raw CUDA side-stream copy, ordered both ways";
+  return r;
+}
+
+std::unique_ptr<VendorImage> make_cuda_image(const ferry::Device& device, const ferry::ImageDesc& desc) {
+  auto image = std::make_unique<VendorImage>();
+  if (!cuda_present()) {
+    image->skipped = "no CUDA device";
+    return image;
+  }
+  use_device_of(device);
+  const cudaChannelFormatDesc channels = ferry::testkit::cuda_engine_channels(desc.format, image->skipped);
+  if (!image->made()) return image;
+  const char* call = "";
+  check(ferry::testkit::make_cuda_engine_array(desc, channels, image->native, call), call);
+  const ferry::NativeImage native = image->native;
+  image->free = [native] { report_failure(ferry::testkit::free_cuda_engine_array(native), "cudaFree*Array"); };
+  image->what = native.cuda_mipmapped ? "cudaMipmappedArray_t"
+                                      : (desc.array_layers > 1 ? "cudaArray_t, layered" : "cudaArray_t");
+  return image;
+}
+
+VendorImageCopy measure_cuda_image_copy(const ferry::Device& device, const VendorImage& image,
+                                        const ferry::ImageDesc& desc, std::span<const ferry::ImageRegion> regions,
+                                        std::uint64_t bytes, int reps) {
+  VendorImageCopy r;
+  const ferry::FormatInfo f = ferry::format_info(desc.format);
+  if (!image.made() || image.native.cuda_array == 0) {
+    r.skipped = "no CUDA array";
+    return r;
+  }
+  if (f.compressed() || desc.depth > 1) {
+    r.skipped = "the raw loop copies uncompressed 2D levels and layers only";
+    return r;
+  }
+  use_device_of(device);
+  Owned<void*, cudaFreeHost> host;
+  check(cudaHostAlloc(&host.handle, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+  std::memset(host.handle, 0x5a, bytes);
+  Stream stream;
+  check(cudaStreamCreateWithFlags(&stream.handle, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  const bool layered = desc.array_layers > 1;
+  std::vector<cudaArray_t> levels(desc.mip_levels);
+  for (std::uint32_t l = 0; l < desc.mip_levels; ++l) {
+    if (image.native.cuda_mipmapped) {
+      const auto handle = static_cast<std::uintptr_t>(image.native.cuda_array);
+      const auto mipmapped = reinterpret_cast<cudaMipmappedArray_t>(handle);
+      check(cudaGetMipmappedArrayLevel(&levels[l], mipmapped, l), "cudaGetMipmappedArrayLevel");
+    } else {
+      levels[l] = reinterpret_cast<cudaArray_t>(static_cast<std::uintptr_t>(image.native.cuda_array));
+    }
+  }
+  // Every region, tight on the host side: a plain 2D level with the 2D calls, layers with
+  // cudaMemcpy3DAsync (the host side's layers one after another).
+  auto enqueue = [&](bool to_image) {
+    for (const ferry::ImageRegion& g : regions) {
+      auto* at = static_cast<std::byte*>(host.handle) + g.buffer_offset;
+      const std::size_t row = std::size_t{g.width} * f.block_bytes;
+      const std::size_t pitch = g.row_pitch != 0 ? g.row_pitch : row;
+      const cudaArray_t a = levels[g.mip_level];
+      const cudaMemcpyKind kind = to_image ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+      if (!layered) {
+        if (to_image) {
+          check(cudaMemcpy2DToArrayAsync(a, std::size_t{g.x} * f.block_bytes, g.y, at, pitch, row, g.height, kind,
+                                         stream.handle),
+                "cudaMemcpy2DToArrayAsync");
+        } else {
+          check(cudaMemcpy2DFromArrayAsync(at, pitch, a, std::size_t{g.x} * f.block_bytes, g.y, row, g.height, kind,
+                                           stream.handle),
+                "cudaMemcpy2DFromArrayAsync");
+        }
+        continue;
+      }
+      cudaMemcpy3DParms p{};
+      cudaPitchedPtr linear{};
+      linear.ptr = at;
+      linear.pitch = pitch;
+      linear.xsize = g.width;
+      linear.ysize = g.image_height != 0 ? g.image_height : g.height;
+      cudaPos pos{};
+      pos.x = g.x;
+      pos.y = g.y;
+      pos.z = g.base_layer;
+      if (to_image) {
+        p.srcPtr = linear;
+        p.dstArray = a;
+        p.dstPos = pos;
+      } else {
+        p.srcArray = a;
+        p.srcPos = pos;
+        p.dstPtr = linear;
+      }
+      p.extent.width = g.width;
+      p.extent.height = g.height;
+      p.extent.depth = g.layer_count;
+      p.kind = kind;
+      check(cudaMemcpy3DAsync(&p, stream.handle), "cudaMemcpy3DAsync");
+    }
+  };
+  // Each copy: every region enqueued, then the stream's synchronization.
+  auto timed = [&](bool to_image) {
+    const auto issue = [&] {
+      enqueue(to_image);
+      return 0;
+    };
+    const auto wait = [&](int) { check(cudaStreamSynchronize(stream.handle), "cudaStreamSynchronize"); };
+    return time_copies(bytes, reps, issue, wait);
+  };
+  const CopyTimes up = timed(true);
+  r.upload_gbps = up.gbps;
+  r.upload_call_us = up.call_us;
+  r.download_gbps = timed(false).gbps;
+  r.what = layered ? "raw CUDA: cudaMemcpy3DAsync (pinned, one stream)"
+                   : "raw CUDA: cudaMemcpy2DToArrayAsync / cudaMemcpy2DFromArrayAsync (pinned, one stream)";
+  r.measured = true;
   return r;
 }
 

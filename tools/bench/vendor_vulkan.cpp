@@ -15,6 +15,9 @@
 //  - compute: ferry's synthetic shader (backends/vulkan/synthetic.comp, compiled by glslang as
 //    the backend compiles it), one dispatch per pass with a barrier between passes.
 //
+// The image study's Vulkan side lives here too: the engine's VkImage on ferry's own VkDevice
+// (which ferry adopts), and the raw image copy on the loop's own VkDevice, as the anchor's.
+//
 // The Vulkan loader is opened at run time (libvulkan.so.1), as ferry opens it.
 #define VK_NO_PROTOTYPES
 #include <dlfcn.h>
@@ -32,6 +35,7 @@
 #include "bench_synthetic_spv.h"
 #include "ferry/vulkan.hpp"
 #include "vendor.hpp"
+#include "vulkan_image.hpp"
 
 // Vulkan structures are initialized as `VkX info{VK_STRUCTURE_TYPE_X}`: sType set, every
 // other member zero until set. -Wmissing-field-initializers flags each of them, so it is off
@@ -55,7 +59,7 @@ double median(std::vector<double> v) {
 
 void check(VkResult r, const char* call) {
   if (r != VK_SUCCESS) {
-    throw std::runtime_error(std::string("raw Vulkan anchor: ") + call + " failed: VkResult " + std::to_string(r));
+    throw std::runtime_error(std::string("raw Vulkan: ") + call + " failed: VkResult " + std::to_string(r));
   }
 }
 
@@ -76,6 +80,7 @@ void check(VkResult r, const char* call) {
   X(vkAllocateMemory)             \
   X(vkFreeMemory)                 \
   X(vkBindBufferMemory)           \
+  X(vkDestroyImage)               \
   X(vkMapMemory)                  \
   X(vkCreateCommandPool)          \
   X(vkDestroyCommandPool)         \
@@ -84,6 +89,8 @@ void check(VkResult r, const char* call) {
   X(vkBeginCommandBuffer)         \
   X(vkEndCommandBuffer)           \
   X(vkCmdCopyBuffer)              \
+  X(vkCmdCopyBufferToImage)       \
+  X(vkCmdCopyImageToBuffer)       \
   X(vkCmdPipelineBarrier)         \
   X(vkCmdBindPipeline)            \
   X(vkCmdBindDescriptorSets)      \
@@ -133,15 +140,22 @@ struct Buffer {
 
 constexpr VkCommandBufferUsageFlags kReusable = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
 
+/// The layout the study's images are in after every copy (testkit/vulkan_image.hpp).
+constexpr VkImageLayout kImageFinalLayout = ferry::testkit::kEngineImageLayout;
+
 /// One VkDevice with a transfer and a compute queue on the ferry device's families, the
 /// synthetic pipeline, and the buffers of one batch size. Destroys everything on every path.
 class Rig {
  public:
-  Rig(const ferry::Device& device, std::uint64_t bytes, bool with_compute) : bytes_(bytes) {
+  /// What the rig is for: the staging buffer alone (the image copies), staging and one
+  /// device-local batch (the buffer copies), or all the step loops need.
+  enum class Use { staging, copies, compute };
+  Rig(const ferry::Device& device, std::uint64_t bytes, Use use) : bytes_(bytes) {
     const ferry::vulkan::NativeHandles h = ferry::vulkan::native_handles(device);
     compute_family = h.compute_family;
     transfer_family = h.transfer_family;
     physical_ = h.physical_device;
+    instance_ = h.instance;
     const PFN_vkGetInstanceProcAddr gipa = loader();
 #define ANCHOR_LOAD_INSTANCE(name)                                                       \
   vk.name = reinterpret_cast<PFN_##name>(gipa(h.instance, #name));                       \
@@ -150,7 +164,7 @@ class Rig {
 #undef ANCHOR_LOAD_INSTANCE
     create_device();
     try {
-      setup(with_compute);
+      setup(use);
     } catch (...) {
       destroy();
       throw;
@@ -275,6 +289,18 @@ class Rig {
     return value;
   }
 
+  /// An engine's image of `desc` on the rig's device (testkit/vulkan_image.hpp), destroyed
+  /// with the rig; none, with the reason in `skipped`, when the device cannot make it.
+  ferry::testkit::VulkanEngineImage make_image(const ferry::ImageDesc& desc) {
+    const ferry::testkit::VulkanImageFns f = ferry::testkit::load_vulkan_image_fns(loader(), instance_, device_);
+    ferry::testkit::VulkanEngineImage image = ferry::testkit::make_vulkan_engine_image(f, physical_, device_, desc);
+    if (image.skipped.empty()) {
+      images_.push_back(image.image);
+      memories_.push_back(image.memory);
+    }
+    return image;
+  }
+
   Fns vk;
   std::uint32_t compute_family = 0, transfer_family = 0;
   VkQueue compute = VK_NULL_HANDLE, transfer = VK_NULL_HANDLE;
@@ -378,7 +404,7 @@ class Rig {
     return b;
   }
 
-  void setup(bool with_compute) {
+  void setup(Use use) {
     for (auto [family, pool] : {std::pair{compute_family, &compute_pool_}, std::pair{transfer_family, &transfer_pool_}}) {
       VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
       pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
@@ -394,8 +420,9 @@ class Rig {
     }
     staging = make_buffer(bytes_, true);
     std::memset(staging.mapped, 0x5a, bytes_);
+    if (use == Use::staging) return;
     batch[0] = make_buffer(bytes_, false);
-    if (!with_compute) return;
+    if (use != Use::compute) return;
     batch[1] = make_buffer(bytes_, false);
     weights = make_buffer(bytes_, false);
     out = make_buffer(bytes_, false);
@@ -479,6 +506,7 @@ class Rig {
       if (set_layout_ != VK_NULL_HANDLE) vk.vkDestroyDescriptorSetLayout(device_, set_layout_, nullptr);
       if (shader_ != VK_NULL_HANDLE) vk.vkDestroyShaderModule(device_, shader_, nullptr);
       for (VkBuffer b : buffers_) vk.vkDestroyBuffer(device_, b, nullptr);
+      for (VkImage i : images_) vk.vkDestroyImage(device_, i, nullptr);
       for (VkDeviceMemory m : memories_) vk.vkFreeMemory(device_, m, nullptr);
       for (VkSemaphore s : {copied, freed}) {
         if (s != VK_NULL_HANDLE) vk.vkDestroySemaphore(device_, s, nullptr);
@@ -492,11 +520,13 @@ class Rig {
   }
 
   std::uint64_t bytes_ = 0;
+  VkInstance instance_ = VK_NULL_HANDLE;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
   VkPhysicalDeviceLimits limits_{};
   VkDevice device_ = VK_NULL_HANDLE;
   VkCommandPool compute_pool_ = VK_NULL_HANDLE, transfer_pool_ = VK_NULL_HANDLE;
   std::vector<VkBuffer> buffers_;
+  std::vector<VkImage> images_;
   std::vector<VkDeviceMemory> memories_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> chunks_;  ///< (offset, bytes) per bound range
   VkShaderModule shader_ = VK_NULL_HANDLE;
@@ -619,7 +649,7 @@ VulkanAnchor measure_vulkan_anchor(const ferry::Device& device, std::uint64_t by
     r.skipped = "not a Vulkan device";
     return r;
   }
-  Rig rig(device, bytes, true);
+  Rig rig(device, bytes, Rig::Use::compute);
   r.compute_family = rig.compute_family;
   r.transfer_family = rig.transfer_family;
   Counters v;
@@ -662,7 +692,7 @@ VulkanAnchor measure_vulkan_anchor(const ferry::Device& device, std::uint64_t by
 VulkanCallCost measure_vulkan_call_cost(const ferry::Device& device, std::uint64_t bytes, int calls, int round) {
   VulkanCallCost r;
   if (!vulkan_device(device)) return r;
-  Rig rig(device, bytes, false);
+  Rig rig(device, bytes, Rig::Use::copies);
   VkCommandBuffer cmd = rig.begin(true);
   rig.copy(cmd, rig.staging.buffer, rig.batch[0].buffer, bytes);
   rig.end(cmd);
@@ -682,6 +712,116 @@ VulkanCallCost measure_vulkan_call_cost(const ferry::Device& device, std::uint64
   r.median_us = p.median;
   r.p90_us = p.p90;
   r.what = "raw vkQueueSubmit per copy (copy + timeline signal)";
+  r.measured = true;
+  return r;
+}
+
+std::unique_ptr<VendorImage> make_vulkan_image(const ferry::Device& device, const ferry::ImageDesc& desc) {
+  auto out = std::make_unique<VendorImage>();
+  if (!vulkan_device(device)) {
+    out->skipped = "not a Vulkan device";
+    return out;
+  }
+  const ferry::vulkan::NativeHandles h = ferry::vulkan::native_handles(device);
+  const ferry::testkit::VulkanImageFns f = ferry::testkit::load_vulkan_image_fns(loader(), h.instance, h.device);
+  const ferry::testkit::VulkanEngineImage made =
+      ferry::testkit::make_vulkan_engine_image(f, h.physical_device, h.device, desc);
+  if (!made.skipped.empty()) {
+    out->skipped = made.skipped;
+    return out;
+  }
+  out->native = made.native();
+  out->what = "VkImage (optimal tiling, device-local, EXCLUSIVE, SHADER_READ_ONLY_OPTIMAL after copies)";
+  const VkDevice on = h.device;
+  out->free = [f, on, made] { made.destroy(f, on); };
+  return out;
+}
+
+VendorImageCopy measure_vulkan_image_copy(const ferry::Device& device, const ferry::ImageDesc& desc,
+                                          std::span<const ferry::ImageRegion> regions, std::uint64_t bytes, int reps) {
+  VendorImageCopy r;
+  if (!vulkan_device(device)) {
+    r.skipped = "not a Vulkan device";
+    return r;
+  }
+  Rig rig(device, bytes, Rig::Use::staging);
+  const ferry::testkit::VulkanEngineImage made = rig.make_image(desc);
+  if (!made.skipped.empty()) {
+    r.skipped = made.skipped;
+    return r;
+  }
+  const ferry::FormatInfo f = ferry::format_info(desc.format);
+  std::vector<VkBufferImageCopy> copies;
+  for (const ferry::ImageRegion& g : regions) {
+    VkBufferImageCopy c{};
+    c.bufferOffset = g.buffer_offset;
+    c.bufferRowLength = g.row_pitch == 0 ? 0 : static_cast<std::uint32_t>(g.row_pitch / f.block_bytes * f.block_width);
+    c.bufferImageHeight = g.image_height;
+    c.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, g.mip_level, g.base_layer, g.layer_count};
+    c.imageOffset = {static_cast<std::int32_t>(g.x), static_cast<std::int32_t>(g.y), static_cast<std::int32_t>(g.z)};
+    c.imageExtent = {g.width, g.height, g.depth};
+    copies.push_back(c);
+  }
+  const auto count = static_cast<std::uint32_t>(copies.size());
+  // Layout transitions over every level and layer, ALL_COMMANDS on both sides (as ferry's).
+  auto transition = [&](VkCommandBuffer cmd, VkImageLayout from, VkImageLayout to, VkAccessFlags src,
+                        VkAccessFlags dst) {
+    VkImageMemoryBarrier b{VK_STRUCTURE_TYPE_IMAGE_MEMORY_BARRIER};
+    b.srcAccessMask = src;
+    b.dstAccessMask = dst;
+    b.oldLayout = from;
+    b.newLayout = to;
+    b.srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
+    b.dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
+    b.image = made.image;
+    b.subresourceRange = {VK_IMAGE_ASPECT_COLOR_BIT, 0, desc.mip_levels, 0, desc.array_layers};
+    rig.vk.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 0,
+                                nullptr, 0, nullptr, 1, &b);
+  };
+  constexpr VkAccessFlags kAny = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
+  // One copy as an engine issues it: record the command buffer, then submit it.
+  auto issue = [&](bool to_image, std::uint64_t& value) {
+    VkCommandBuffer cmd = rig.begin(true);
+    if (to_image) {
+      transition(cmd, kImageFinalLayout, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, VK_ACCESS_MEMORY_WRITE_BIT,
+                 VK_ACCESS_TRANSFER_WRITE_BIT);
+      rig.vk.vkCmdCopyBufferToImage(cmd, rig.staging.buffer, made.image, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, count,
+                                    copies.data());
+      transition(cmd, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL, kImageFinalLayout, VK_ACCESS_TRANSFER_WRITE_BIT, kAny);
+    } else {
+      transition(cmd, kImageFinalLayout, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, VK_ACCESS_MEMORY_WRITE_BIT,
+                 VK_ACCESS_TRANSFER_READ_BIT);
+      rig.vk.vkCmdCopyImageToBuffer(cmd, made.image, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, rig.staging.buffer, count,
+                                    copies.data());
+      transition(cmd, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, kImageFinalLayout, 0, kAny);
+    }
+    rig.end(cmd);
+    rig.submit(rig.transfer, {{{cmd}, {}, rig.copied, ++value}});
+  };
+  std::uint64_t value = 0;
+  {
+    VkCommandBuffer init = rig.begin(true);  // the image's first layout, as an engine leaves it
+    transition(init, VK_IMAGE_LAYOUT_UNDEFINED, kImageFinalLayout, 0, kAny);
+    rig.end(init);
+    rig.submit(rig.transfer, {{{init}, {}, rig.copied, ++value}});
+  }
+  // Each copy: recorded and submitted, then the host's wait for its signal.
+  auto timed = [&](bool to_image) {
+    const auto record_and_submit = [&] {
+      issue(to_image, value);
+      return value;
+    };
+    const auto wait = [&](std::uint64_t v) { rig.host_wait(rig.copied, v); };
+    return time_copies(bytes, reps, record_and_submit, wait);
+  };
+  const CopyTimes up = timed(true);
+  r.upload_gbps = up.gbps;
+  r.upload_call_us = up.call_us;
+  r.download_gbps = timed(false).gbps;
+  rig.idle();
+  r.what = "raw Vulkan: vkCmdCopyBufferToImage / vkCmdCopyImageToBuffer on family " +
+           std::to_string(rig.transfer_family) + " from host-visible " +
+           (rig.system_staging ? "system" : "device") + " memory, recorded and submitted per copy";
   r.measured = true;
   return r;
 }
