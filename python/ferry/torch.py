@@ -90,13 +90,18 @@ __all__ = ["to", "stash", "Stash", "engine", "synchronize", "held_sources", "ALI
 #: gap between two leaves shorter than it holds no other leaf (a pinned one copied by DMA
 #: included), so the pageable leaves' staged copy may overwrite such gaps
 #: (overwrite_padding) and moves many small leaves in one stream instead of one per leaf.
-ALIGNMENT = 256
+ALIGNMENT = _ferry._TORCH_ALIGNMENT
 
 #: Pinned sources below this size are staged rather than copied by a DMA call of their own:
-#: adopting a tensor and enqueueing its copy costs about 20 µs of host time per tensor, more
-#: than copying this many bytes into the staging ring, which moves every staged leaf of the
-#: call in one stream.
-DMA_MIN_BYTES = 128 << 10
+#: adopting a tensor and enqueueing its copy costs more host time than copying this many
+#: bytes into the staging ring, which moves every staged leaf of the call in one stream.
+DMA_MIN_BYTES = _ferry._TORCH_DMA_MIN_BYTES
+
+# DLPack's C exchange API of torch.Tensor (None where this PyTorch lacks it): with it, one
+# binding call does a whole `to` of plain CPU leaves (_ferry._torch_to), instead of a dozen
+# of PyTorch's Python calls.
+_EXCHANGE = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+_torch_to = _ferry._torch_to
 
 _STRIDED = torch.strided
 
@@ -136,11 +141,12 @@ def _adopted_queue(key: tuple[Any, int], dev: _ferry.Device, stream: Any) -> _fe
         return q
 
 
-# Pinned sources are read by DMA after `to` returns: each call's pinned tensors are held here
-# with the point at which its last copy completes (the executor's copies complete in order),
-# and let go of once it is reached, on later calls and at synchronize().
-_held_lock = threading.Lock()
-_held: list[tuple[_ferry.TimelinePoint, list[torch.Tensor]]] = []
+# Pinned sources are read by DMA after `to` returns: each call's pinned tensors are held (in
+# the binding, which both of `to`'s paths share) with the point at which its last copy
+# completes (the executor's copies complete in order), and let go of once it is reached, on
+# later calls and at synchronize().
+_hold = _ferry._torch_hold
+_release_reached = _ferry._torch_release_reached
 
 
 def _pinned(t: torch.Tensor) -> bool:
@@ -148,32 +154,9 @@ def _pinned(t: torch.Tensor) -> bool:
     return t.is_pinned()
 
 
-def _release_reached_locked() -> None:
-    # Oldest first, up to the first point not reached: one executor's copies complete in
-    # order, so a call costs one query when nothing completed (an entry of another engine
-    # behind an unreached one waits for a later call).
-    n = 0
-    while n < len(_held) and _held[n][0].reached():
-        n += 1
-    if n:
-        del _held[:n]
-
-
-def _hold(point: _ferry.TimelinePoint, tensors: list[torch.Tensor]) -> None:
-    with _held_lock:
-        _release_reached_locked()
-        _held.append((point, tensors))
-
-
-def _release_reached() -> None:
-    with _held_lock:
-        _release_reached_locked()
-
-
 def held_sources() -> int:
     """How many pinned source tensors ferry still holds for copies not known to be complete."""
-    with _held_lock:
-        return sum(len(ts) for _, ts in _held)
+    return _ferry._torch_held_count()
 
 
 def synchronize() -> None:
@@ -197,8 +180,7 @@ def _close_engines() -> None:
         _queues.clear()
     for _, xfer in engines:
         xfer.close()  # waits for its in-flight copies, which may still read held sources
-    with _held_lock:
-        _held.clear()
+    _ferry._torch_held_clear()
     for dev, _ in engines:
         dev.close()
 
@@ -451,14 +433,15 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
         another device) and leaves ferry cannot copy byte for byte (sparse, quantized, meta,
         nested, or requiring grad), before anything is allocated or copied.
     """
-    if mode not in ("torch", "ferry"):
+    if mode != "torch" and mode != "ferry":
         raise Error("invalid_argument", f"ferry.torch.to: mode {mode!r} is not 'torch' or 'ferry'")
-    _check_stream("target_stream", target_stream)
-    _check_stream("wait_stream", wait_stream)
+    if target_stream is not None:
+        _check_stream("target_stream", target_stream)
+    if wait_stream is not None:
+        _check_stream("wait_stream", wait_stream)
     dev_t = _target(device)
     leaves: list[torch.Tensor] = []
     rebuild = _flatten(obj, leaves, dev_t)
-    results: list[torch.Tensor | None] = [None] * len(leaves)
 
     cpu = dev_t.type == "cpu"
     if cpu:
@@ -473,6 +456,26 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
         for name, st in (("target_stream", target_stream), ("wait_stream", wait_stream)):
             if st is not None and torch.device(st.device) != dev_t:
                 raise Error("invalid_argument", f"ferry.torch.to: {name} is a stream of {st.device}, not of {dev_t}")
+    if mode == "torch" and _EXCHANGE is not None and leaves:
+        # One binding call for plain contiguous CPU leaves (None: a leaf is not one, and the
+        # Python path below converts it or names what is wrong). PyTorch's raw allocation is
+        # on the current device, so a target of another device takes the Python path.
+        dev, xfer = engine(backend, ordinal)
+        if cpu:
+            out = _torch_to(xfer, _EXCHANGE, leaves, None, 0, None, None)
+        elif ordinal == torch._C._cuda_getDevice():
+            current = None
+            if target_stream is None or wait_stream is None:
+                current = torch._C._cuda_getCurrentRawStream(ordinal)
+            target = current if target_stream is None else target_stream.cuda_stream
+            waiter = current if wait_stream is None else wait_stream.cuda_stream
+            out = _torch_to(xfer, _EXCHANGE, leaves, _destinations(ordinal, target), ordinal, target, waiter)
+        else:
+            out = None
+        if out is not None:
+            return rebuild(out)
+    results: list[torch.Tensor | None] = [None] * len(leaves)
+    if not cpu:
         current = torch.cuda.current_stream(dev_t)
         if target_stream is None:
             target_stream = current
@@ -538,7 +541,7 @@ class _nullcontext:
 class _AllocationStream:
     """The destinations of ``mode="torch"`` for one target stream: PyTorch's caching allocator
     on a stream of ferry's own that never runs work (``alloc``), with each range's release
-    point recorded when ferry lets go of it.
+    point recorded when ferry lets go of it (``destinations``, shared with the binding path).
 
     A block that the caching allocator hands out on the target stream is free in that
     stream's order only, so a copy on another queue would have to wait for all the target's
@@ -555,37 +558,21 @@ class _AllocationStream:
     def __init__(self, device: torch.device):
         self.device = device
         self.alloc = torch.cuda.Stream(device)
-        self.lock = threading.Lock()
-        # (start, end, point): ranges ferry let go of whose release point may not be reached.
-        self.freed: list[tuple[int, int, _ferry.TimelinePoint]] = []
+        # PyTorch's raw allocation is on the current device: the Python path sets it.
+        self.destinations = _ferry._TorchDestinations(torch._C._cuda_cudaCachingAllocator_raw_alloc,
+                                                      torch._C._cuda_cudaCachingAllocator_raw_delete,
+                                                      int(self.alloc.cuda_stream))
 
     def allocate(self, nbytes: int) -> tuple[int, _ferry.TimelinePoint | None]:
         """A device pointer to `nbytes` bytes and the point a writer must wait for (None: the
         range is unused)."""
-        ptr = torch.cuda.caching_allocator_alloc(nbytes, self.device, self.alloc)
-        end = ptr + nbytes
-        wait = None
-        with self.lock:
-            kept = []
-            for entry in self.freed:
-                start, stop, point = entry
-                if point.reached():
-                    continue
-                kept.append(entry)
-                if start < end and ptr < stop and (wait is None or point.value > wait.value):
-                    wait = point
-            self.freed = kept
-        return ptr, wait
+        with torch.cuda.device(self.device):
+            return self.destinations.allocate(nbytes)
 
     def release(self, ptr: int, nbytes: int, point: _ferry.TimelinePoint) -> None:
         """Let go of a range once ferry's adoption of it is released at `point`: recorded
         before the caching allocator may hand it out again."""
-        try:
-            if not point.empty and not point.reached():
-                with self.lock:
-                    self.freed.append((ptr, ptr + nbytes, point))
-        finally:
-            torch.cuda.caching_allocator_delete(ptr)
+        self.destinations.release(ptr, nbytes, point)
 
 
 _alloc_streams: dict[tuple[int, int], _AllocationStream] = {}
@@ -595,13 +582,24 @@ def _allocation_stream(dev_t: torch.device, target_stream: Any) -> _AllocationSt
     """The allocation stream of a target stream (one per native handle, made on first use):
     every range freed on it was released on that target, so the release points it records are
     points of one timeline and the latest overlapping one covers them all."""
-    key = (dev_t.index, int(target_stream.cuda_stream))
-    with _lock:
-        a = _alloc_streams.get(key)
-        if a is None:
-            a = _AllocationStream(dev_t)
-            _alloc_streams[key] = a
-        return a
+    return _allocation_stream_of(dev_t.index, int(target_stream.cuda_stream))
+
+
+def _allocation_stream_of(index: int, handle: int) -> _AllocationStream:
+    key = (index, handle)
+    a = _alloc_streams.get(key)
+    if a is None:
+        with _lock:
+            a = _alloc_streams.get(key)
+            if a is None:
+                a = _AllocationStream(torch.device("cuda", index))
+                _alloc_streams[key] = a
+    return a
+
+
+def _destinations(index: int, handle: int) -> Any:
+    """The binding's destinations of a target stream (by device index and native handle)."""
+    return _allocation_stream_of(index, handle).destinations
 
 
 def _upload_torch(dev, xfer, owner, target_waits, sources, offsets, total, dev_t, target_stream, wait_stream):

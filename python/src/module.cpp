@@ -29,6 +29,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -417,6 +419,451 @@ PyType_Slot kHostBufferSlots[] = {
     {Py_bf_getbuffer, reinterpret_cast<void*>(host_buffer_getbuffer)},
     {0, nullptr},
 };
+
+// ---------------------------------------------------------------------------------------------
+// ferry.torch's one-call path, through DLPack's C exchange API
+//
+// `to` spends its host time in PyTorch's Python calls (streams, allocation, DLPack capsules,
+// views), each a few microseconds, where `Tensor.to` is one C++ call. A tensor type's
+// `__dlpack_c_exchange_api__` capsule gives C entry points for what ferry needs of PyTorch:
+// read a tensor's layout, ask for the current stream, hand back a tensor over memory ferry
+// describes. With them one binding call does a whole `to`, and ferry needs no build against
+// libtorch.
+
+namespace dl {
+// The ABI of DLPack 1.x (dlpack.h), as far as a consumer of the exchange API needs it: the
+// layouts are DLPack's, so that the function table a framework hands out can be called.
+struct Version {
+  std::uint32_t major;
+  std::uint32_t minor;
+};
+struct Device {
+  std::int32_t device_type;
+  std::int32_t device_id;
+};
+struct DataType {
+  std::uint8_t code;
+  std::uint8_t bits;
+  std::uint16_t lanes;
+};
+struct Tensor {
+  void* data;
+  Device device;
+  std::int32_t ndim;
+  DataType dtype;
+  std::int64_t* shape;
+  std::int64_t* strides;
+  std::uint64_t byte_offset;
+};
+struct ManagedTensorVersioned {
+  Version version;
+  void* manager_ctx;
+  void (*deleter)(ManagedTensorVersioned* self);
+  std::uint64_t flags;
+  Tensor dl_tensor;
+};
+struct ExchangeApiHeader {
+  Version version;
+  ExchangeApiHeader* prev_api;
+};
+using SetError = void (*)(void* ctx, const char* kind, const char* message);
+struct ExchangeApi {
+  ExchangeApiHeader header;
+  int (*managed_tensor_allocator)(Tensor* prototype, ManagedTensorVersioned** out, void* error_ctx, SetError set);
+  int (*managed_tensor_from_py_object_no_sync)(void* py_object, ManagedTensorVersioned** out);
+  int (*managed_tensor_to_py_object_no_sync)(ManagedTensorVersioned* tensor, void** out_py_object);
+  int (*dltensor_from_py_object_no_sync)(void* py_object, Tensor* out);
+  int (*current_work_stream)(std::int32_t device_type, std::int32_t device_id, void** out_stream);
+};
+constexpr std::int32_t kCPU = 1;
+constexpr std::int32_t kCUDA = 2;
+constexpr std::int32_t kCUDAHost = 3;
+constexpr std::int32_t kROCM = 10;
+constexpr std::int32_t kROCMHost = 11;
+constexpr std::uint8_t kComplex = 5;
+}  // namespace dl
+
+/// Pinned sources below this size are staged rather than copied by a DMA call of their own:
+/// adopting a tensor and enqueueing its copy costs more host time than copying this many bytes
+/// into the staging ring, which moves every staged leaf of the call in one stream.
+constexpr std::uint64_t kTorchDmaMinBytes = 128 << 10;
+/// Offset alignment of every leaf in a structure's allocation: it satisfies every dtype, and it
+/// is the core's padding limit, so the staged copy may overwrite the gaps between leaves.
+constexpr std::uint64_t kTorchAlignment = ferry::UploadOptions::kPaddingLimit;
+
+/// The exchange API of a `__dlpack_c_exchange_api__` capsule, checked for DLPack major version 1.
+const dl::ExchangeApi& exchange_api(nb::handle capsule) {
+  void* p = PyCapsule_GetPointer(capsule.ptr(), "dlpack_exchange_api");
+  if (p == nullptr) {
+    PyErr_Clear();
+    invalid("ferry.torch: the tensor type's __dlpack_c_exchange_api__ is not a 'dlpack_exchange_api' capsule");
+  }
+  const auto* api = static_cast<const dl::ExchangeApi*>(p);
+  if (api->header.version.major != 1) {
+    throw Error(ErrorCode::unsupported, "ferry.torch: DLPack exchange API version " +
+                                            std::to_string(api->header.version.major) + " (ferry reads version 1)");
+  }
+  return *api;
+}
+
+/// The destinations of `ferry.torch.to(mode="torch")` for one target stream: blocks of
+/// PyTorch's caching allocator taken on a stream of ferry's own that runs no work, so the
+/// allocator hands them out again only to ferry, with the release point of every range ferry
+/// let go of that may still be in use on the target. A copy into a range waits for the latest
+/// release point it overlaps: the points are all on the target's timeline, so that one covers
+/// the others. Shared by `to`'s binding path and its Python path.
+struct TorchDestinations {
+  struct Freed {
+    std::uint64_t start;
+    std::uint64_t end;
+    ferry::TimelinePoint point;
+  };
+  PyKeep raw_alloc;   ///< (nbytes, stream) -> device pointer, on the current device
+  PyKeep raw_delete;  ///< (pointer) -> None
+  std::uintptr_t stream = 0;
+  std::mutex mutex;
+  std::vector<Freed> freed;
+
+  /// With the GIL: a pointer to `nbytes` bytes and the point a writer must wait for (empty when
+  /// no range it overlaps may still be in use).
+  std::pair<std::uint64_t, ferry::TimelinePoint> allocate(std::uint64_t nbytes) {
+    const auto ptr = nb::cast<std::uint64_t>(raw_alloc.object(nbytes, stream));
+    const std::uint64_t end = ptr + nbytes;
+    ferry::TimelinePoint wait;
+    std::lock_guard<std::mutex> lock(mutex);
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < freed.size(); ++i) {
+      Freed& f = freed[i];
+      if (f.point.reached()) continue;
+      if (f.start < end && ptr < f.end && (wait.empty() || f.point.value > wait.value)) wait = f.point;
+      if (kept != i) freed[kept] = std::move(f);
+      ++kept;
+    }
+    freed.resize(kept);
+    return {ptr, wait};
+  }
+
+  /// From any thread: record `point` for the range, then hand the block back to the caching
+  /// allocator (which takes the GIL).
+  void release(std::uint64_t ptr, std::uint64_t nbytes, const ferry::TimelinePoint& point) noexcept {
+    try {
+      if (!point.empty() && !point.reached()) {
+        std::lock_guard<std::mutex> lock(mutex);
+        freed.push_back({ptr, ptr + nbytes, point});
+      }
+    } catch (...) {
+      // A failed device has nothing in flight to wait for.
+    }
+    nb::gil_scoped_acquire gil;
+    try {
+      raw_delete.object(ptr);
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("ferry.torch: handing a block back to PyTorch's caching allocator");
+    } catch (...) {
+      // A destructor's path cannot propagate; the Python error is reported above.
+    }
+  }
+};
+
+/// One `to` call's device memory, shared by the tensors handed to PyTorch: the last one's
+/// deleter releases the adoption (ordering the target after the copy) and hands the block back
+/// with that release point. On the CPU it holds PyTorch's own allocation instead.
+struct PyTorchDestinations {
+  std::shared_ptr<TorchDestinations> s;
+};
+
+struct TorchBlock {
+  ferry::DeviceBuffer buffer;
+  std::shared_ptr<TorchDestinations> destinations;
+  std::uint64_t pointer = 0;
+  std::uint64_t size = 0;
+  dl::ManagedTensorVersioned* host_allocation = nullptr;
+
+  TorchBlock() = default;
+  TorchBlock(const TorchBlock&) = delete;
+  TorchBlock& operator=(const TorchBlock&) = delete;
+  ~TorchBlock() {
+    ferry::TimelinePoint point;
+    if (buffer.valid()) {
+      try {
+        point = buffer.release();
+      } catch (...) {
+        point = {};  // a closed or failed device: nothing of ferry's is in flight
+      }
+    }
+    if (destinations) destinations->release(pointer, size, point);
+    if (host_allocation != nullptr && host_allocation->deleter != nullptr) host_allocation->deleter(host_allocation);
+  }
+};
+
+/// A result tensor's DLPack record: its share of the block and its shape and strides.
+struct TorchLeaf {
+  std::shared_ptr<TorchBlock> block;
+  std::vector<std::int64_t> dims;  ///< shape, then strides
+  dl::ManagedTensorVersioned managed{};
+};
+
+void torch_leaf_deleter(dl::ManagedTensorVersioned* self) noexcept {
+  delete static_cast<TorchLeaf*>(self->manager_ctx);
+}
+
+/// Pinned sources read by DMA after `to` returns, held with the point at which their last copy
+/// completes and let go of once it is reached. One executor's copies complete in order, so
+/// entries are let go of oldest first, up to the first point not reached.
+struct TorchHeld {
+  std::mutex mutex;
+  std::deque<std::pair<ferry::TimelinePoint, std::vector<nb::object>>> entries;
+
+  /// With the GIL (dropping the tensors decrements their references).
+  void release_reached() {
+    std::lock_guard<std::mutex> lock(mutex);
+    while (!entries.empty() && entries.front().first.reached()) entries.pop_front();
+  }
+  void hold(ferry::TimelinePoint point, std::vector<nb::object> tensors) {
+    std::lock_guard<std::mutex> lock(mutex);
+    while (!entries.empty() && entries.front().first.reached()) entries.pop_front();
+    entries.emplace_back(std::move(point), std::move(tensors));
+  }
+};
+
+TorchHeld& torch_held() {
+  static TorchHeld* held = new TorchHeld;  // never destroyed: its tensors die with the interpreter
+  return *held;
+}
+
+/// A plain leaf as the fast path copies it: a CPU tensor, strided, contiguous, of whole bytes,
+/// not requiring grad and with no conjugate or negative bit. Anything else is left to the
+/// Python path, which converts it or names what is wrong with it.
+struct TorchSource {
+  nb::handle tensor;
+  const std::byte* data = nullptr;
+  std::uint64_t nbytes = 0;
+  std::uint64_t offset = 0;  ///< in the destination
+  dl::DataType dtype{};
+  std::vector<std::int64_t> shape;
+};
+
+bool torch_source(const dl::ExchangeApi& api, nb::handle t, TorchSource& out) {
+  dl::Tensor d{};
+  if (api.dltensor_from_py_object_no_sync(t.ptr(), &d) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  if (d.device.device_type != dl::kCPU && d.device.device_type != dl::kCUDAHost &&
+      d.device.device_type != dl::kROCMHost) {
+    return false;
+  }
+  if (d.dtype.bits % 8 != 0 || d.dtype.lanes == 0) return false;
+  std::uint64_t numel = 1;
+  std::int64_t expected = 1;
+  for (std::int32_t i = d.ndim - 1; i >= 0; --i) {
+    if (d.strides != nullptr && d.shape[i] > 1 && d.strides[i] != expected) return false;
+    expected *= d.shape[i];
+    numel *= static_cast<std::uint64_t>(d.shape[i]);
+  }
+  static PyObject* requires_grad = PyUnicode_InternFromString("requires_grad");
+  PyObject* rg = PyObject_GetAttr(t.ptr(), requires_grad);
+  if (rg == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool grad = rg == Py_True;
+  Py_DECREF(rg);
+  if (grad) return false;
+  if (d.dtype.code == dl::kComplex) {
+    for (const char* bit : {"is_conj", "is_neg"}) {
+      nb::object r = nb::steal(PyObject_CallMethod(t.ptr(), bit, nullptr));
+      if (!r.is_valid()) {
+        PyErr_Clear();
+        return false;
+      }
+      if (r.ptr() == Py_True) return false;
+    }
+  }
+  out.tensor = t;
+  out.data = static_cast<const std::byte*>(d.data) + d.byte_offset;
+  out.nbytes = numel * d.dtype.bits / 8 * d.dtype.lanes;
+  out.dtype = d.dtype;
+  out.shape.assign(d.shape, d.shape + d.ndim);
+  return true;
+}
+
+void torch_set_error(void* ctx, const char* kind, const char* message) {
+  *static_cast<std::string*>(ctx) = std::string(kind) + ": " + message;
+}
+
+/// `ferry.torch.to` for a list of leaves in one call (see torch.py). Returns the device tensors,
+/// or None when a leaf is not one the fast path copies (the caller then takes the Python path).
+nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
+                    const std::shared_ptr<TorchDestinations>& destinations,
+                    int device_index, nb::handle target_stream, nb::handle wait_stream) {
+  const dl::ExchangeApi& api = exchange_api(capsule);
+  const bool cpu = destinations == nullptr;
+  const std::size_t n = nb::len(leaves);
+  std::vector<TorchSource> sources(n);
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!torch_source(api, leaves[i], sources[i])) return nb::none();
+    total = (total + kTorchAlignment - 1) / kTorchAlignment * kTorchAlignment;
+    sources[i].offset = total;
+    total += sources[i].nbytes;
+  }
+  if (total == 0) return nb::none();
+  ferry::Transfer& x = t.get();
+  ferry::Device& dev = t.device.device;
+  const std::int32_t dl_type = cpu ? dl::kCPU : (dev.backend() == ferry::Backend::hip ? dl::kROCM : dl::kCUDA);
+
+  // The streams: the target owns the memory; the waiting stream waits for the copy.
+  std::uintptr_t target = 0;
+  std::uintptr_t waiter = 0;
+  if (!cpu) {
+    void* current = nullptr;
+    if ((target_stream.is_none() || wait_stream.is_none()) &&
+        api.current_work_stream(dl_type, device_index, &current) != 0) {
+      throw nb::python_error();
+    }
+    target = target_stream.is_none() ? reinterpret_cast<std::uintptr_t>(current) : native_stream(target_stream);
+    waiter = wait_stream.is_none() ? reinterpret_cast<std::uintptr_t>(current) : native_stream(wait_stream);
+  }
+  const bool target_waits = cpu || target == waiter;
+  // PyTorch names CUDA's legacy default stream 0; the backend adopts it as handle 1.
+  const auto adoptable = [&](std::uintptr_t h) {
+    return h == 0 && dev.backend() == ferry::Backend::cuda ? std::uintptr_t{1} : h;
+  };
+  ferry::Queue owner = cpu ? dev.queue(ferry::QueueRole::compute)
+                           : t.device.adopt(adoptable(target), ferry::QueueRole::compute, "torch target stream");
+
+  auto block = std::make_shared<TorchBlock>();
+  ferry::TimelinePoint ready_after;
+  if (cpu) {
+    ready_after = owner.mark();
+    std::int64_t shape[1] = {static_cast<std::int64_t>(total)};
+    dl::Tensor prototype{nullptr, {dl::kCPU, 0}, 1, {1, 8, 1}, shape, nullptr, 0};  // uint8 [total]
+    std::string error;
+    if (api.managed_tensor_allocator(&prototype, &block->host_allocation, &error, torch_set_error) != 0 ||
+        block->host_allocation == nullptr) {
+      block->host_allocation = nullptr;
+      throw Error(ErrorCode::out_of_memory, "ferry.torch.to: PyTorch could not allocate " + std::to_string(total) +
+                                                " bytes on the CPU: " + error);
+    }
+    block->pointer = reinterpret_cast<std::uintptr_t>(block->host_allocation->dl_tensor.data) +
+                     block->host_allocation->dl_tensor.byte_offset;
+  } else {
+    auto [ptr, wait] = destinations->allocate(total);
+    block->pointer = ptr;
+    block->size = total;
+    // From here the block goes back to the caching allocator with the block's release.
+    block->destinations = destinations;
+    ready_after = std::move(wait);
+  }
+  ferry::AdoptOptions ao;
+  ao.ready_after = std::move(ready_after);
+  ao.tag = "ferry.torch.to";
+  block->buffer = dev.adopt_memory(ferry::NativeMemory{.pointer = block->pointer}, total, owner, std::move(ao));
+
+  // Pinned sources go by DMA from their own memory; the rest in one staged stream.
+  std::vector<std::pair<std::size_t, ferry::HostBuffer>> pinned;
+  std::vector<ferry::HostView> staged;
+  std::vector<std::uint64_t> staged_offsets;
+  for (std::size_t i = 0; i < n; ++i) {
+    const TorchSource& s = sources[i];
+    if (s.nbytes == 0) continue;
+    if (s.nbytes >= kTorchDmaMinBytes) {
+      try {
+        pinned.emplace_back(i, dev.host_pool().adopt(const_cast<std::byte*>(s.data), s.nbytes));
+        continue;
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::invalid_argument) throw;  // pageable memory: staged
+      }
+    }
+    staged.push_back({s.data, s.nbytes});
+    staged_offsets.push_back(s.offset);
+  }
+  ferry::TimelinePoint last;
+  std::vector<nb::object> held;
+  {
+    nb::gil_scoped_release nogil;
+    std::exception_ptr failed;
+    try {
+      for (std::size_t k = 0; k < pinned.size(); ++k) {
+        ferry::UploadOptions o;
+        o.mode = ferry::CopyMode::preallocated;
+        o.owner_waits = target_waits && staged.empty() && k + 1 == pinned.size();
+        o.destination_unused = true;
+        const TorchSource& s = sources[pinned[k].first];
+        last = x.upload_into(pinned[k].second, 0, s.nbytes, block->buffer, s.offset, std::move(o));
+      }
+      if (!staged.empty()) {
+        ferry::UploadOptions o;
+        o.mode = ferry::CopyMode::preallocated;
+        o.owner_waits = target_waits;
+        o.overwrite_padding = true;
+        o.destination_unused = true;
+        last = x.upload_into(std::span<const ferry::HostView>(staged), block->buffer,
+                             std::span<const std::uint64_t>(staged_offsets), std::move(o));
+      }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    if (failed) {
+      // The copies enqueued so far still read their pinned sources: hold them until every
+      // copy enqueued on the executor completes.
+      nb::gil_scoped_acquire gil;
+      if (!pinned.empty()) {
+        for (const auto& p : pinned) held.push_back(nb::borrow(sources[p.first].tensor));
+        torch_held().hold(x.executor().mark(), std::move(held));
+      }
+      std::rethrow_exception(failed);
+    }
+    if (cpu) {
+      // The host reads the results at once.
+      ferry::TimelinePoint done = block->buffer.release();
+      done.wait();
+    } else if (!target_waits) {
+      t.device.adopt(adoptable(waiter), ferry::QueueRole::compute, "torch wait stream").wait(last);
+    }
+  }
+  if (!pinned.empty() && !cpu) {
+    held.reserve(pinned.size());
+    for (const auto& p : pinned) held.push_back(nb::borrow(sources[p.first].tensor));
+    torch_held().hold(last, std::move(held));
+  }
+
+  nb::list out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const TorchSource& s = sources[i];
+    auto* leaf = new TorchLeaf;
+    leaf->block = block;
+    const auto nd = static_cast<std::int32_t>(s.shape.size());
+    leaf->dims.resize(2 * s.shape.size());
+    std::int64_t stride = 1;
+    for (std::int32_t d = nd - 1; d >= 0; --d) {
+      leaf->dims[d] = s.shape[d];
+      leaf->dims[nd + d] = stride;
+      stride *= s.shape[d] > 0 ? s.shape[d] : 1;
+    }
+    dl::ManagedTensorVersioned& m = leaf->managed;
+    m.version = {1, 0};
+    m.manager_ctx = leaf;
+    m.deleter = torch_leaf_deleter;
+    m.flags = 0;
+    m.dl_tensor = dl::Tensor{reinterpret_cast<void*>(block->pointer + s.offset),
+                             {dl_type, cpu ? 0 : device_index},
+                             nd,
+                             s.dtype,
+                             leaf->dims.data(),
+                             leaf->dims.data() + nd,
+                             0};
+    void* obj = nullptr;
+    if (api.managed_tensor_to_py_object_no_sync(&m, &obj) != 0 || obj == nullptr) {
+      // The consumer did not take the record: it is still ferry's to free.
+      delete leaf;
+      throw nb::python_error();
+    }
+    out.append(nb::steal(static_cast<PyObject*>(obj)));
+  }
+  return out;
+}
 
 const char* const kUploadOptionsDoc =
     "Keyword options (every upload): mode (CopyMode or its name; default owner_owned), tag (label "
@@ -1090,6 +1537,68 @@ NB_MODULE(_ferry, m) {
              nb::gil_scoped_release nogil;
              x.reset();
            }, "Wait for the in-flight copies and free the staging ring. Idempotent.");
+
+  // ferry.torch's binding path and the state it shares with the Python path.
+  nb::class_<PyTorchDestinations>(m, "_TorchDestinations",
+      "The destinations of ferry.torch.to(mode='torch') for one target stream: PyTorch caching "
+      "allocator blocks taken on an idle stream of ferry's, with the release point of each range "
+      "ferry let go of that may still be in use on the target.")
+      .def("__init__", [](PyTorchDestinations* self, nb::object raw_alloc, nb::object raw_delete,
+                          std::uintptr_t stream) {
+             if (!PyCallable_Check(raw_alloc.ptr()) || !PyCallable_Check(raw_delete.ptr())) {
+               invalid("_TorchDestinations: raw_alloc and raw_delete must be callables");
+             }
+             auto s = std::make_shared<TorchDestinations>();
+             s->raw_alloc.object = std::move(raw_alloc);
+             s->raw_delete.object = std::move(raw_delete);
+             s->stream = stream;
+             new (self) PyTorchDestinations{std::move(s)};
+           }, "raw_alloc"_a, "raw_delete"_a, "stream"_a,
+           "raw_alloc(nbytes, stream) -> pointer and raw_delete(pointer): the caching allocator's; "
+           "stream: the idle stream's handle.")
+      .def("allocate", [](PyTorchDestinations& d, std::uint64_t nbytes) {
+             auto [ptr, wait] = d.s->allocate(nbytes);
+             return std::make_pair(ptr, wait.empty() ? nb::none() : nb::cast(wait));
+           }, "nbytes"_a,
+           "(pointer, the point a writer waits for, or None when the range is unused).")
+      .def("release", [](PyTorchDestinations& d, std::uint64_t pointer, std::uint64_t nbytes,
+                         const ferry::TimelinePoint& point) { d.s->release(pointer, nbytes, point); },
+           "pointer"_a, "nbytes"_a, "point"_a,
+           "Record the range's release point and hand the block back to the caching allocator.")
+      .def_prop_ro("pending", [](PyTorchDestinations& d) {
+             std::lock_guard<std::mutex> lock(d.s->mutex);
+             return d.s->freed.size();
+           }, "Released ranges whose release point was not reached when last looked at.");
+  m.def("_torch_to", [](PyTransfer& t, nb::handle capsule, nb::sequence leaves, PyTorchDestinations* d,
+                        int device_index, nb::handle target_stream, nb::handle wait_stream) {
+          return torch_to(t, capsule, leaves, d == nullptr ? nullptr : d->s, device_index, target_stream,
+                          wait_stream);
+        }, "transfer"_a, "capsule"_a, "leaves"_a, "destinations"_a.none(), "device_index"_a,
+        "target_stream"_a.none(), "wait_stream"_a.none(),
+        "ferry.torch.to's one-call path: the leaves (CPU tensors) in one transfer, through the tensor "
+        "type's DLPack exchange capsule. destinations None: ferry's host backend, waited for. "
+        "target_stream / wait_stream None: the current stream. Returns the tensors, or None when a "
+        "leaf is not a plain contiguous CPU tensor (the Python path then takes the call).");
+  m.def("_torch_hold", [](const ferry::TimelinePoint& point, std::vector<nb::object> tensors) {
+          torch_held().hold(point, std::move(tensors));
+        }, "point"_a, "tensors"_a, "Hold pinned sources until `point` is reached.");
+  m.def("_torch_release_reached", []() { torch_held().release_reached(); },
+        "Let go of the held sources whose copies completed.");
+  m.def("_torch_held_count", []() {
+          std::lock_guard<std::mutex> lock(torch_held().mutex);
+          std::size_t n = 0;
+          for (const auto& e : torch_held().entries) n += e.second.size();
+          return n;
+        }, "How many pinned sources are held for copies not known to be complete.");
+  m.def("_torch_held_clear", []() {
+          std::deque<std::pair<ferry::TimelinePoint, std::vector<nb::object>>> gone;
+          {
+            std::lock_guard<std::mutex> lock(torch_held().mutex);
+            gone.swap(torch_held().entries);
+          }
+        }, "Let go of every held source (after every copy completed).");
+  m.attr("_TORCH_DMA_MIN_BYTES") = kTorchDmaMinBytes;
+  m.attr("_TORCH_ALIGNMENT") = kTorchAlignment;
 
   m.def("backend_name", [](ferry::Backend b) { return std::string(ferry::to_string(b)); }, "backend"_a);
   m.def("parse_backend", [](const std::string& name) { return ferry::parse_backend(name); }, "name"_a);

@@ -35,6 +35,24 @@ class ModelInput:
                           None if self.weights is None else self.weights.to(device, dtype=torch.float64))
 
 
+def packed(tensors, within=None):
+    """Whether the tensors lie in one packed allocation of at most `within` bytes (default: of
+    their own aligned sizes): each at a multiple of ALIGNMENT from the first, none overlapping."""
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in tensors)
+    if within is None:
+        within = aligned_bytes(tensors)
+    base, end = spans[0][0], spans[0][0]
+    for start, stop in spans:
+        if (start - base) % ft.ALIGNMENT or start < end:
+            return False
+        end = stop
+    return end - base <= within
+
+
+def aligned_bytes(tensors):
+    return sum(-(-t.numel() * t.element_size() // ft.ALIGNMENT) * ft.ALIGNMENT for t in tensors)
+
+
 def same(a, b):
     assert a.dtype == b.dtype and a.shape == b.shape
     assert torch.equal(a.view(-1).view(torch.uint8) if a.numel() else a, b.view(-1).view(torch.uint8) if b.numel() else b)
@@ -69,16 +87,105 @@ def test_nested_structure_with_empty_leaves_round_trips(mode):
     assert r["n"] == 42
     # The copy never aliases its source, and every non-empty leaf sits in one allocation.
     assert r["ids"].data_ptr() != obj["ids"].data_ptr()
-    bases = {t.untyped_storage().data_ptr() for t in (r["ids"], r["list"][0], r["dc"].dense, r["od"]["a"])}
-    assert len(bases) == 1
+    every = [r["ids"], r["empty"], r["list"][0], r["list"][1][0], r["nt"].a, r["dc"].dense, r["od"]["z"],
+             r["od"]["a"], r["dd"]["k"]]
+    assert packed([r["ids"], r["list"][0], r["dc"].dense, r["od"]["a"]], within=aligned_bytes(every))
 
 
-def test_leaves_are_aligned_views_of_one_allocation():
+@pytest.mark.parametrize("path", ["binding", "python"])
+def test_leaves_are_aligned_in_one_allocation(monkeypatch, path):
+    if path == "python":
+        monkeypatch.setattr(ft, "_EXCHANGE", None)
     leaves = [torch.ones(1, dtype=torch.uint8), torch.ones(3, dtype=torch.float64), torch.ones(1, dtype=torch.int16)]
     r = ft.to(leaves, "cpu")
-    base = r[0].untyped_storage().data_ptr()
-    offsets = [t.data_ptr() - base for t in r]
+    offsets = [t.data_ptr() - r[0].data_ptr() for t in r]
     assert offsets == [0, ft.ALIGNMENT, 2 * ft.ALIGNMENT]
+
+
+def _count_binding_calls(monkeypatch):
+    """Counts ferry.torch's one-call binding path, and how often it handed a call back."""
+    calls = {"binding": 0, "declined": 0}
+    orig = ft._torch_to
+
+    def counting(*a, **k):
+        calls["binding"] += 1
+        out = orig(*a, **k)
+        calls["declined"] += out is None
+        return out
+    monkeypatch.setattr(ft, "_torch_to", counting)
+    return calls
+
+
+def test_plain_leaves_take_one_binding_call_and_every_dtype_round_trips(monkeypatch):
+    calls = _count_binding_calls(monkeypatch)
+    g = torch.Generator().manual_seed(5)
+    leaves = {
+        "f32": torch.rand(33, 7, generator=g),
+        "f16": torch.rand(5, generator=g).half(),
+        "bf16": torch.rand(9, generator=g).bfloat16(),
+        "i64": torch.randint(-(1 << 60), 1 << 60, (300,), generator=g),
+        "u8": torch.randint(0, 255, (3, 3, 3), dtype=torch.uint8, generator=g),
+        "bool": torch.rand(17, generator=g) > 0.5,
+        "c64": torch.randn(4, dtype=torch.complex64, generator=g),
+        "scalar": torch.tensor(2.5, dtype=torch.float64),
+        "empty": torch.empty(0, 3),
+        "sliced": torch.arange(100, dtype=torch.int32)[37:],  # contiguous, at an offset of its storage
+        "big": torch.arange(1 << 18, dtype=torch.int64),      # above DMA_MIN_BYTES: copied from its own memory
+    }
+    r = ft.to(leaves, "cpu")
+    assert calls == {"binding": 1, "declined": 0}
+    for k, v in leaves.items():
+        same(r[k], v)
+        assert r[k].device.type == "cpu" and not r[k].requires_grad
+    assert r["big"].data_ptr() != leaves["big"].data_ptr()
+    assert packed([t for t in r.values() if t.numel()])
+    # Dropping every result at once hands the memory back; the sources are not held.
+    del r
+    assert ft.held_sources() == 0
+
+
+@pytest.mark.parametrize("leaf, why", [
+    (lambda: torch.arange(12.).view(3, 4).t(), "not contiguous"),
+    (lambda: torch.ones(3, dtype=torch.complex64).conj(), "a conjugate view"),
+    (lambda: torch.arange(6.)[::2], "strided with gaps"),
+])
+def test_leaves_the_binding_path_does_not_copy_byte_for_byte_go_the_python_way(monkeypatch, leaf, why):
+    calls = _count_binding_calls(monkeypatch)
+    x = leaf()
+    r = ft.to([torch.ones(2), x], "cpu")
+    assert calls == {"binding": 1, "declined": 1}, why
+    assert torch.equal(r[1].resolve_conj(), x.resolve_conj()) and r[1].is_contiguous()
+
+
+def test_a_leaf_requiring_grad_is_refused_on_the_binding_path_too(monkeypatch):
+    calls = _count_binding_calls(monkeypatch)
+    with pytest.raises(ferry.Error) as e:
+        ft.to([torch.ones(2), torch.ones(3, requires_grad=True)], "cpu")
+    assert e.value.code == "invalid_argument" and "requires grad" in str(e.value)
+    assert calls == {"binding": 1, "declined": 1}
+
+
+def test_the_destinations_wait_for_the_latest_overlapping_release_point():
+    """The record a mode="torch" copy waits on: a reused range waits for the latest release
+    point it overlaps that is not reached, and for nothing else."""
+    dev, _ = ft.engine(ferry.Backend.host)
+    sem = dev.create_semaphore(0)
+    handed = []
+    freed = []
+    d = ferry._ferry._TorchDestinations(lambda n, stream: handed.pop(0), freed.append, 7)
+    handed += [4096, 4096, 8192, 4096]
+    assert d.allocate(256) == (4096, None)
+    d.release(4096, 256, sem.at(1))
+    d.release(4096, 128, sem.at(2))  # a later user of the same range
+    assert freed == [4096, 4096] and d.pending == 2
+    ptr, wait = d.allocate(512)      # overlaps both: waits for the later one
+    assert ptr == 4096 and wait.value == 2
+    ptr, wait = d.allocate(256)      # elsewhere: waits for nothing
+    assert ptr == 8192 and wait is None
+    sem.signal(2)
+    assert d.allocate(64) == (4096, None) and d.pending == 0
+    d.release(8192, 256, sem.at(2))  # a reached point is not recorded
+    assert d.pending == 0 and freed[-1] == 8192
 
 
 def test_only_empty_leaves_need_no_copy():
@@ -93,8 +200,8 @@ def test_objects_with_only_to_are_rebuilt_from_ferry_tensors():
     same(r["m"].values, m.values)
     same(r["m"].lengths, m.lengths)
     assert r["m"].weights.dtype == torch.float64 and torch.allclose(r["m"].weights, m.weights.double())
-    base = r["x"].untyped_storage().data_ptr()
-    assert r["m"].values.untyped_storage().data_ptr() == base  # packed with the other leaves
+    # Packed with the other leaves (the float64 weights are a conversion made after the copy).
+    assert packed([r["m"].values, r["m"].lengths, r["x"]], within=aligned_bytes([m.values, m.lengths, m.weights, r["x"]]))
 
 
 def test_an_object_whose_to_changes_its_tensors_is_refused():
@@ -150,7 +257,9 @@ class _Spy:
 @pytest.mark.parametrize("mode", ["torch", "ferry"])
 def test_pinned_sources_are_copied_from_their_own_memory_and_held_until_copied(monkeypatch, mode):
     # Without CUDA no tensor is pinned; the host backend adopts any memory, so the direct
-    # path runs here with every tensor taken as pinned but one.
+    # path runs here with every tensor taken as pinned but one. The Python path's choices are
+    # what is spied on: the binding path makes them in C++.
+    monkeypatch.setattr(ft, "_EXCHANGE", None)
     pageable = torch.arange(1000, dtype=torch.int16)
     monkeypatch.setattr(ft, "_pinned", lambda t: t.data_ptr() != pageable.data_ptr())
     dev, xfer = ft.engine(ferry.Backend.host)

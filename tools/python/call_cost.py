@@ -4,7 +4,7 @@
 ``Tensor.to(non_blocking=True)`` of the same leaves.
 
     PYTHONPATH=build/python python3 tools/python/call_cost.py [--device cuda|cpu] [--leaves 1,16,67]
-        [--calls 300] [--pinned] [--json FILE]
+        [--calls 300] [--pinned] [--big 64M] [--json FILE]
 
 Each structure is a dict of ``--leaves`` small tensors (alternately float32 and int64, 3 to
 70 elements: TorchRec's many small per-feature tensors), pageable unless ``--pinned``. Every
@@ -15,6 +15,12 @@ queues never fill; on the CPU (ferry's host backend) each call also waits for it
 ``t.to(device, non_blocking=True)``: the glue a structure-aware copy has to beat. On the CPU
 that row is no reference (a CPU tensor's ``.to("cpu")`` returns the tensor itself); there the
 ferry rows measure ferry.torch's glue and the host backend's copy.
+
+``--big SIZE`` (CUDA with ``--pinned``; 0 skips it) adds one pinned tensor of SIZE bytes, the
+seed's batch, in two orders: on the current stream (``ft.to(t, "cuda")`` beside
+``t.to("cuda", non_blocking=True)``), and the seed's (under ``with torch.cuda.stream(side):``,
+``ft.to(t, "cuda", target_stream=main)`` beside PyTorch's side-stream copy with
+``record_stream(main)``). Each result is dropped at once.
 """
 import argparse
 import json
@@ -29,6 +35,14 @@ def structure(torch, leaves: int, pinned: bool):
         t = torch.arange(3 + i % 68, dtype=torch.int64 if i % 2 else torch.float32)
         out[f"f{i}"] = t.pin_memory() if pinned else t
     return out
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper()
+    if t and t[-1] in units:
+        return int(t[:-1]) * units[t[-1]]
+    return int(t)
 
 
 def median_us(fn, calls: int, sync) -> float:
@@ -52,6 +66,7 @@ def main(argv=None) -> int:
     ap.add_argument("--leaves", default="1,16,67", help="comma-separated leaf counts")
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--pinned", action="store_true", help="pinned sources (CUDA only)")
+    ap.add_argument("--big", default="64M", help="size of the one large pinned tensor (CUDA, --pinned); 0 skips it")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     args = ap.parse_args(argv)
 
@@ -69,6 +84,12 @@ def main(argv=None) -> int:
         ap.error(f"--leaves must be comma-separated integers, got {args.leaves!r}")
     if not counts or min(counts) < 1:
         ap.error("--leaves needs counts >= 1")
+    try:
+        big = parse_size(args.big)
+    except ValueError:
+        ap.error(f"--big must be a size such as 64M, got {args.big!r}")
+    if big < 0:
+        ap.error("--big must be >= 0")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     rows = []
@@ -84,6 +105,30 @@ def main(argv=None) -> int:
             rows.append({"device": device, "pinned": args.pinned, "leaves": n, "way": name,
                          "host_us_per_call": us, "host_us_per_leaf": us / n})
             print(f"{n:6d} {name:24} {us:9.1f} {us / n:8.2f}")
+        ft.synchronize()
+    if device == "cuda" and args.pinned and big:
+        t = torch.empty(big, dtype=torch.uint8).pin_memory()
+        main_stream, side = torch.cuda.current_stream(), torch.cuda.Stream()
+
+        def torch_side():
+            with torch.cuda.stream(side):
+                x = t.to(device, non_blocking=True)
+                x.record_stream(main_stream)
+
+        def ferry_side():
+            with torch.cuda.stream(side):
+                ft.to(t, device, target_stream=main_stream)
+
+        ways = [("current stream", "ferry.torch mode=torch", lambda: ft.to(t, device)),
+                ("current stream", "torch .to", lambda: t.to(device, non_blocking=True)),
+                ("seed order", "ferry.torch mode=torch", ferry_side),
+                ("seed order", "torch .to + record_stream", torch_side)]
+        print(f"one pinned tensor of {big / (1 << 20):.0f} MiB, result dropped at once")
+        for order, name, fn in ways:
+            us = median_us(fn, args.calls, sync)
+            rows.append({"device": device, "pinned": True, "leaves": 1, "bytes": big, "order": order, "way": name,
+                         "host_us_per_call": us, "host_us_per_leaf": us})
+            print(f"{order:>14} {name:26} {us:9.1f}")
         ft.synchronize()
     if device == "cpu":
         print("(on the CPU, torch's .to of a CPU tensor returns it unchanged: no reference)")

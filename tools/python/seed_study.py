@@ -613,12 +613,26 @@ def copy_alone(env, strategy, src, reps):
     return burst_gbps(env, strategy, src), statistics.median(host), statistics.median(gbps)
 
 
+def packed_runs(tensors) -> int:
+    """How many allocations the non-empty tensors lie in, as runs of packed memory: sorted by
+    address, a tensor starting more than one leaf alignment (256 bytes) past the end of those
+    before it begins another allocation. Views of one storage and tensors over ranges of
+    one block count once either way."""
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in tensors if t.numel())
+    runs, end = 0, None
+    for start, stop in spans:
+        if end is None or start - end > 256:
+            runs += 1
+        end = stop if end is None else max(end, stop)
+    return runs
+
+
 def verify(env, strategy, src, ref, ft):
     """One copy compared with the reference copy; for ferry, allocations and uploads per call."""
     uploads = [0]
     patched = []
     if ft is not None and isinstance(strategy, Ferry):
-        for fname in ("_upload_torch", "_upload_ferry"):
+        for fname in ("_torch_to", "_upload_torch", "_upload_ferry"):
             orig = getattr(ft, fname, None)
             if orig is None:
                 continue
@@ -639,7 +653,7 @@ def verify(env, strategy, src, ref, ft):
     mismatched = sum(1 for a, b in zip(out, want)
                      if not (a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)))
     mismatched += abs(len(out) - len(want))
-    storages = len({t.untyped_storage().data_ptr() for t in out if t.numel()})
+    storages = packed_runs(out)
     strategy.release(p)
     del p, d, out
     return {"mismatched_tensors": mismatched, "tensors": len(want), "allocations_per_call": storages,
