@@ -102,6 +102,21 @@ DMA_MIN_BYTES = _ferry._TORCH_DMA_MIN_BYTES
 # of PyTorch's Python calls.
 _EXCHANGE = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
 _torch_to = _ferry._torch_to
+_Tensor = torch.Tensor
+_get_device = torch._C._cuda_getDevice if torch.cuda.is_available() else None
+_raw_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
+# Per CUDA device index: (its Transfer, {target stream handle: its _TorchDestinations}), filled
+# by `to`'s general path and read by its one-tensor path; cleared when the engines close.
+_fast: dict[int, tuple[Any, dict[int, Any]]] = {}
+
+
+def _fast_streams_ok(target_stream: Any, wait_stream: Any, idx: int) -> bool:
+    """Whether the streams are None or torch.cuda.Streams of device `idx` (anything else takes
+    the general path, which checks them and names what is wrong)."""
+    for st in (target_stream, wait_stream):
+        if st is not None and (not isinstance(st, torch.cuda.Stream) or st.device_index != idx):
+            return False
+    return True
 
 _STRIDED = torch.strided
 
@@ -177,6 +192,7 @@ def _close_engines() -> None:
     with _lock:
         engines = list(_engines.values())
         _engines.clear()
+        _fast.clear()
         _queues.clear()
     for _, xfer in engines:
         xfer.close()  # waits for its in-flight copies, which may still read held sources
@@ -433,6 +449,20 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
         another device) and leaves ferry cannot copy byte for byte (sparse, quantized, meta,
         nested, or requiring grad), before anything is allocated or copied.
     """
+    if type(obj) is _Tensor and mode == "torch" and device == "cuda" and _get_device is not None:
+        # The commonest call, one tensor to the current device, without the structure walk:
+        # the engine and the target's destinations are those a first call set up (_fast).
+        idx = _get_device()
+        fast = _fast.get(idx)
+        if fast is not None and _fast_streams_ok(target_stream, wait_stream, idx):
+            current = None if target_stream is not None and wait_stream is not None else _raw_stream(idx)
+            target = current if target_stream is None else target_stream.cuda_stream
+            dests = fast[1].get(target)
+            if dests is not None:
+                out = _torch_to(fast[0], _EXCHANGE, (obj,), dests, idx, target,
+                                current if wait_stream is None else wait_stream.cuda_stream)
+                if out is not None:
+                    return out[0]
     if mode != "torch" and mode != "ferry":
         raise Error("invalid_argument", f"ferry.torch.to: mode {mode!r} is not 'torch' or 'ferry'")
     if target_stream is not None:
@@ -469,7 +499,12 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
                 current = torch._C._cuda_getCurrentRawStream(ordinal)
             target = current if target_stream is None else target_stream.cuda_stream
             waiter = current if wait_stream is None else wait_stream.cuda_stream
-            out = _torch_to(xfer, _EXCHANGE, leaves, _destinations(ordinal, target), ordinal, target, waiter)
+            dests = _destinations(ordinal, target)
+            out = _torch_to(xfer, _EXCHANGE, leaves, dests, ordinal, target, waiter)
+            if backend == _ferry.Backend.cuda:
+                fast = _fast.setdefault(ordinal, (xfer, {}))
+                if fast[0] is xfer:
+                    fast[1][target] = dests
         else:
             out = None
         if out is not None:

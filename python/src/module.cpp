@@ -531,28 +531,27 @@ struct TorchDestinations {
     const std::uint64_t end = ptr + nbytes;
     ferry::TimelinePoint wait;
     std::lock_guard<std::mutex> lock(mutex);
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < freed.size(); ++i) {
-      Freed& f = freed[i];
-      if (f.point.reached()) continue;
+    // Release points of one target are recorded in the order of its timeline, so the reached
+    // ones lead: one query per call when nothing completed. An entry recorded out of order
+    // behind an unreached one stays until those before it are reached; waiting for a reached
+    // point costs nothing.
+    std::size_t reached = 0;
+    while (reached < freed.size() && freed[reached].point.reached()) ++reached;
+    freed.erase(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(reached));
+    for (const Freed& f : freed) {
       if (f.start < end && ptr < f.end && (wait.empty() || f.point.value > wait.value)) wait = f.point;
-      if (kept != i) freed[kept] = std::move(f);
-      ++kept;
     }
-    freed.resize(kept);
     return {ptr, wait};
   }
 
   /// From any thread: record `point` for the range, then hand the block back to the caching
-  /// allocator (which takes the GIL).
+  /// allocator (which takes the GIL). An allocation failure of the record terminates: a block
+  /// handed back without its point could be overwritten under a read.
   void release(std::uint64_t ptr, std::uint64_t nbytes, const ferry::TimelinePoint& point) noexcept {
-    try {
-      if (!point.empty() && !point.reached()) {
-        std::lock_guard<std::mutex> lock(mutex);
-        freed.push_back({ptr, ptr + nbytes, point});
-      }
-    } catch (...) {
-      // A failed device has nothing in flight to wait for.
+    if (!point.empty()) {
+      // Reached points are dropped by the next allocation, which asks anyway.
+      std::lock_guard<std::mutex> lock(mutex);
+      freed.push_back({ptr, ptr + nbytes, point});
     }
     nb::gil_scoped_acquire gil;
     try {

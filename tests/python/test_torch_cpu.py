@@ -184,8 +184,10 @@ def test_the_destinations_wait_for_the_latest_overlapping_release_point():
     assert ptr == 8192 and wait is None
     sem.signal(2)
     assert d.allocate(64) == (4096, None) and d.pending == 0
-    d.release(8192, 256, sem.at(2))  # a reached point is not recorded
-    assert d.pending == 0 and freed[-1] == 8192
+    d.release(8192, 256, sem.at(2))  # a reached point is dropped by the next allocation
+    assert freed[-1] == 8192
+    handed.append(8192)
+    assert d.allocate(256) == (8192, None) and d.pending == 0
 
 
 def test_only_empty_leaves_need_no_copy():
