@@ -7,8 +7,12 @@ structure, with the destination memory owned by the stream that will use it:
 - **One allocation.** The CPU tensors of the structure are laid out in one byte range
   (each leaf at a 256-byte aligned offset, which satisfies every dtype's alignment). With
   ``mode="torch"`` (the default) that range comes from PyTorch's caching allocator, so
-  PyTorch's counters, snapshots, ``empty_cache()`` and its out-of-memory retry see one pool;
-  the leaves are views into it. It is allocated on a stream of ferry's own that runs no work,
+  PyTorch's counters, snapshots, ``empty_cache()`` and its out-of-memory retry see one pool.
+  For plain contiguous CPU leaves (the common case) each result is a tensor over its range of
+  that one block, handed to PyTorch through DLPack's C exchange API in the same binding call
+  that copies (so ``untyped_storage()`` differs per leaf while the block is one); other
+  leaves take a Python path whose results are views of one storage. The block is allocated
+  on a stream of ferry's own that runs no work,
   one per target stream, so the caching allocator hands it out again only to ferry, and
   ferry records the point at which each range it lets go of stops being used on the target.
   ferry adopts the range (``Device.adopt_memory``, owner = the adopted target stream) and
@@ -27,8 +31,9 @@ structure, with the destination memory owned by the stream that will use it:
   pattern), ``side`` waits and ``main`` does not, so compute enqueued on ``main`` after the
   call overlaps the copy; ``main.wait_stream(side)`` then orders the use. The memory is
   still freed in ``main``'s order and never reused before its copy completes, even when the
-  results are dropped before anyone waits: the release of the DLPack export makes ``main``
-  wait for the copy, and the range is reused only after that release point. Nobody calls
+  results are dropped before anyone waits: when the last result is gone, the release of the
+  range makes ``main`` wait for the copy, and the range is reused only after that release
+  point. Nobody calls
   ``record_stream``. Using the results on yet another stream needs the usual PyTorch care
   (``wait_stream``/``record_stream``).
 - **Sources.** Pinned CPU tensors (``t.is_pinned()``) of ``DMA_MIN_BYTES`` or more are
