@@ -781,13 +781,19 @@ class _StashGroup:
         self.offset = offset
 
 
-def _repoint(group: _StashGroup, storage: torch.UntypedStorage, base: int, device: torch.device) -> None:
-    """Point every tensor of `group` at its place in `storage` (`base` bytes in), keeping each
-    one's identity, dtype, shape, strides and offset: views of one storage stay views of one
-    storage."""
+def _repoint(group: _StashGroup, whole: torch.Tensor, base: int, typed: dict[torch.dtype, torch.Tensor]) -> None:
+    """Point every tensor of `group` at its place in `whole` (a uint8 tensor that starts its
+    storage), `base` bytes in, keeping each one's identity, dtype, shape, strides and offset:
+    views of one storage stay views of one storage. `typed` caches `whole` viewed as each
+    dtype, so each tensor costs one view."""
     for t, (dtype, shape, stride, offset) in zip(group.tensors, group.layouts):
-        t.data = torch.empty(0, dtype=dtype, device=device).set_(storage, base // dtype.itemsize + offset, shape,
-                                                                 stride)
+        v = typed.get(dtype)
+        if v is None:
+            size = dtype.itemsize
+            # A whole that is not a whole number of elements cannot be viewed as them: trim it.
+            v = (whole if whole.numel() % size == 0 else whole[:whole.numel() - whole.numel() % size]).view(dtype)
+            typed[dtype] = v
+        t.data = v.as_strided(shape, stride, base // dtype.itemsize + offset)
 
 
 def _restore_blocks(groups: list[_StashGroup], device: torch.device) -> list[tuple[torch.Tensor, bool]]:
@@ -885,7 +891,7 @@ class Stash:
             if itself:
                 g.tensors[0].data = block
             else:
-                _repoint(g, block.untyped_storage(), 0, self._device)
+                _repoint(g, block, 0, {})
         self._restored = None if done.empty else done
         self._state = "restoring"
 
@@ -1018,9 +1024,8 @@ def stash(tensors: Any, *, stream: Any = None) -> Stash:
                                        [g.offset for g in order], "ferry.torch.stash")
     if ready.empty:
         ready = xfer.executor.mark()
-    host_storage = host.untyped_storage()
-    cpu = torch.device("cpu")
+    typed: dict[torch.dtype, torch.Tensor] = {}
     for g in order:
-        _repoint(g, host_storage, g.offset, cpu)
+        _repoint(g, host, g.offset, typed)
     storages.clear()  # the last holders: the storages are freed here, in `stream`'s order
     return Stash(list(groups.values()), host, host_buffer, device, dev, xfer, ready)

@@ -38,6 +38,7 @@ time ≤ 1.02 × ``record_stream``'s.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -232,6 +233,9 @@ def main(argv=None) -> int:
     ap.add_argument("--small-kib", type=int, default=256, help="size of each of the main stream's small copies")
     ap.add_argument("--small-copies", type=int, default=16)
     ap.add_argument("--json", default=None, help="also write the rows and bars to this file")
+    ap.add_argument("--snapshot", default=None, metavar="DIR",
+                    help="also write PyTorch memory snapshots of 3 steps of the record_stream way and of "
+                         "ferry (DIR/record_stream.pickle, DIR/ferry.pickle; open them in pytorch.org/memory_viz)")
     args = ap.parse_args(argv)
     import torch
     if not torch.cuda.is_available():
@@ -258,6 +262,21 @@ def main(argv=None) -> int:
     print("bandwidth GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in bw.items()))
     print(f"main stream's {args.small_copies} x {args.small_kib} KiB H2D copies while {args.tables} x "
           f"{args.table_mib} MiB are restored (GPU µs, median): " + ", ".join(f"{k} {v:.0f}" for k, v in inter.items()))
+    if args.snapshot:
+        os.makedirs(args.snapshot, exist_ok=True)
+        for way in ("record_stream", "ferry"):
+            # Recorded apart from the measured runs: recording slows the host. No stacks, so
+            # the files hold the allocator's events and segments only.
+            torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python")
+            if way == "ferry":
+                run_ferry(torch, ft, args.tensors, nbytes, 3)
+            else:
+                run_torch_way(torch, way, args.tensors, nbytes, 3)
+            path = os.path.join(args.snapshot, f"{way}.pickle")
+            torch.cuda.memory._dump_snapshot(path)
+            torch.cuda.memory._record_memory_history(enabled=None)
+            torch.cuda.empty_cache()
+            print(f"memory snapshot of 3 steps of {way}: {path}")
     by = {r["way"]: r for r in rows}
     f = by["ferry"]
     bars = [
