@@ -121,6 +121,32 @@ struct PyKeep {
   }
 };
 
+/// End ferry's use of `buffer` from a path that cannot propagate (a destructor, a DLPack
+/// deleter) and return the release point. A closed or failed device has no queue left to
+/// order a reuse after: the memory is idle once the device is, so the point is empty.
+ferry::TimelinePoint release_quietly(ferry::DeviceBuffer& buffer) noexcept {
+  if (!buffer.valid()) return {};
+  try {
+    return buffer.release();
+  } catch (...) {
+    return {};
+  }
+}
+
+/// Call `fn(arg)` with the GIL from a path that cannot propagate: a Python error is reported
+/// as unraisable, naming `what`.
+template <class Arg>
+void call_reporting(const nb::object& fn, const Arg& arg, const char* what) noexcept {
+  nb::gil_scoped_acquire gil;
+  try {
+    fn(arg);
+  } catch (nb::python_error& e) {
+    e.discard_as_unraisable(what);
+  } catch (...) {
+    // Nothing to report beyond a Python error, and nothing may propagate.
+  }
+}
+
 struct BufferState {
   /// Held until the buffer is released and its last owner is gone (Device.adopt_memory's
   /// `keep`). Declared first, so destroyed after `buffer`: the object (the engine's
@@ -143,24 +169,9 @@ struct BufferState {
   BufferState& operator=(const BufferState&) = delete;
   ~BufferState() {
     if (!on_release.object.is_valid()) return;
-    ferry::TimelinePoint point = released;
-    if (buffer.valid()) {
-      try {
-        point = buffer.release();
-      } catch (...) {
-        // A closed or failed device has no queue left to order a reuse after: the engine's
-        // memory is idle once the device is, so the callback gets an empty point.
-        point = {};
-      }
-    }
+    const ferry::TimelinePoint point = buffer.valid() ? release_quietly(buffer) : released;
+    call_reporting(on_release.object, point, "ferry: the on_release callback of an adopted buffer");
     nb::gil_scoped_acquire gil;
-    try {
-      on_release.object(point);
-    } catch (nb::python_error& e) {
-      e.discard_as_unraisable("ferry: the on_release callback of an adopted buffer");
-    } catch (...) {
-      // A destructor cannot propagate; the callback's own errors are reported above.
-    }
     on_release.object.reset();
   }
 };
@@ -553,14 +564,7 @@ struct TorchDestinations {
       std::lock_guard<std::mutex> lock(mutex);
       freed.push_back({ptr, ptr + nbytes, point});
     }
-    nb::gil_scoped_acquire gil;
-    try {
-      raw_delete.object(ptr);
-    } catch (nb::python_error& e) {
-      e.discard_as_unraisable("ferry.torch: handing a block back to PyTorch's caching allocator");
-    } catch (...) {
-      // A destructor's path cannot propagate; the Python error is reported above.
-    }
+    call_reporting(raw_delete.object, ptr, "ferry.torch: handing a block back to PyTorch's caching allocator");
   }
 };
 
@@ -582,14 +586,7 @@ struct TorchBlock {
   TorchBlock(const TorchBlock&) = delete;
   TorchBlock& operator=(const TorchBlock&) = delete;
   ~TorchBlock() {
-    ferry::TimelinePoint point;
-    if (buffer.valid()) {
-      try {
-        point = buffer.release();
-      } catch (...) {
-        point = {};  // a closed or failed device: nothing of ferry's is in flight
-      }
-    }
+    const ferry::TimelinePoint point = release_quietly(buffer);
     if (destinations) destinations->release(pointer, size, point);
     if (host_allocation != nullptr && host_allocation->deleter != nullptr) host_allocation->deleter(host_allocation);
   }
