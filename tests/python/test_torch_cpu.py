@@ -345,3 +345,50 @@ seen["dev"] = ft.engine(ferry.Backend.host)[0]
     assert r.returncode == 0, r.stderr
     assert "device open at exit: False" in r.stdout, r.stdout + r.stderr
     assert "leaked" not in r.stderr, r.stderr
+
+
+def test_threads_share_the_binding_path_and_the_destinations_record():
+    """Several threads call `to` at once (the binding releases the GIL while it copies) and
+    share one destinations record; every result is exact and every block handed out comes
+    back once."""
+    import threading
+
+    dev, _ = ft.engine(ferry.Backend.host)
+    sem = dev.create_semaphore(0)
+    lock = threading.Lock()
+    handed, returned = [0], []
+    next_ptr = [1 << 20]
+
+    def raw_alloc(n, stream):
+        with lock:
+            next_ptr[0] += 4096
+            handed[0] += 1
+            return next_ptr[0]
+
+    d = ferry._ferry._TorchDestinations(raw_alloc, returned.append, 7)
+    errors = []
+
+    def work(seed):
+        try:
+            g = torch.Generator().manual_seed(seed)
+            for i in range(40):
+                leaves = [torch.randint(0, 1 << 30, (1 + i * 37 % 500,), generator=g),
+                          torch.rand(3, 1 + seed, generator=g)]
+                r = ft.to(leaves, "cpu")
+                assert all(torch.equal(a, b) for a, b in zip(r, leaves))
+                ptr, _ = d.allocate(256)
+                d.release(ptr, 256, sem.at(seed * 1000 + i + 1))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for v in range(1, 4000, 97):
+        sem.signal(v)  # the points are reached while the threads record and query them
+    for t in threads:
+        t.join()
+    assert errors == []
+    sem.signal(10_000)
+    d.allocate(1)
+    assert d.pending == 0 and handed[0] == 161 and len(returned) == 160
