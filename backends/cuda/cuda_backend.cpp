@@ -252,12 +252,24 @@ class Semaphore final : public GpuSemaphore {
   /// late and owner_owned measured 97% of back-to-back cudaMemcpyAsync at 64 MB). Costs up
   /// to 10k wake-ups per second of waiting.
   static constexpr std::chrono::microseconds kMaxNap{100};
+  /// How long a host wait polls without sleeping before its naps begin. A sleep returns a
+  /// timer slack (about 50 us on Linux) after its nap, so a napping wait returns up to a nap
+  /// plus that slack after its point is reached: a large share of a copy that takes a few
+  /// hundred microseconds (a 4K frame). CUDA's own stream and event synchronization spins by
+  /// default while the host has cores to spare, so short waits spin here too; the spin is
+  /// bounded, so a long wait still sleeps.
+  static constexpr std::chrono::microseconds kSpin{2000};
 
   bool wait(std::uint64_t value, std::chrono::nanoseconds timeout) override {
+    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
     std::chrono::nanoseconds nap = std::chrono::microseconds(10);
     return poll_wait(
         timeout, [&] { return this->value() >= value; },
         [&](std::chrono::nanoseconds left) {
+          if (std::chrono::steady_clock::now() < spin_until) {
+            std::this_thread::yield();
+            return false;
+          }
           std::this_thread::sleep_for(std::min(nap, left));
           nap = std::min<std::chrono::nanoseconds>(nap * 2, kMaxNap);
           return false;  // the next poll tells
