@@ -610,15 +610,33 @@ struct TorchHeld {
   std::mutex mutex;
   std::deque<std::pair<ferry::TimelinePoint, std::vector<nb::object>>> entries;
 
-  /// With the GIL (dropping the tensors decrements their references).
+  // Every method runs with the GIL: dropping the tensors decrements their references.
   void release_reached() {
     std::lock_guard<std::mutex> lock(mutex);
-    while (!entries.empty() && entries.front().first.reached()) entries.pop_front();
+    release_reached_locked();
   }
   void hold(ferry::TimelinePoint point, std::vector<nb::object> tensors) {
     std::lock_guard<std::mutex> lock(mutex);
-    while (!entries.empty() && entries.front().first.reached()) entries.pop_front();
+    release_reached_locked();
     entries.emplace_back(std::move(point), std::move(tensors));
+  }
+  std::size_t count() {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::size_t n = 0;
+    for (const auto& e : entries) n += e.second.size();
+    return n;
+  }
+  /// Let go of everything (after every copy completed); the tensors are dropped outside the
+  /// mutex.
+  void clear() {
+    std::deque<std::pair<ferry::TimelinePoint, std::vector<nb::object>>> gone;
+    std::lock_guard<std::mutex> lock(mutex);
+    gone.swap(entries);
+  }
+
+ private:
+  void release_reached_locked() {
+    while (!entries.empty() && entries.front().first.reached()) entries.pop_front();
   }
 };
 
@@ -1580,19 +1598,10 @@ NB_MODULE(_ferry, m) {
         }, "point"_a, "tensors"_a, "Hold pinned sources until `point` is reached.");
   m.def("_torch_release_reached", []() { torch_held().release_reached(); },
         "Let go of the held sources whose copies completed.");
-  m.def("_torch_held_count", []() {
-          std::lock_guard<std::mutex> lock(torch_held().mutex);
-          std::size_t n = 0;
-          for (const auto& e : torch_held().entries) n += e.second.size();
-          return n;
-        }, "How many pinned sources are held for copies not known to be complete.");
-  m.def("_torch_held_clear", []() {
-          std::deque<std::pair<ferry::TimelinePoint, std::vector<nb::object>>> gone;
-          {
-            std::lock_guard<std::mutex> lock(torch_held().mutex);
-            gone.swap(torch_held().entries);
-          }
-        }, "Let go of every held source (after every copy completed).");
+  m.def("_torch_held_count", []() { return torch_held().count(); },
+        "How many pinned sources are held for copies not known to be complete.");
+  m.def("_torch_held_clear", []() { torch_held().clear(); },
+        "Let go of every held source (after every copy completed).");
   m.attr("_TORCH_DMA_MIN_BYTES") = kTorchDmaMinBytes;
   m.attr("_TORCH_ALIGNMENT") = kTorchAlignment;
 
