@@ -115,6 +115,14 @@ _raw_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() el
 _fast: dict[int, tuple[Any, dict[int, Any]]] = {}
 
 
+def _stream_handles(idx: int, target_stream: Any, wait_stream: Any) -> tuple[int, int]:
+    """The native handles of the target and waiting streams of device `idx`, each the current
+    stream's when None."""
+    current = None if target_stream is not None and wait_stream is not None else _raw_stream(idx)
+    return (current if target_stream is None else target_stream.cuda_stream,
+            current if wait_stream is None else wait_stream.cuda_stream)
+
+
 def _fast_streams_ok(target_stream: Any, wait_stream: Any, idx: int) -> bool:
     """Whether the streams are None or torch.cuda.Streams of device `idx` (anything else takes
     the general path, which checks them and names what is wrong)."""
@@ -460,12 +468,10 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
         idx = _get_device()
         fast = _fast.get(idx)
         if fast is not None and _fast_streams_ok(target_stream, wait_stream, idx):
-            current = None if target_stream is not None and wait_stream is not None else _raw_stream(idx)
-            target = current if target_stream is None else target_stream.cuda_stream
+            target, waiter = _stream_handles(idx, target_stream, wait_stream)
             dests = fast[1].get(target)
             if dests is not None:
-                out = _torch_to(fast[0], _EXCHANGE, (obj,), dests, idx, target,
-                                current if wait_stream is None else wait_stream.cuda_stream)
+                out = _torch_to(fast[0], _EXCHANGE, (obj,), dests, idx, target, waiter)
                 if out is not None:
                     return out[0]
     if mode != "torch" and mode != "ferry":
@@ -498,12 +504,8 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
         dev, xfer = engine(backend, ordinal)
         if cpu:
             out = _torch_to(xfer, _EXCHANGE, leaves, None, 0, None, None)
-        elif ordinal == torch._C._cuda_getDevice():
-            current = None
-            if target_stream is None or wait_stream is None:
-                current = torch._C._cuda_getCurrentRawStream(ordinal)
-            target = current if target_stream is None else target_stream.cuda_stream
-            waiter = current if wait_stream is None else wait_stream.cuda_stream
+        elif _get_device is not None and ordinal == _get_device():
+            target, waiter = _stream_handles(ordinal, target_stream, wait_stream)
             dests = _destinations(ordinal, target)
             out = _torch_to(xfer, _EXCHANGE, leaves, dests, ordinal, target, waiter)
             if backend == _ferry.Backend.cuda:
