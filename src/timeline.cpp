@@ -164,6 +164,10 @@ bool TimelinePoint::reached(std::source_location where) const {
   }
 }
 
+bool TimelinePoint::known_reached() const noexcept {
+  return empty() || semaphore_->known_reached(value);
+}
+
 void TimelinePoint::wait(std::chrono::nanoseconds timeout, std::source_location where) const {
   if (empty()) return;
   detail::access::make<TimelineSemaphore>(semaphore_).wait(value, timeout, where);

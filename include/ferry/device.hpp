@@ -158,6 +158,12 @@ class FERRY_API TimelinePoint {
   [[nodiscard]] bool empty() const noexcept { return semaphore_ == nullptr; }
   /// @brief Non-blocking query: has the point been reached? Empty points are reached.
   [[nodiscard]] bool reached(std::source_location where = std::source_location::current()) const;
+  /// @brief Whether the point is known to be reached without asking the device: true for an
+  /// empty point, or when a query or wait on its semaphore, by any thread, has already seen a
+  /// value at or past it. False means "not known", not "not reached": `reached()` asks. For hot
+  /// paths that prune lists of points (one query per batch of them rather than per point).
+  /// Never blocks, never throws; thread-safe (an atomic load).
+  [[nodiscard]] bool known_reached() const noexcept;
   /// @brief Block the calling thread until reached; throws `timeout` after `timeout`.
   void wait(std::chrono::nanoseconds timeout = std::chrono::seconds(60),
             std::source_location where = std::source_location::current()) const;

@@ -100,6 +100,12 @@ class TimelinePoint:
     def reached(self) -> bool:
         """Non-blocking query: has the point been reached?"""
 
+    @property
+    def known_reached(self) -> bool:
+        """
+        Whether the point is known reached without asking the device (a query or wait on its semaphore has seen it); False means not known: reached() asks.
+        """
+
     def wait(self, timeout: float = 60.0) -> None:
         """
         Block until reached (the GIL is released); ferry.Error('timeout') after `timeout` seconds.

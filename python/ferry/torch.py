@@ -467,9 +467,14 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
         # the engine and the target's destinations are those a first call set up (_fast).
         idx = _get_device()
         fast = _fast.get(idx)
-        if fast is not None and _fast_streams_ok(target_stream, wait_stream, idx):
-            target, waiter = _stream_handles(idx, target_stream, wait_stream)
-            dests = fast[1].get(target)
+        if fast is not None:
+            dests = None
+            if target_stream is None and wait_stream is None:  # inline: the commonest streams
+                target = waiter = _raw_stream(idx)
+                dests = fast[1].get(target)
+            elif _fast_streams_ok(target_stream, wait_stream, idx):
+                target, waiter = _stream_handles(idx, target_stream, wait_stream)
+                dests = fast[1].get(target)
             if dests is not None:
                 out = _torch_to(fast[0], _EXCHANGE, (obj,), dests, idx, target, waiter)
                 if out is not None:

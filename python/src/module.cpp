@@ -53,6 +53,43 @@ std::chrono::nanoseconds seconds(double s) {
   return std::chrono::nanoseconds(static_cast<std::int64_t>(s * 1e9));
 }
 
+#ifdef FERRY_TORCH_PHASES
+/// The host time of each part of ferry.torch's binding path, summed over calls: built only
+/// with -DFERRY_TORCH_PHASES (a profiling build), read and reset by _torch_phases(). The
+/// parts are named where they are stamped.
+struct TorchPhases {
+  static constexpr int kCount = 16;
+  const char* names[kCount] = {};
+  std::int64_t ns[kCount] = {};
+  std::int64_t calls[kCount] = {};
+};
+TorchPhases& torch_phases() {
+  static TorchPhases p;
+  return p;
+}
+/// Stamps consecutive parts of one call: each stamp adds the time since the previous one.
+class PhaseClock {
+ public:
+  PhaseClock() : last_(std::chrono::steady_clock::now()) {}
+  void stamp(int i, const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    TorchPhases& p = torch_phases();
+    p.names[i] = name;
+    p.ns[i] += std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
+    ++p.calls[i];
+    last_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_;
+};
+#define FERRY_PHASE_CLOCK(c) PhaseClock c
+#define FERRY_PHASE(c, i, name) c.stamp(i, name)
+#else
+#define FERRY_PHASE_CLOCK(c)
+#define FERRY_PHASE(c, i, name)
+#endif
+
 /// A contiguous buffer-protocol view of a Python object, released on destruction (with the
 /// GIL: the owner of a Buffer lives outside every gil_scoped_release scope).
 class Buffer {
@@ -523,6 +560,28 @@ const dl::ExchangeApi& exchange_api(nb::handle capsule) {
 /// let go of that may still be in use on the target. A copy into a range waits for the latest
 /// release point it overlaps: the points are all on the target's timeline, so that one covers
 /// the others. Shared by `to`'s binding path and its Python path.
+/// Reached-ness of points on a hot path: the watermark first (free), the device at most once
+/// per kQueryIntervalNs (one driver query costs about what a whole small copy's enqueue does,
+/// and a point not known reached is at worst kept, or waited for on the device, a little
+/// longer). The core's hot paths ask a timeline at the same rate. Used under its owner's mutex.
+class ThrottledReached {
+ public:
+  static constexpr std::int64_t kQueryIntervalNs = 50'000;
+
+  bool operator()(const ferry::TimelinePoint& point) {
+    if (point.known_reached()) return true;
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+    if (now - last_query_ns_ < kQueryIntervalNs) return false;
+    last_query_ns_ = now;
+    return point.reached();  // raises the watermark for the points behind it too
+  }
+
+ private:
+  std::int64_t last_query_ns_ = INT64_MIN / 2;
+};
+
 struct TorchDestinations {
   struct Freed {
     std::uint64_t start;
@@ -534,6 +593,7 @@ struct TorchDestinations {
   std::uintptr_t stream = 0;
   std::mutex mutex;
   std::vector<Freed> freed;
+  ThrottledReached reached;  ///< under `mutex`
 
   /// With the GIL: a pointer to `nbytes` bytes and the point a writer must wait for (empty when
   /// no range it overlaps may still be in use).
@@ -543,12 +603,12 @@ struct TorchDestinations {
     ferry::TimelinePoint wait;
     std::lock_guard<std::mutex> lock(mutex);
     // Release points of one target are recorded in the order of its timeline, so the reached
-    // ones lead: one query per call when nothing completed. An entry recorded out of order
-    // behind an unreached one stays until those before it are reached; waiting for a reached
-    // point costs nothing.
-    std::size_t reached = 0;
-    while (reached < freed.size() && freed[reached].point.reached()) ++reached;
-    freed.erase(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(reached));
+    // ones lead. An entry recorded out of order behind an unreached one stays until those
+    // before it are reached; an entry not known reached is waited for on the device, which
+    // costs no more than asking.
+    std::size_t done = 0;
+    while (done < freed.size() && reached(freed[done].point)) ++done;
+    freed.erase(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(done));
     for (const Freed& f : freed) {
       if (f.start < end && ptr < f.end && (wait.empty() || f.point.value > wait.value)) wait = f.point;
     }
@@ -586,8 +646,11 @@ struct TorchBlock {
   TorchBlock(const TorchBlock&) = delete;
   TorchBlock& operator=(const TorchBlock&) = delete;
   ~TorchBlock() {
+    FERRY_PHASE_CLOCK(clock);
     const ferry::TimelinePoint point = release_quietly(buffer);
+    FERRY_PHASE(clock, 10, "drop: release the adoption");
     if (destinations) destinations->release(pointer, size, point);
+    FERRY_PHASE(clock, 11, "drop: record the point, raw_delete");
     if (host_allocation != nullptr && host_allocation->deleter != nullptr) host_allocation->deleter(host_allocation);
   }
 };
@@ -609,6 +672,7 @@ void torch_leaf_deleter(dl::ManagedTensorVersioned* self) noexcept {
 struct TorchHeld {
   std::mutex mutex;
   std::deque<std::pair<ferry::TimelinePoint, std::vector<nb::object>>> entries;
+  ThrottledReached reached;  ///< under `mutex`
 
   // Every method runs with the GIL: dropping the tensors decrements their references.
   void release_reached() {
@@ -636,7 +700,7 @@ struct TorchHeld {
 
  private:
   void release_reached_locked() {
-    while (!entries.empty() && entries.front().first.reached()) entries.pop_front();
+    while (!entries.empty() && reached(entries.front().first)) entries.pop_front();
   }
 };
 
@@ -711,6 +775,7 @@ void torch_set_error(void* ctx, const char* kind, const char* message) {
 nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
                     const std::shared_ptr<TorchDestinations>& destinations,
                     int device_index, nb::handle target_stream, nb::handle wait_stream) {
+  FERRY_PHASE_CLOCK(clock);
   const dl::ExchangeApi& api = exchange_api(capsule);
   const bool cpu = destinations == nullptr;
   const std::size_t n = nb::len(leaves);
@@ -723,6 +788,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
     total += sources[i].nbytes;
   }
   if (total == 0) return nb::none();
+  FERRY_PHASE(clock, 0, "to: read the leaves (DLPack, requires_grad)");
   ferry::Transfer& x = t.get();
   ferry::Device& dev = t.device.device;
   const std::int32_t dl_type = cpu ? dl::kCPU : (dev.backend() == ferry::Backend::hip ? dl::kROCM : dl::kCUDA);
@@ -746,6 +812,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
   };
   ferry::Queue owner = cpu ? dev.queue(ferry::QueueRole::compute)
                            : t.device.adopt(adoptable(target), ferry::QueueRole::compute, "torch target stream");
+  FERRY_PHASE(clock, 1, "to: streams and the adopted target queue");
 
   auto block = std::make_shared<TorchBlock>();
   ferry::TimelinePoint ready_after;
@@ -770,10 +837,12 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
     block->destinations = destinations;
     ready_after = std::move(wait);
   }
+  FERRY_PHASE(clock, 2, "to: allocate (raw_alloc, release points)");
   ferry::AdoptOptions ao;
   ao.ready_after = std::move(ready_after);
   ao.tag = "ferry.torch.to";
   block->buffer = dev.adopt_memory(ferry::NativeMemory{.pointer = block->pointer}, total, owner, std::move(ao));
+  FERRY_PHASE(clock, 3, "to: Device::adopt_memory");
 
   // Pinned sources go by DMA from their own memory; the rest in one staged stream.
   std::vector<std::pair<std::size_t, ferry::HostBuffer>> pinned;
@@ -793,10 +862,12 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
     staged.push_back({s.data, s.nbytes});
     staged_offsets.push_back(s.offset);
   }
+  FERRY_PHASE(clock, 4, "to: HostPool::adopt of pinned sources");
   ferry::TimelinePoint last;
   std::vector<nb::object> held;
   {
     nb::gil_scoped_release nogil;
+    FERRY_PHASE(clock, 5, "to: release the GIL");
     std::exception_ptr failed;
     try {
       for (std::size_t k = 0; k < pinned.size(); ++k) {
@@ -829,6 +900,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
       }
       std::rethrow_exception(failed);
     }
+    FERRY_PHASE(clock, 6, "to: Transfer::upload_into");
     if (cpu) {
       // The host reads the results at once.
       ferry::TimelinePoint done = block->buffer.release();
@@ -837,12 +909,14 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
       t.device.adopt(adoptable(waiter), ferry::QueueRole::compute, "torch wait stream").wait(last);
     }
   }
+  FERRY_PHASE(clock, 7, "to: the waiting stream's wait, take the GIL");
   if (!pinned.empty() && !cpu) {
     held.reserve(pinned.size());
     for (const auto& p : pinned) held.push_back(nb::borrow(sources[p.first].tensor));
     torch_held().hold(last, std::move(held));
   }
 
+  FERRY_PHASE(clock, 8, "to: hold the pinned sources");
   nb::list out;
   for (std::size_t i = 0; i < n; ++i) {
     const TorchSource& s = sources[i];
@@ -876,6 +950,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
     }
     out.append(nb::steal(static_cast<PyObject*>(obj)));
   }
+  FERRY_PHASE(clock, 9, "to: the result tensors (DLPack)");
   return out;
 }
 
@@ -943,6 +1018,9 @@ NB_MODULE(_ferry, m) {
       .def_prop_ro("empty", &ferry::TimelinePoint::empty)
       .def("reached", [](const ferry::TimelinePoint& p) { return p.reached(); },
            "Non-blocking query: has the point been reached?")
+      .def_prop_ro("known_reached", &ferry::TimelinePoint::known_reached,
+                   "Whether the point is known reached without asking the device (a query or wait on its "
+                   "semaphore has seen it); False means not known: reached() asks.")
       .def("wait", [](const ferry::TimelinePoint& p, double timeout) {
              nb::gil_scoped_release nogil;
              p.wait(seconds(timeout));
@@ -1602,6 +1680,17 @@ NB_MODULE(_ferry, m) {
         "How many pinned sources are held for copies not known to be complete.");
   m.def("_torch_held_clear", []() { torch_held().clear(); },
         "Let go of every held source (after every copy completed).");
+#ifdef FERRY_TORCH_PHASES
+  m.def("_torch_phases", []() {
+          TorchPhases& p = torch_phases();
+          nb::list out;
+          for (int i = 0; i < TorchPhases::kCount; ++i) {
+            if (p.calls[i] > 0) out.append(nb::make_tuple(p.names[i], p.ns[i] / p.calls[i], p.calls[i]));
+          }
+          p = TorchPhases{};
+          return out;
+        }, "[(part, mean ns, calls)] of the binding path since the last read, then reset (profiling builds).");
+#endif
   m.attr("_TORCH_DMA_MIN_BYTES") = kTorchDmaMinBytes;
   m.attr("_TORCH_ALIGNMENT") = kTorchAlignment;
 

@@ -12,6 +12,24 @@ using conformance::expect_error;
 using conformance::fill_pattern;
 using conformance::first_mismatch;
 
+CONFORMANCE_CASE("timeline: known_reached answers from what was seen, without asking") {
+  Device dev = conformance::open_device();
+  CHECK(TimelinePoint{}.known_reached());  // empty: reached
+  TimelineSemaphore sem = dev.create_semaphore(3);
+  CHECK(sem.at(3).known_reached());
+  CHECK_FALSE(sem.at(4).known_reached());  // not signalled by anyone: not reached at all
+  sem.signal(5);                           // a host signal takes effect at once
+  CHECK(sem.at(5).known_reached());
+  CHECK_FALSE(sem.at(6).known_reached());
+  Queue q = dev.queue(QueueRole::compute);
+  q.signal(sem.at(9));
+  sem.at(9).wait(10s);  // the wait saw it: known from now on, on every thread
+  std::atomic<bool> seen{false};
+  std::thread([&] { seen = sem.at(9).known_reached() && sem.at(7).known_reached(); }).join();
+  CHECK(seen.load());
+  CHECK_FALSE(sem.at(10).known_reached());
+}
+
 CONFORMANCE_CASE("timeline: values are monotonic") {
   Device dev = conformance::open_device();
   TimelineSemaphore sem = dev.create_semaphore(3);

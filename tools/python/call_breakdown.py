@@ -7,7 +7,9 @@ binding does, timed alone, beside ``Tensor.to(non_blocking=True)``.
     PYTHONPATH=build/python python3 tools/python/call_breakdown.py [BYTES]   (default 64 MiB)
 
 Each row is the median of 300 calls after a warm-up; the GPU is synchronized every 64 calls,
-outside the timing. Private parts of ferry.torch are timed, so this tool follows them.
+outside the timing. Private parts of ferry.torch are timed, so this tool follows them. An
+extension built with ``-Dcpp_args=-DFERRY_TORCH_PHASES`` also prints the binding's own split of
+the call into its parts (mean host time of each, over the same calls).
 """
 import statistics
 import sys
@@ -73,3 +75,11 @@ rows.append(("adopt+upload_into+release", adopt_up_rel))
 for name, fn in rows:
     print(f"{name:34} {med(fn):8.2f} us", flush=True)
 raw_delete(ptr)
+if hasattr(_ferry, "_torch_phases"):
+    for name, fn in rows[3:5]:
+        med(fn)  # warms up, then resets below
+        _ferry._torch_phases()
+        med(fn)
+        print(f"-- the binding's parts, {name} (mean per call)")
+        for part, ns, calls in _ferry._torch_phases():
+            print(f"   {part:44} {ns / 1000:8.2f} us  ({calls} calls)")

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: MIT
+// ferry-probe-adopted-copy: an experiment, not part of ferry. The host cost of each step of
+// an upload from an engine's pinned memory into an engine's device memory on CUDA, in the
+// order ferry.torch's binding takes them (HostPool::adopt, Device::adopt_memory,
+// Transfer::upload_into, DeviceBuffer::release, the HostBuffer's drop), beside the CUDA
+// primitives those steps issue, timed alone in the same run.
+//
+//   ferry-probe-adopted-copy [--calls N (2000)] [--size SIZE (64M)] [--sync-every N (32)] [--null]
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ferry/ferry.hpp"
+#include "probe_util.hpp"
+
+namespace {
+
+using namespace ferry;
+using clock_type = std::chrono::steady_clock;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+double us(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+struct Row {
+  std::string name;
+  std::vector<double> samples;
+};
+
+void print(const std::vector<Row>& rows) {
+  for (const Row& r : rows) {
+    std::vector<double> s = r.samples;
+    std::printf("%-52s %8.2f  p90 %8.2f\n", r.name.c_str(), probe::median(s), probe::quantile(s, 0.9));
+  }
+}
+
+/// Time `fn` alone `calls` times after a warm-up; `sync` runs every `every` calls, outside the timing.
+Row time_alone(const std::string& name, int calls, int every, const std::function<void()>& fn,
+               const std::function<void()>& sync) {
+  Row r{name, {}};
+  for (int i = -32; i < calls; ++i) {
+    if (i % every == 0) sync();
+    const auto t0 = clock_type::now();
+    fn();
+    const auto t1 = clock_type::now();
+    if (i >= 0) r.samples.push_back(us(t0, t1));
+  }
+  sync();
+  return r;
+}
+
+/// The five steps in ferry.torch's order, each timed; `chained`: each adoption is ready after
+/// the previous one's release point, as a block handed back and taken again is.
+void ferry_steps(Backend backend, NativeQueue target, void* dptr, void* hptr, std::uint64_t bytes, bool record_events,
+                 bool chained, int calls, int every) {
+  Device dev = Device::open({.backend = backend, .record_events = record_events});
+  Queue owner = dev.adopt_queue(QueueRole::compute, target, "probe target");
+  Transfer xfer(dev);
+  std::vector<Row> rows{{"HostPool::adopt", {}},           {"Device::adopt_memory", {}},
+                        {"Transfer::upload_into (owner waits)", {}}, {"DeviceBuffer::release", {}},
+                        {"HostBuffer drop", {}},           {"all five", {}}};
+  const auto sync = [&] {
+    owner.synchronize(std::chrono::minutes(1));
+    xfer.synchronize(std::chrono::minutes(1));
+  };
+  TimelinePoint released;
+  for (int i = -32; i < calls; ++i) {
+    if (i % every == 0) sync();
+    const auto t0 = clock_type::now();
+    std::optional<HostBuffer> hb = dev.host_pool().adopt(hptr, bytes);
+    const auto t1 = clock_type::now();
+    DeviceBuffer b = dev.adopt_memory(NativeMemory{.pointer = reinterpret_cast<std::uint64_t>(dptr)}, bytes, owner,
+                                      AdoptOptions{.ready_after = chained ? released : TimelinePoint{}});
+    const auto t2 = clock_type::now();
+    (void)xfer.upload_into(*hb, 0, bytes, b, 0, UploadOptions{.mode = CopyMode::preallocated, .destination_unused = true});
+    const auto t3 = clock_type::now();
+    released = b.release();
+    const auto t4 = clock_type::now();
+    hb.reset();
+    const auto t5 = clock_type::now();
+    if (i >= 0) {
+      rows[0].samples.push_back(us(t0, t1));
+      rows[1].samples.push_back(us(t1, t2));
+      rows[2].samples.push_back(us(t2, t3));
+      rows[3].samples.push_back(us(t3, t4));
+      rows[4].samples.push_back(us(t4, t5));
+      rows[5].samples.push_back(us(t0, t5));
+    }
+  }
+  sync();
+  std::printf("-- ferry steps on %s, record_events = %s, %s\n", std::string(to_string(backend)).c_str(),
+              record_events ? "true" : "false",
+              chained ? "each adoption ready after the previous release" : "no ready_after");
+  print(rows);
+  std::vector<Row> more;
+  more.push_back(time_alone("Queue::mark", calls, every, [&] { (void)owner.mark(); }, sync));
+  more.push_back(time_alone("Queue::mark().reached()", calls, every, [&] { (void)owner.mark().reached(); }, sync));
+  print(more);
+}
+
+int run(int argc, char** argv) {
+  int calls = 2000, every = 32;
+  bool null = false;
+  std::uint64_t bytes = 64ull << 20;
+  probe::Args args(argc, argv);
+  while (args.next()) {
+    if (args.flag() == "--calls") calls = std::stoi(args.value());
+    else if (args.flag() == "--size") bytes = probe::parse_size(args.value());
+    else if (args.flag() == "--sync-every") every = std::stoi(args.value());
+    else if (args.flag() == "--null") null = true;
+    else if (args.flag() == "--help") {
+      std::printf("usage: %s [--calls N (2000)] [--size SIZE (64M)] [--sync-every N (32)] [--null]\n"
+                  "  --null: only ferry's steps, on the null backend (no driver: the front end's share)\n",
+                  args.program());
+      return 0;
+    } else {
+      throw std::runtime_error("unknown option " + args.flag());
+    }
+  }
+  if (calls < 1 || every < 1) throw std::runtime_error("--calls and --sync-every must be >= 1");
+  if (null) {
+    std::vector<std::byte> memory(2 * bytes);
+    for (const bool record_events : {true, false}) {
+      for (const bool chained : {false, true}) {
+        ferry_steps(Backend::null, NativeQueue{.handle = memory.data()}, memory.data(), memory.data() + bytes, bytes,
+                    record_events, chained, calls, every);
+      }
+    }
+    return 0;
+  }
+  void* dptr = nullptr;
+  void* hptr = nullptr;
+  check(cudaSetDevice(0), "cudaSetDevice");
+  check(cudaMalloc(&dptr, bytes), "cudaMalloc");
+  check(cudaHostAlloc(&hptr, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+  cudaStream_t target = nullptr, side = nullptr;
+  check(cudaStreamCreateWithFlags(&target, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaEvent_t ev = nullptr;
+  check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  const auto dev_sync = [&] { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); };
+
+  std::printf("one upload of %s from adopted pinned memory into adopted device memory, CUDA device 0\n",
+              probe::size_str(bytes).c_str());
+  std::vector<Row> prims;
+  prims.push_back(time_alone("cudaPointerGetAttributes (device)", calls, every, [&] {
+    cudaPointerAttributes a{};
+    check(cudaPointerGetAttributes(&a, dptr), "cudaPointerGetAttributes");
+  }, dev_sync));
+  prims.push_back(time_alone("cudaPointerGetAttributes (pinned host)", calls, every, [&] {
+    cudaPointerAttributes a{};
+    check(cudaPointerGetAttributes(&a, hptr), "cudaPointerGetAttributes");
+  }, dev_sync));
+  prims.push_back(time_alone("cudaEventRecord", calls, every, [&] { check(cudaEventRecord(ev, target), "record"); },
+                             dev_sync));
+  prims.push_back(time_alone("cudaStreamWaitEvent", calls, every,
+                             [&] { check(cudaStreamWaitEvent(side, ev, 0), "wait"); }, dev_sync));
+  prims.push_back(time_alone("cudaEventQuery (complete)", calls, every, [&] { (void)cudaEventQuery(ev); },
+                             dev_sync));
+  prims.push_back(time_alone("cudaMemcpyAsync H2D (pinned)", calls, every, [&] {
+    check(cudaMemcpyAsync(dptr, hptr, bytes, cudaMemcpyHostToDevice, side), "cudaMemcpyAsync");
+  }, dev_sync));
+  prims.push_back(time_alone("raw: wait + memcpy + record + wait", calls, every, [&] {
+    check(cudaStreamWaitEvent(side, ev, 0), "wait");
+    check(cudaMemcpyAsync(dptr, hptr, bytes, cudaMemcpyHostToDevice, side), "cudaMemcpyAsync");
+    check(cudaEventRecord(ev, side), "record");
+    check(cudaStreamWaitEvent(target, ev, 0), "wait");
+  }, dev_sync));
+  print(prims);
+
+  for (const bool record_events : {true, false}) {
+    for (const bool chained : {false, true}) {
+      ferry_steps(Backend::cuda, NativeQueue{.handle = target}, dptr, hptr, bytes, record_events, chained, calls, every);
+    }
+  }
+  check(cudaFreeHost(hptr), "cudaFreeHost");
+  check(cudaFree(dptr), "cudaFree");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferry-probe-adopted-copy: %s\n", e.what());
+    return 1;
+  }
+}
