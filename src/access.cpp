@@ -41,10 +41,13 @@ void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents, boo
   if (user_idle && !(hand_off && exec->backend->acquires_ownership())) {
     // The caller guarantees that no queue used the block beyond ferry's copies since its
     // allocation: the copy follows the block's previous life (ready_after) and ferry's own
-    // accesses, and none of the user's queued work, so it can overlap that work.
+    // accesses, and none of the user's queued work, so it can overlap that work. Not queried:
+    // these points were usually enqueued a moment ago (an engine's ready_after, ferry's last
+    // copy), so a query would rarely find them reached, and a device wait for a point that
+    // turns out reached costs less than the query.
     std::lock_guard lock(exec->mutex);
-    enqueue_wait(*exec, b.last_access);
-    enqueue_wait(*exec, b.ready_after);
+    enqueue_wait(*exec, b.last_access, /*query=*/false);
+    enqueue_wait(*exec, b.ready_after, /*query=*/false);
     return;
   }
   TimelinePoint user_done;
