@@ -451,9 +451,12 @@ class FERRY_API Device {
   ///    slice pitch a multiple of the row pitch;
   ///  - Vulkan: `vulkan_final_layout` set (not UNDEFINED or PREINITIALIZED), a `concurrent`
   ///    image lists the owner's family;
-  ///  - CUDA: the array's element size, extent, layering and levels match `desc`
-  ///    (`cudaArrayGetInfo` on every level); block-compressed formats are `unsupported`.
-  /// `unsupported`, with the reason: a backend without images (HIP, null, interop pairs).
+  ///  - CUDA: the array's elements (size; channel kind for BC1-7), extent, layering and
+  ///    levels match `desc` (`cudaArrayGetInfo` on every level); ASTC is `unsupported`;
+  ///  - interop pairs: the Vulkan rules, an `exclusive` image, and the memory fields
+  ///    `NativeImage` lists for pairs (the import into CUDA checks them); ASTC and
+  ///    `concurrent` images are `unsupported`.
+  /// `unsupported`, with the reason: a backend without images (HIP, null).
   /// What cannot be checked is the caller's promise: the native image is live, of this
   /// device, in the stated layout and created as `NativeImage` describes.
   ///

@@ -194,17 +194,14 @@ CONFORMANCE_CASE("cuda: the legacy default stream is adopted; the per-thread one
 
 /// The engine's array (testkit/cuda_image.hpp, the maker ferry-bench's image study uses
 /// too): a cudaArray_t (one level) or cudaMipmappedArray_t (several) of unsigned elements of
-/// the format's size, layered for array images, 3D for volumes. Block-compressed formats:
-/// null (the backend refuses them, see Device::adopt_image).
+/// the format's size, layered for array images, 3D for volumes; for BC formats an array of
+/// the format's block-compressed channel kind, its extent in texels. ASTC: null (CUDA arrays
+/// have no ASTC form, and Device::adopt_image refuses it).
 std::unique_ptr<conformance::ForeignImage> cuda_foreign_image(Device& /*device*/, const ImageDesc& desc,
                                                               std::string& why_not) {
-  const FormatInfo f = format_info(desc.format);
-  if (f.compressed()) {
-    why_not = "block-compressed formats are not supported by the CUDA backend's image copies";
-    return nullptr;
-  }
   REQUIRE(cudaSetDevice(conformance::options().ordinal) == cudaSuccess);
   const cudaChannelFormatDesc channels = testkit::cuda_engine_channels(desc.format, why_not);
+  if (!why_not.empty()) return nullptr;
   auto image = std::make_unique<conformance::ForeignImage>();
   image->desc = desc;
   const char* call = "";
@@ -213,4 +210,44 @@ std::unique_ptr<conformance::ForeignImage> cuda_foreign_image(Device& /*device*/
   const NativeImage native = image->native;
   image->free = [native] { CHECK(testkit::free_cuda_engine_array(native) == cudaSuccess); };
   return image;
+}
+
+// ---- CUDA only: block-compressed arrays are adopted as their own format ------------------
+// The check compares a BC array's channel kind, since its channels' bits (BC7 reports four
+// 8-bit channels) say nothing of the block; and an uncompressed array of a block's size is
+// not a block-compressed one, nor the reverse. ASTC has no CUDA array form.
+CONFORMANCE_CASE("cuda: a block-compressed array is adopted only as its own BC format") {
+  Device dev = conformance::open_device();
+  Queue compute = dev.queue(QueueRole::compute);
+  const ImageDesc bc7{.format = ImageFormat::bc7_unorm, .width = 37, .height = 19};
+  std::string why_not;
+  const auto array = cuda_foreign_image(dev, bc7, why_not);
+  REQUIRE_MESSAGE(array != nullptr, why_not);
+  const auto stated_as = [&](const conformance::ForeignImage& image, ImageFormat format) {
+    ImageDesc d = image.desc;
+    d.format = format;
+    return [&image, &dev, &compute, d] { (void)dev.adopt_image(image.native, d, compute); };
+  };
+  using conformance::expect_error;
+  expect_error(ErrorCode::invalid_argument, stated_as(*array, ImageFormat::bc7_srgb), "BC7 array as bc7_srgb");
+  expect_error(ErrorCode::invalid_argument, stated_as(*array, ImageFormat::bc6h_ufloat), "BC7 array as bc6h_ufloat");
+  expect_error(ErrorCode::invalid_argument, stated_as(*array, ImageFormat::bc1_rgba_unorm), "BC7 array as bc1");
+  expect_error(ErrorCode::invalid_argument, stated_as(*array, ImageFormat::rgba8_unorm),
+               "BC7 array as rgba8_unorm (its channels' 32 bits)");
+  expect_error(ErrorCode::invalid_argument, stated_as(*array, ImageFormat::rgba32_uint),
+               "BC7 array as rgba32_uint (its block's 16 bytes)");
+  expect_error(ErrorCode::unsupported, stated_as(*array, ImageFormat::astc_4x4_unorm), "ASTC");
+  const ImageDesc wide{.format = ImageFormat::rgba32_uint, .width = 37, .height = 19};
+  const auto plain = cuda_foreign_image(dev, wide, why_not);
+  REQUIRE(plain != nullptr);
+  expect_error(ErrorCode::invalid_argument, stated_as(*plain, ImageFormat::bc7_unorm),
+               "a 128-bit uncompressed array as bc7_unorm");
+  try {
+    stated_as(*array, ImageFormat::bc7_srgb)();
+  } catch (const Error& e) {
+    CHECK_MESSAGE(std::string(e.message()).find("block-compressed") != std::string::npos, e.message());
+  }
+  Image image = dev.adopt_image(array->native, bc7, compute);
+  CHECK(image.valid());
+  image.release().wait(std::chrono::seconds(30));
 }
