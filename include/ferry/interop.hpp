@@ -31,14 +31,6 @@
 ///    by its API's backend. One view alone is `unsupported` (neither API can derive the
 ///    other's). The buffer must allow the hand-off to `VK_QUEUE_FAMILY_EXTERNAL` that ferry
 ///    records for it, as pool buffers do (created for external memory).
-///  - **images** (`Device::adopt_image`): an engine's EXCLUSIVE `VkImage` of the pair's
-///    `VkDevice` (`vulkan::native_handles` gives it), created for external memory and bound to
-///    memory exportable as an opaque fd, which the engine states beside the image
-///    (`vulkan::with_exported_memory`; image.hpp, `NativeImage`). ferry exports that memory
-///    and imports it into CUDA as a mipmapped array of the stated shape, so a Vulkan executor
-///    copies into the `VkImage` and a CUDA executor into the array; around each copy the
-///    Vulkan side releases the image to, or acquires it from, `VK_QUEUE_FAMILY_EXTERNAL`. A
-///    frame uploaded on the executor reaches a consumer of the other API with no host wait.
 ///
 /// Everything else (the pool, upload modes, batches, staging, snapshots) is the same front end
 /// as on one API; `Device::host_waits()` shows that a steady-state loop never blocks the host.
@@ -48,8 +40,7 @@
 /// Not supported (typed `unsupported` errors): HIP pairings (HIP on Linux does not import
 /// timeline semaphores: `hipImportExternalSemaphore` documents no timeline fd type there, so a
 /// HIP stream cannot wait on a Vulkan timeline without a host round trip, which ferry does not
-/// hide behind this API); adopting an engine's `VkDevice` into a pair; CONCURRENT images and
-/// ASTC images (CUDA arrays have no ASTC form); Vulkan drivers without
+/// hide behind this API); adopting an engine's `VkDevice` into a pair; Vulkan drivers without
 /// `VK_KHR_external_memory_fd`, `VK_KHR_external_semaphore_fd` (timeline export) or
 /// `VK_EXT_external_memory_host`.
 ///
