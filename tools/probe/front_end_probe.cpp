@@ -106,11 +106,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ferry-probe-front-end: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return probe::guarded_main("ferry-probe-front-end", run, argc, argv); }

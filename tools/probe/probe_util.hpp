@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <exception>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -117,5 +118,17 @@ class Args {
   int i_ = 0;
   std::string flag_;
 };
+
+/// A probe's main: `run(argc, argv)`'s exit status, or 1 after printing an exception as
+/// "<program>: <what>" on stderr.
+template <class Run>
+int guarded_main(const char* program, Run run, int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+}
 
 }  // namespace probe
