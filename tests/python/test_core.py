@@ -294,6 +294,20 @@ def test_semaphores_order_a_copy_after_a_host_signal(dev):
     assert up.ready.reached()
 
 
+def test_known_reached_reads_what_a_wait_saw_without_asking(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev)
+    sem = dev.create_semaphore(0)
+    h = dev.host_pool.allocate(64)
+    up = xfer.upload(h, q, wait=[sem.at(1)])
+    assert not up.ready.known_reached  # the copy waits for the signal below
+    assert not sem.at(1).known_reached
+    sem.signal(1)
+    assert sem.at(1).known_reached     # a host signal takes effect at once
+    up.ready.wait(10.0)
+    assert up.ready.known_reached      # the wait saw it
+
+
 def test_errors_carry_the_code_and_the_callers_line(dev):
     q = dev.queue(ferry.QueueRole.compute)
     xfer = ferry.Transfer(dev)
