@@ -56,7 +56,8 @@ std::chrono::nanoseconds seconds(double s) {
 #ifdef FERRY_TORCH_PHASES
 /// The host time of each part of ferry.torch's binding path, summed over calls: built only
 /// with -DFERRY_TORCH_PHASES (a profiling build), read and reset by _torch_phases(). The
-/// parts are named where they are stamped.
+/// parts are named where they are stamped. The sums are plain integers: profile one thread's
+/// calls.
 struct TorchPhases {
   static constexpr int kCount = 16;
   const char* names[kCount] = {};
@@ -554,12 +555,6 @@ const dl::ExchangeApi& exchange_api(nb::handle capsule) {
   return *api;
 }
 
-/// The destinations of `ferry.torch.to(mode="torch")` for one target stream: blocks of
-/// PyTorch's caching allocator taken on a stream of ferry's own that runs no work, so the
-/// allocator hands them out again only to ferry, with the release point of every range ferry
-/// let go of that may still be in use on the target. A copy into a range waits for the latest
-/// release point it overlaps: the points are all on the target's timeline, so that one covers
-/// the others. Shared by `to`'s binding path and its Python path.
 /// Reached-ness of points on a hot path: the watermark first (free), the device at most once
 /// per kQueryIntervalNs (one driver query costs about what a whole small copy's enqueue does,
 /// and a point not known reached is at worst kept, or waited for on the device, a little
@@ -582,6 +577,12 @@ class ThrottledReached {
   std::int64_t last_query_ns_ = INT64_MIN / 2;
 };
 
+/// The destinations of `ferry.torch.to(mode="torch")` for one target stream: blocks of
+/// PyTorch's caching allocator taken on a stream of ferry's own that runs no work, so the
+/// allocator hands them out again only to ferry, with the release point of every range ferry
+/// let go of that may still be in use on the target. A copy into a range waits for the latest
+/// release point it overlaps: the points are all on the target's timeline, so that one covers
+/// the others. Shared by `to`'s binding path and its Python path.
 struct TorchDestinations {
   struct Freed {
     std::uint64_t start;
