@@ -9,7 +9,7 @@ binding does, timed alone, beside ``Tensor.to(non_blocking=True)``.
 Each row is the median of 300 calls after a warm-up; the GPU is synchronized every 64 calls,
 outside the timing. Private parts of ferry.torch are timed, so this tool follows them. An
 extension built with ``-Dcpp_args=-DFERRY_TORCH_PHASES`` also prints the binding's own split of
-the call into its parts (mean host time of each, over the same calls).
+the call into its parts (the mean host time of each per call).
 """
 import statistics
 import sys
@@ -77,8 +77,7 @@ for name, fn in rows:
 raw_delete(ptr)
 if hasattr(_ferry, "_torch_phases"):
     for name, fn in rows[3:5]:
-        med(fn)  # warms up, then resets below
-        _ferry._torch_phases()
+        _ferry._torch_phases()  # reset: the sums below are this timing's, its warm-up included
         med(fn)
         print(f"-- the binding's parts, {name} (mean per call)")
         for part, ns, calls in _ferry._torch_phases():
