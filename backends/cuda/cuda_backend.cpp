@@ -755,7 +755,8 @@ class Device final : public BackendDevice {
   // An engine's device pointer: its first and last byte must be device (or managed) memory of
   // this device. Both ends are asked, so a range that runs off the device's memory into host
   // memory, or starts in another device's, is refused; a range spanning two allocations of
-  // this device cannot be told apart from one.
+  // this device cannot be told apart from one. A range inside the one mapping the first
+  // byte's answer reports has its last byte in the same memory, so it is asked once.
   AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes) override {
     require_pointer_only(native, FERRY_GPU_LABEL);
     ContextGuard guard(*core_);
@@ -773,6 +774,7 @@ class Device final : public BackendDevice {
                         std::to_string(where.device) + ", not of device " + std::to_string(core_->ordinal),
                     {}, std::source_location{});
       }
+      if (where.maps(native.pointer, bytes)) break;
     }
     return AdoptedRange{pointer_segment(reinterpret_cast<void*>(static_cast<std::uintptr_t>(native.pointer)), bytes), 0};
   }
@@ -921,7 +923,8 @@ class Device final : public BackendDevice {
   // through its own staging, synchronously). Both ends are asked, since an allocation ends
   // where its pinning ends. Memory pinned under another device's context counts for this
   // one only when portable; cudaHostGetFlags answers that for cudaHostAlloc memory, and
-  // fails for registered memory, whose flags the driver does not report.
+  // fails for registered memory, whose flags the driver does not report. A range inside the
+  // one mapping the first byte's answer reports is asked once, as in adopt_memory.
   std::unique_ptr<HostMemory> adopt_host(std::byte* ptr, std::uint64_t bytes) override {
     ContextGuard guard(*core_);
     for (std::byte* at : {ptr, ptr + (bytes - 1)}) {
@@ -936,7 +939,11 @@ class Device final : public BackendDevice {
                         ")",
                     {}, std::source_location{});
       }
-      if (where.device == core_->ordinal) continue;
+      const bool whole = where.maps(reinterpret_cast<std::uintptr_t>(ptr), bytes);
+      if (where.device == core_->ordinal) {
+        if (whole) break;
+        continue;
+      }
       unsigned int flags = 0;
       const cudaError_t e = cudaHostGetFlags(&flags, at);
       if (e == cudaErrorInvalidValue) (void)cudaGetLastError();
@@ -954,6 +961,7 @@ class Device final : public BackendDevice {
                         ")",
                     {}, std::source_location{});
       }
+      if (whole) break;
     }
     return adopted_host_memory(ptr, bytes);
   }

@@ -402,14 +402,38 @@ std::vector<ferry::HostView> raw_views(const std::vector<std::uint64_t>& address
 /// Engine ranges adopted by one batched call (ferry.torch's stash restore), owned by one
 /// queue and released together. Destruction releases what is still held, stream-ordered on
 /// the owner, as a DeviceBuffer's destruction does.
+/// Engine ranges adopted by one batched call. Ranges adopted as the executor's (`owner` set)
+/// leave the ordering of the engine's queue to this record: releasing them makes `owner` wait
+/// once for `done`, the last copy, which follows every copy into them (the executor's copies
+/// complete in order), rather than once per range.
 struct PyAdoptions {
   std::vector<ferry::DeviceBuffer> buffers;
+  std::optional<ferry::Queue> owner;
+  ferry::TimelinePoint done;
 
   PyAdoptions() = default;
   PyAdoptions(PyAdoptions&&) = default;
   PyAdoptions& operator=(PyAdoptions&&) = default;
   PyAdoptions(const PyAdoptions&) = delete;
   PyAdoptions& operator=(const PyAdoptions&) = delete;
+  ~PyAdoptions() {
+    try {
+      release();
+    } catch (...) {
+      // A closed or failed device: nothing is in flight any more that the owner could overtake.
+    }
+  }
+
+  /// Release every range and order the owner after the copies; returns the last release point
+  /// (empty when nothing was left to release).
+  ferry::TimelinePoint release() {
+    std::vector<ferry::DeviceBuffer> held = std::move(buffers);
+    buffers.clear();
+    ferry::TimelinePoint last;
+    for (ferry::DeviceBuffer& b : held) last = b.release();
+    if (owner && !held.empty()) owner->wait(done);
+    return last;
+  }
 };
 
 /// The checked arguments of a batched adopt-and-copy: one device range and one offset in the
@@ -1329,10 +1353,7 @@ NB_MODULE(_ferry, m) {
   nb::class_<PyAdoptions>(m, "_Adoptions", "Engine ranges adopted together by one batched call.")
       .def("release", [](PyAdoptions& a) {
              nb::gil_scoped_release nogil;
-             std::vector<ferry::DeviceBuffer> buffers = std::move(a.buffers);
-             ferry::TimelinePoint last;
-             for (ferry::DeviceBuffer& b : buffers) last = b.release();
-             return last;
+             return a.release();
            }, "Release every range (stream-ordered on the owner, after ferry's copies into it) and "
            "return the last release point; a second call releases nothing and returns an empty point.")
       .def("__len__", [](const PyAdoptions& a) { return a.buffers.size(); });
@@ -1509,16 +1530,27 @@ NB_MODULE(_ferry, m) {
              check_adopted_ranges(fn, pointers, sizes, host_offsets, host.buffer);
              ferry::Transfer& x = t.get();
              nb::gil_scoped_release nogil;
-             // Each range is released right after its download is enqueued, so the owner's
-             // order (and any reuse that follows it) comes after the read. A range adopted
-             // before an error is released the same way by its destructor.
+             // Each range is adopted as the executor's, ready after `ready_after` (the owner's
+             // work on it): its download waits for that point once for all ranges, with no
+             // mark and wait on the owner per range. The owner then waits once for the last
+             // download, which follows every other (the executor's copies complete in order),
+             // so its order, and any reuse that follows it, comes after every read; also when
+             // a range fails after others were enqueued.
+             const ferry::Queue exec = x.executor();
+             ferry::Queue target = owner;  // a handle: waits are enqueued through a copy
              ferry::TimelinePoint last;
-             for (std::size_t i = 0; i < pointers.size(); ++i) {
-               if (sizes[i] == 0) continue;
-               ferry::DeviceBuffer a = adopt_range(t, fn, i, pointers[i], sizes[i], owner, ready_after, tag);
-               last = x.download(a, host.buffer, host_offsets[i]);
-               a.release();
+             try {
+               for (std::size_t i = 0; i < pointers.size(); ++i) {
+                 if (sizes[i] == 0) continue;
+                 ferry::DeviceBuffer a = adopt_range(t, fn, i, pointers[i], sizes[i], exec, ready_after, tag);
+                 last = x.download(a, host.buffer, host_offsets[i]);
+                 a.release();
+               }
+             } catch (...) {
+               if (!last.empty()) target.wait(last);
+               throw;
              }
+             if (!last.empty()) target.wait(last);
              return last;
            }, "pointers"_a, "sizes"_a, "owner"_a, "ready_after"_a, "host"_a, "host_offsets"_a, "tag"_a = "",
            "For each range: adopt `sizes[i]` device bytes at `pointers[i]` (owned by `owner`, free for "
@@ -1532,19 +1564,25 @@ NB_MODULE(_ferry, m) {
              constexpr const char* fn = "Transfer._upload_adopted_raw";
              check_adopted_ranges(fn, pointers, sizes, host_offsets, host.buffer);
              ferry::Transfer& x = t.get();
+             // Adopted as the executor's, like the stash's ranges: the adoptions order the
+             // owner once, after the last copy, when they are released (PyAdoptions), also
+             // when a range fails after others were enqueued.
              PyAdoptions held;
+             held.owner = owner;
              ferry::TimelinePoint last;
              {
                nb::gil_scoped_release nogil;
+               const ferry::Queue exec = x.executor();
                held.buffers.reserve(pointers.size());
                for (std::size_t i = 0; i < pointers.size(); ++i) {
                  if (sizes[i] == 0) continue;
-                 held.buffers.push_back(adopt_range(t, fn, i, pointers[i], sizes[i], owner, ready_after, tag));
+                 held.buffers.push_back(adopt_range(t, fn, i, pointers[i], sizes[i], exec, ready_after, tag));
                  ferry::UploadOptions o;
                  o.mode = ferry::CopyMode::preallocated;
                  o.owner_waits = false;
                  o.destination_unused = true;
                  last = x.upload_into(host.buffer, host_offsets[i], sizes[i], held.buffers.back(), 0, std::move(o));
+                 held.done = last;
                }
              }
              return std::make_pair(last, std::move(held));

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -108,9 +109,79 @@ void ferry_steps(Backend backend, NativeQueue target, void* dptr, void* hptr, st
   print(more);
 }
 
+/// The stash's shape: `n` ranges of one device allocation downloaded into one pinned host
+/// buffer and restored from it, each range adopted, copied and released, timed per call (all
+/// ranges) and split by step. `executor_owned`: the ranges are adopted as the executor's, ready
+/// after one mark of the target, and the target waits once for the last copy.
+void stash_steps(NativeQueue target, std::byte* dptr, std::byte* hptr, std::uint64_t range, int n, int rounds,
+                 bool executor_owned) {
+  Device dev = Device::open({.backend = Backend::cuda});
+  Queue owner = dev.adopt_queue(QueueRole::compute, target, "probe target");
+  Transfer xfer(dev);
+  const Queue exec = xfer.executor();
+  HostBuffer host = dev.host_pool().adopt(hptr, range * static_cast<std::uint64_t>(n));
+  std::vector<Row> rows{{"stash: adopt (all ranges)", {}},   {"stash: download (all ranges)", {}},
+                        {"stash: release (all ranges)", {}}, {"stash: the call", {}},
+                        {"restore: adopt (all ranges)", {}}, {"restore: upload_into (all ranges)", {}},
+                        {"restore: release (all ranges)", {}}, {"restore: the call", {}}};
+  const auto sync = [&] {
+    owner.synchronize(std::chrono::minutes(1));
+    xfer.synchronize(std::chrono::minutes(1));
+  };
+  for (int r = -2; r < rounds; ++r) {
+    sync();
+    for (int dir = 0; dir < 2; ++dir) {
+      double adopt = 0, copy = 0, release = 0;
+      const auto c0 = clock_type::now();
+      const TimelinePoint after = owner.mark();
+      TimelinePoint last;
+      std::vector<DeviceBuffer> held;
+      held.reserve(n);
+      for (int i = 0; i < n; ++i) {
+        const auto t0 = clock_type::now();
+        DeviceBuffer b = dev.adopt_memory(NativeMemory{.pointer = reinterpret_cast<std::uint64_t>(dptr + range * i)},
+                                          range, executor_owned ? exec : owner, AdoptOptions{.ready_after = after});
+        const auto t1 = clock_type::now();
+        if (dir == 0) {
+          last = xfer.download(b, host, range * i);
+        } else {
+          last = xfer.upload_into(host, range * i, range, b, 0,
+                                  UploadOptions{.mode = CopyMode::preallocated, .owner_waits = false,
+                                                .destination_unused = true});
+        }
+        const auto t2 = clock_type::now();
+        if (dir == 0) {
+          (void)b.release();
+        } else {
+          held.push_back(std::move(b));
+        }
+        adopt += us(t0, t1);
+        copy += us(t1, t2);
+        release += us(t2, clock_type::now());
+      }
+      const auto t3 = clock_type::now();
+      for (DeviceBuffer& b : held) (void)b.release();
+      if (executor_owned) owner.wait(last);
+      const auto c1 = clock_type::now();
+      release += us(t3, c1);
+      if (r >= 0) {
+        rows[4 * dir + 0].samples.push_back(adopt);
+        rows[4 * dir + 1].samples.push_back(copy);
+        rows[4 * dir + 2].samples.push_back(release);
+        rows[4 * dir + 3].samples.push_back(us(c0, c1));
+      }
+    }
+  }
+  sync();
+  std::printf("-- the stash's shape: %d ranges of %s, adopted as the %s's (us per call of all ranges)\n", n,
+              probe::size_str(range).c_str(), executor_owned ? "executor" : "target");
+  print(rows);
+}
+
 int run(int argc, char** argv) {
-  int calls = 2000, every = 32;
+  int calls = 2000, every = 32, stash = 0;
   bool null = false;
+  std::uint64_t stash_range = 32ull << 20;
   std::uint64_t bytes = 64ull << 20;
   probe::Args args(argc, argv);
   while (args.next()) {
@@ -118,9 +189,14 @@ int run(int argc, char** argv) {
     else if (args.flag() == "--size") bytes = probe::parse_size(args.value());
     else if (args.flag() == "--sync-every") every = std::stoi(args.value());
     else if (args.flag() == "--null") null = true;
+    else if (args.flag() == "--stash") stash = std::stoi(args.value());
+    else if (args.flag() == "--stash-size") stash_range = probe::parse_size(args.value());
     else if (args.flag() == "--help") {
       std::printf("usage: %s [--calls N (2000)] [--size SIZE (64M)] [--sync-every N (32)] [--null]\n"
-                  "  --null: only ferry's steps, on the null backend (no driver: the front end's share)\n",
+                  "          [--stash N [--stash-size SIZE (32M)]]\n"
+                  "  --null: only ferry's steps, on the null backend (no driver: the front end's share)\n"
+                  "  --stash: only the stash's shape, N ranges adopted, copied and released per call, beside\n"
+                  "           the raw D2H copies with an event per range\n",
                   args.program());
       return 0;
     } else {
@@ -150,6 +226,47 @@ int run(int argc, char** argv) {
   check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
   const auto dev_sync = [&] { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); };
 
+  if (stash > 0) {
+    const std::uint64_t total = stash_range * static_cast<std::uint64_t>(stash);
+    std::byte* sd = nullptr;
+    std::byte* sh = nullptr;
+    check(cudaMalloc(reinterpret_cast<void**>(&sd), total), "cudaMalloc");
+    check(cudaHostAlloc(reinterpret_cast<void**>(&sh), total, cudaHostAllocDefault), "cudaHostAlloc");
+    const int rounds = std::max(3, calls / 100);
+    std::vector<Row> raw{{"raw: D2H memcpy + event record per range (all ranges)", {}},
+                         {"raw: H2D memcpy per range, one record (all ranges)", {}}};
+    for (int r = -2; r < rounds; ++r) {
+      dev_sync();
+      const auto t0 = clock_type::now();
+      check(cudaEventRecord(ev, target), "record");
+      check(cudaStreamWaitEvent(side, ev, 0), "wait");
+      for (int i = 0; i < stash; ++i) {
+        check(cudaMemcpyAsync(sh + stash_range * i, sd + stash_range * i, stash_range, cudaMemcpyDeviceToHost, side),
+              "cudaMemcpyAsync");
+        check(cudaEventRecord(ev, side), "record");
+      }
+      const auto t1 = clock_type::now();
+      for (int i = 0; i < stash; ++i) {
+        check(cudaMemcpyAsync(sd + stash_range * i, sh + stash_range * i, stash_range, cudaMemcpyHostToDevice, side),
+              "cudaMemcpyAsync");
+      }
+      check(cudaEventRecord(ev, side), "record");
+      check(cudaStreamWaitEvent(target, ev, 0), "wait");
+      const auto t2 = clock_type::now();
+      if (r >= 0) {
+        raw[0].samples.push_back(us(t0, t1));
+        raw[1].samples.push_back(us(t1, t2));
+      }
+    }
+    dev_sync();
+    print(raw);
+    for (const bool executor_owned : {false, true}) {
+      stash_steps(NativeQueue{.handle = target}, sd, sh, stash_range, stash, rounds, executor_owned);
+    }
+    check(cudaFreeHost(sh), "cudaFreeHost");
+    check(cudaFree(sd), "cudaFree");
+    return 0;
+  }
   std::printf("one upload of %s from adopted pinned memory into adopted device memory, CUDA device 0\n",
               probe::size_str(bytes).c_str());
   std::vector<Row> prims;

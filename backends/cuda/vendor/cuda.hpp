@@ -77,6 +77,7 @@ struct Driver {
   PFN_cuStreamWaitValue64_v11070 cuStreamWaitValue64 = nullptr;
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
+  PFN_cuPointerGetAttributes_v7000 cuPointerGetAttributes = nullptr;
 };
 
 inline std::string describe_driver(CUresult r);
@@ -134,6 +135,7 @@ inline const Driver& driver() {
     load_entry_point("cuStreamWaitValue64", t.cuStreamWaitValue64);
     load_entry_point("cuCtxGetCurrent", t.cuCtxGetCurrent);
     load_entry_point("cuCtxSetCurrent", t.cuCtxSetCurrent);
+    load_entry_point("cuPointerGetAttributes", t.cuPointerGetAttributes);
     d = t;
   });
   return d;
@@ -267,28 +269,60 @@ inline std::optional<int> stream_device(cudaStream_t s) {
 
 /// Where a pointer's memory lives (Device::adopt_memory, HostPool::adopt): device or managed
 /// memory of device `device`, page-locked host memory allocated or registered for `device`,
-/// or neither.
+/// or neither; and, where the driver reports it, the mapping the pointer lies in
+/// (`mapping_size` 0 when unknown).
 struct PointerLocation {
   bool device_memory = false;
   bool host_memory = false;
   int device = -1;
+  std::uint64_t mapping_start = 0;
+  std::uint64_t mapping_size = 0;
+
+  /// Whether [p, p + bytes) lies within the one mapping reported for p: then its last byte is
+  /// memory of the same kind and device, and asking for it would tell nothing new.
+  bool maps(std::uint64_t p, std::uint64_t bytes) const {
+    return mapping_size != 0 && p >= mapping_start && p - mapping_start <= mapping_size &&
+           bytes <= mapping_size - (p - mapping_start);
+  }
 };
 
-/// The location of `p` (cudaPointerGetAttributes). A pointer CUDA does not know is reported as
-/// not device memory (CUDA 11+ answers such pointers with cudaMemoryTypeUnregistered; earlier
-/// runtimes with cudaErrorInvalidValue); any other failure is a device error naming the call.
+/// The location of `p`, asked in one driver call (cuPointerGetAttributes, which answers a
+/// pointer CUDA does not know with null attributes rather than an error). The mapping is the
+/// physical allocation the pointer is mapped to (a cudaMalloc or cudaHostAlloc allocation, or
+/// one cuMemMap of a virtual reservation), not the reservation, so a range inside it is
+/// backed to its last byte. Any failure is a device error naming the call.
 inline PointerLocation pointer_location(const void* p) {
-  cudaPointerAttributes attr{};
-  const cudaError_t e = cudaPointerGetAttributes(&attr, p);
-  if (e == cudaErrorInvalidValue) {
-    (void)cudaGetLastError();
-    return {};
+  unsigned int type = 0;
+  unsigned int managed = 0;  // a bool attribute: the driver writes its low byte
+  int device = -1;
+  std::uint64_t start = 0;
+  std::uint64_t size = 0;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+                                      CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
+  void* data[] = {&type, &managed, &device, &start, &size};
+  const CUresult r = driver().cuPointerGetAttributes(5, attributes, data,
+                                                     static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)));
+  if (r == CUDA_ERROR_INVALID_VALUE) {
+    // A driver that does not know the mapping attributes: the runtime's answer, without them.
+    cudaPointerAttributes attr{};
+    const cudaError_t e = cudaPointerGetAttributes(&attr, p);
+    if (e == cudaErrorInvalidValue) {
+      (void)cudaGetLastError();
+      return {};
+    }
+    FERRY_CHECK_GEN(e, cudaSuccess, describe, classify);
+    return {attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, attr.type == cudaMemoryTypeHost,
+            attr.device};
   }
-  if (e != cudaSuccess) {
-    raise_vendor_error(classify(e), "cudaPointerGetAttributes", describe(e), __FILE__, __LINE__);
-  }
-  return {attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, attr.type == cudaMemoryTypeHost,
-          attr.device};
+  FERRY_CU_CHECK(r);
+  PointerLocation where;
+  where.device_memory = type == CU_MEMORYTYPE_DEVICE || (managed & 0xff) != 0;
+  where.host_memory = type == CU_MEMORYTYPE_HOST && (managed & 0xff) == 0;
+  where.device = where.device_memory || where.host_memory ? device : -1;
+  where.mapping_start = start;
+  where.mapping_size = size;
+  return where;
 }
 
 // ---- Interop imports (backends/pair/): a timeline semaphore and device memory of another API
