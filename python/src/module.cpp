@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -891,7 +892,12 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
   ferry::TimelinePoint last;
   std::vector<nb::object> held;
   {
-    nb::gil_scoped_release nogil;
+    // Copies from pinned memory only enqueue DMA and never wait on the host, so they keep the
+    // GIL (releasing and taking it back costs a share of a one-tensor call); a staged copy
+    // may wait for ring space, and the host backend's copy waits for its result, so they let
+    // other threads run.
+    std::optional<nb::gil_scoped_release> nogil;
+    if (cpu || !staged.empty()) nogil.emplace();
     FERRY_PHASE(clock, 5, "to: release the GIL");
     std::exception_ptr failed;
     try {
@@ -918,7 +924,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
     if (failed) {
       // The copies enqueued so far still read their pinned sources: hold them until every
       // copy enqueued on the executor completes.
-      nb::gil_scoped_acquire gil;
+      nogil.reset();
       if (!pinned.empty()) {
         for (const auto& p : pinned) held.push_back(nb::borrow(sources[p.first].tensor));
         torch_held().hold(x.executor().mark(), std::move(held));
