@@ -24,6 +24,15 @@ std::unique_ptr<Segment> BackendDevice::import_segment(const ExternalMemory&) {
               std::source_location{});
 }
 
+ExternalMemory BackendDevice::export_image_memory(const NativeImage&) {
+  throw Error(ErrorCode::unsupported, capabilities().name + ": image memory export is not supported", {},
+              std::source_location{});
+}
+std::unique_ptr<BackendImage> BackendDevice::import_image(const ExternalMemory&, std::uint64_t, const ImageDesc&, bool) {
+  throw Error(ErrorCode::unsupported, capabilities().name + ": image import is not supported", {},
+              std::source_location{});
+}
+
 std::unique_ptr<BackendImage> BackendDevice::adopt_image(const NativeImage&, const ImageDesc&, std::uint32_t) {
   throw Error(ErrorCode::unsupported, capabilities().name + ": images are not supported by this backend", {},
               std::source_location{});

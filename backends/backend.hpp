@@ -332,6 +332,22 @@ class BackendDevice {
   /// Importer: device memory imported from an opaque fd and mapped whole (takes ownership of
   /// `memory.fd` on success only); freed with free_segment. CUDA.
   virtual std::unique_ptr<Segment> import_segment(const ExternalMemory& memory);
+  /// Exporter (images): the memory an engine's `VkImage` is bound to (NativeImage's
+  /// `vulkan_memory*` fields, checked here against the image's memory requirements, naming
+  /// the field: `invalid_argument`), exported as an opaque fd (`fd` owned by the caller) with
+  /// the allocation's size and dedication as the engine stated them. Vulkan.
+  virtual ExternalMemory export_image_memory(const NativeImage& native);
+  /// Importer (images): the image of shape `desc` that lies at `offset` of the memory
+  /// exported as `memory`, imported and mapped as the importer's image (CUDA: a mipmapped
+  /// array, with cudaArrayColorAttachment when `color_attachment`), which owns the import
+  /// and never frees the exporter's image. Takes ownership of `memory.fd` (closed on
+  /// failure too). `unsupported` for a format the importer has no image form of. CUDA.
+  virtual std::unique_ptr<BackendImage> import_image(const ExternalMemory& memory, std::uint64_t offset,
+                                                     const ImageDesc& desc, bool color_attachment);
+  /// Optional (composite devices, interop pairs): the device of `backend` this device is
+  /// made of, for the public calls that address one API's objects (vulkan::native_handles).
+  /// Default null: the device is made of no other.
+  [[nodiscard]] virtual BackendDevice* part(Backend /*backend*/) { return nullptr; }
   /// Interop: another API also signals and waits on this device's semaphores (Vulkan: the
   /// validation layer cannot see those operations; see vulkan_device.cpp). Default: nothing.
   virtual void note_external_signals() {}

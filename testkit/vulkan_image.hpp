@@ -68,10 +68,14 @@ inline constexpr VkImageLayout kEngineImageLayout = VK_IMAGE_LAYOUT_SHADER_READ_
 struct VulkanEngineImage {
   VkImage image = VK_NULL_HANDLE;
   VkDeviceMemory memory = VK_NULL_HANDLE;
+  VkDeviceSize allocation_size = 0;  ///< the memory's allocationSize
+  bool exportable = false;           ///< made for an interop pair (see make_vulkan_engine_image)
   std::string skipped;
-  /// What ferry's Device::adopt_image is given: UNDEFINED now, kEngineImageLayout after copies.
+  /// What ferry's Device::adopt_image is given: UNDEFINED now, kEngineImageLayout after copies;
+  /// for an exportable image also its memory (a dedicated allocation bound at offset 0).
   [[nodiscard]] NativeImage native() const {
-    return vulkan::native_image(image, VK_IMAGE_LAYOUT_UNDEFINED, kEngineImageLayout);
+    const NativeImage n = vulkan::native_image(image, VK_IMAGE_LAYOUT_UNDEFINED, kEngineImageLayout);
+    return exportable ? vulkan::with_exported_memory(n, memory, 0, allocation_size, true, kEngineImageUsage) : n;
   }
   /// Destroy the image and free its memory (nothing when none was made).
   void destroy(const VulkanImageFns& f, VkDevice device) const {
@@ -81,12 +85,15 @@ struct VulkanEngineImage {
 };
 
 /// An engine's image of `desc` on `device`: optimal tiling, device-local memory of its own,
-/// kEngineImageUsage, EXCLUSIVE, in UNDEFINED layout. None, with the reason in `skipped`, when
-/// the format lacks optimal-tiling transfer and sampling support or the shape exceeds the
-/// device's limits for it. A failing Vulkan call throws std::runtime_error naming it, after
-/// destroying what the call left.
+/// kEngineImageUsage, EXCLUSIVE, in UNDEFINED layout. `exportable` (interop pairs): the image
+/// is created for, and its memory dedicated to it and allocated for, export as an opaque fd
+/// (VkExternalMemoryImageCreateInfo, VkMemoryDedicatedAllocateInfo, VkExportMemoryAllocateInfo),
+/// which the device must have VK_KHR_external_memory_fd for. None, with the reason in
+/// `skipped`, when the format lacks optimal-tiling transfer and sampling support or the shape
+/// exceeds the device's limits for it. A failing Vulkan call throws std::runtime_error naming
+/// it, after destroying what the call left.
 inline VulkanEngineImage make_vulkan_engine_image(const VulkanImageFns& f, VkPhysicalDevice physical, VkDevice device,
-                                                  const ImageDesc& desc) {
+                                                  const ImageDesc& desc, bool exportable = false) {
   const auto check = [](VkResult r, const char* call) {
     if (r != VK_SUCCESS) throw std::runtime_error(std::string(call) + " failed: VkResult " + std::to_string(r));
   };
@@ -133,6 +140,12 @@ inline VulkanEngineImage make_vulkan_engine_image(const VulkanImageFns& f, VkPhy
   ci.usage = kEngineImageUsage;
   ci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   ci.initialLayout = VK_IMAGE_LAYOUT_UNDEFINED;
+  constexpr auto kOpaqueFd = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+  VkExternalMemoryImageCreateInfo external{};
+  external.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO;
+  external.handleTypes = kOpaqueFd;
+  if (exportable) ci.pNext = &external;
+  out.exportable = exportable;
   check(f.create_image(device, &ci, nullptr, &out.image), "vkCreateImage");
   try {
     VkMemoryRequirements req{};
@@ -151,6 +164,15 @@ inline VulkanEngineImage make_vulkan_engine_image(const VulkanImageFns& f, VkPhy
     ai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
     ai.allocationSize = req.size;
     ai.memoryTypeIndex = type_index;
+    VkMemoryDedicatedAllocateInfo dedicated{};
+    dedicated.sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO;
+    dedicated.image = out.image;
+    VkExportMemoryAllocateInfo exported{};
+    exported.sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO;
+    exported.pNext = &dedicated;
+    exported.handleTypes = kOpaqueFd;
+    if (exportable) ai.pNext = &exported;
+    out.allocation_size = req.size;
     check(f.allocate(device, &ai, nullptr, &out.memory), "vkAllocateMemory");
     check(f.bind(device, out.image, out.memory, 0), "vkBindImageMemory");
   } catch (...) {

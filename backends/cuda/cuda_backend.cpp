@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "backend.hpp"
 #include "check.hpp"
 #include "cuda/vendor/vendor.hpp"
@@ -455,6 +457,51 @@ cudaChannelFormatKind block_compressed_kind(ImageFormat format) {
   }
 }
 
+/// The channels of a CUDA array holding `format` as a Vulkan image of the matching VkFormat
+/// holds it (vulkan::to_vk_format), for an imported image: the format's channels and kind,
+/// the packed 32-bit formats as one 32-bit channel (CUDA has no packed kinds; the bytes are
+/// what is copied), BC1-7 as their block-compressed kinds. Channels of 0 bits (kind None):
+/// no CUDA form (ASTC).
+cudaChannelFormatDesc import_channels(ImageFormat format) {
+  using F = ImageFormat;
+  constexpr auto u = cudaChannelFormatKindUnsigned;
+  constexpr auto i = cudaChannelFormatKindSigned;
+  constexpr auto fl = cudaChannelFormatKindFloat;
+  switch (format) {
+    case F::r8_unorm:
+    case F::r8_uint: return cudaCreateChannelDesc(8, 0, 0, 0, u);
+    case F::rg8_unorm: return cudaCreateChannelDesc(8, 8, 0, 0, u);
+    case F::rgba8_unorm:
+    case F::rgba8_srgb:
+    case F::rgba8_uint:
+    case F::bgra8_unorm:
+    case F::bgra8_srgb: return cudaCreateChannelDesc(8, 8, 8, 8, u);
+    case F::r16_unorm:
+    case F::r16_uint: return cudaCreateChannelDesc(16, 0, 0, 0, u);
+    case F::r16_float: return cudaCreateChannelDesc(16, 0, 0, 0, fl);
+    case F::rg16_float: return cudaCreateChannelDesc(16, 16, 0, 0, fl);
+    case F::rgba16_unorm: return cudaCreateChannelDesc(16, 16, 16, 16, u);
+    case F::rgba16_float: return cudaCreateChannelDesc(16, 16, 16, 16, fl);
+    case F::r32_uint: return cudaCreateChannelDesc(32, 0, 0, 0, u);
+    case F::r32_sint: return cudaCreateChannelDesc(32, 0, 0, 0, i);
+    case F::r32_float: return cudaCreateChannelDesc(32, 0, 0, 0, fl);
+    case F::rg32_uint: return cudaCreateChannelDesc(32, 32, 0, 0, u);
+    case F::rg32_float: return cudaCreateChannelDesc(32, 32, 0, 0, fl);
+    case F::rgba32_uint: return cudaCreateChannelDesc(32, 32, 32, 32, u);
+    case F::rgba32_float: return cudaCreateChannelDesc(32, 32, 32, 32, fl);
+    case F::rgb10a2_unorm:
+    case F::rg11b10_float: return cudaCreateChannelDesc(32, 0, 0, 0, u);
+    case F::bc4_unorm: return cudaCreateChannelDesc(8, 0, 0, 0, block_compressed_kind(format));
+    case F::bc5_unorm: return cudaCreateChannelDesc(8, 8, 0, 0, block_compressed_kind(format));
+    case F::bc6h_ufloat:
+    case F::bc6h_sfloat: return cudaCreateChannelDesc(16, 16, 16, 0, block_compressed_kind(format));
+    default: break;
+  }
+  const cudaChannelFormatKind bc = block_compressed_kind(format);
+  if (bc != cudaChannelFormatKindNone) return cudaCreateChannelDesc(8, 8, 8, 8, bc);  // BC1-3, BC7
+  return cudaCreateChannelDesc(0, 0, 0, 0, cudaChannelFormatKindNone);
+}
+
 /// Whether `kind` is one of the block-compressed channel kinds (BC1-7, signed or not, sRGB).
 bool is_block_compressed(cudaChannelFormatKind kind) {
   return kind >= cudaChannelFormatKindUnsignedBlockCompressed1 &&
@@ -478,6 +525,23 @@ struct GpuImage final : BackendImage {
   std::uint32_t block_bytes = 0;             ///< bytes per element (per block when compressed)
   std::uint32_t block_width = 1;             ///< texels per element, across (4 for BC)
   std::uint32_t block_height = 1;            ///< texels per element, down (4 for BC)
+  /// An imported image (import_image) owns its import: `mipmapped` mapped onto `external`,
+  /// both freed here, in the device's context (`core`). Adopted arrays own nothing.
+  std::shared_ptr<Core> core;
+  cudaExternalMemory_t external = nullptr;
+
+  GpuImage() = default;
+  GpuImage(const GpuImage&) = delete;
+  GpuImage& operator=(const GpuImage&) = delete;
+  ~GpuImage() override {
+    if (external == nullptr) return;
+    try {
+      ContextGuard guard(*core);
+      if (mipmapped != nullptr) ignore_in_destructor(cudaFreeMipmappedArray(mipmapped));
+      ignore_in_destructor(cudaDestroyExternalMemory(external));
+    } catch (...) {  // no context to bind: the process is going, and the driver reclaims the import
+    }
+  }
 
   /// The array of level `mip` (checked at adoption to exist).
   [[nodiscard]] cudaArray_t level(std::uint32_t mip) const {
@@ -789,7 +853,8 @@ class Device final : public BackendDevice {
                                             std::uint32_t /*owner_family*/) override {
     if (native.host_pointer != 0 || native.host_row_pitch != 0 || native.host_slice_pitch != 0 ||
         native.vulkan_image != 0 || native.vulkan_layout != 0 || native.vulkan_final_layout != 0 ||
-        !native.vulkan_queue_families.empty()) {
+        !native.vulkan_queue_families.empty() || native.vulkan_memory != 0 || native.vulkan_memory_offset != 0 ||
+        native.vulkan_memory_size != 0 || native.vulkan_dedicated || native.vulkan_usage != 0) {
       throw Error(ErrorCode::invalid_argument,
                   FERRY_GPU_LABEL ": a host or Vulkan field of NativeImage is set; a " FERRY_GPU_VENDOR
                                   " image is NativeImage::cuda_array",
@@ -861,6 +926,57 @@ class Device final : public BackendDevice {
       }
       if (l == 0) image->layered = layered;
     }
+    return image;
+  }
+
+  // Interop (images): the memory of another API's image (a Vulkan image's, exported as an
+  // opaque fd) imported whole, and the image's levels mapped at `offset` as a mipmapped array
+  // of the stated shape and the format's channels (import_channels). The driver lays the
+  // array out as the exporter laid out the image, given the same shape, format and levels
+  // (and the color-attachment flag, which changes that layout).
+  std::unique_ptr<BackendImage> import_image(const ExternalMemory& memory, std::uint64_t offset, const ImageDesc& desc,
+                                             bool color_attachment) override {
+    const FormatInfo f = format_info(desc.format);
+    const cudaChannelFormatDesc channels = import_channels(desc.format);
+    if (channels.f == cudaChannelFormatKindNone) {
+      ::close(memory.fd);
+      throw Error(ErrorCode::unsupported,
+                  FERRY_GPU_LABEL ": " + std::string(f.name) +
+                      " has no CUDA array form (CUDA arrays hold the block-compressed formats BC1-7 only)",
+                  {}, std::source_location{});
+    }
+    ContextGuard guard(*core_);
+    cudaExternalMemoryHandleDesc handle{};
+    handle.type = cudaExternalMemoryHandleTypeOpaqueFd;
+    handle.handle.fd = memory.fd;
+    handle.size = memory.size;
+    handle.flags = memory.dedicated ? cudaExternalMemoryDedicated : 0;
+    auto image = std::make_unique<GpuImage>();
+    image->core = core_;
+    // The engine's statement of its allocation (size, dedication) is what the import checks.
+    // The fd is CUDA's once imported, and closed here when the import fails.
+    try {
+      FERRY_GPU_CHECK_WITH(cudaImportExternalMemory(&image->external, &handle), classify_engine_array);
+    } catch (...) {
+      ::close(memory.fd);
+      throw;
+    }
+    const bool layered = desc.array_layers > 1;
+    cudaExternalMemoryMipmappedArrayDesc levels{};
+    levels.offset = offset;
+    levels.formatDesc = channels;
+    levels.extent.width = desc.width;
+    levels.extent.height = desc.height;
+    levels.extent.depth = layered ? desc.array_layers : (desc.depth > 1 ? desc.depth : 0);
+    levels.flags = (layered ? cudaArrayLayered : 0u) | (color_attachment ? cudaArrayColorAttachment : 0u);
+    levels.numLevels = desc.mip_levels;
+    FERRY_GPU_CHECK_WITH(cudaExternalMemoryGetMappedMipmappedArray(&image->mipmapped, image->external, &levels),
+                         classify_engine_array);  // on failure the destructor destroys the import
+    image->block_bytes = f.block_bytes;
+    image->block_width = f.block_width;
+    image->block_height = f.block_height;
+    image->layered = layered;
+    image->volume = desc.depth > 1;
     return image;
   }
 #endif

@@ -708,7 +708,9 @@ class HostDevice final : public BackendDevice {
   std::unique_ptr<BackendImage> adopt_image(const NativeImage& native, const ImageDesc& desc,
                                             std::uint32_t /*owner_family*/) override {
     if (native.vulkan_image != 0 || native.vulkan_layout != 0 || native.vulkan_final_layout != 0 ||
-        !native.vulkan_queue_families.empty() || native.cuda_array != 0 || native.cuda_mipmapped) {
+        !native.vulkan_queue_families.empty() || native.vulkan_memory != 0 || native.vulkan_memory_offset != 0 ||
+        native.vulkan_memory_size != 0 || native.vulkan_dedicated || native.vulkan_usage != 0 ||
+        native.cuda_array != 0 || native.cuda_mipmapped) {
       throw Error(ErrorCode::invalid_argument,
                   "host: a host image is described by host_pointer and its pitches only (a Vulkan or CUDA field is set)",
                   {}, std::source_location{});

@@ -11,6 +11,8 @@
 //  - PairHost: page-aligned memory registered with both (cudaHostRegister, Vulkan import).
 //  - PairSemaphore: a Vulkan timeline exported as an fd, imported into CUDA. The host side
 //    (value, signal, wait) is the Vulkan semaphore's.
+//  - PairImage: an engine's VkImage adopted by the Vulkan side, its memory exported as an fd
+//    and imported by the CUDA side as a mipmapped array; queues translate it to their side's.
 //  - PairQueue: a queue of one side. family() is the Vulkan family for Vulkan queues and
 //    kExternalQueueFamily (VK_QUEUE_FAMILY_EXTERNAL) for CUDA streams, so the Vulkan
 //    backend's queue-family ownership transfers release to / acquire from the external API.
@@ -61,6 +63,12 @@ enum Side : int { kVulkan = 0, kCuda = 1 };
 
 struct PairSegment {
   std::unique_ptr<Segment> side[2];
+};
+
+/// An engine's image as both sides address it. The CUDA import goes first (the members are
+/// destroyed in reverse order); the Vulkan side owns nothing of the engine's image.
+struct PairImage final : BackendImage {
+  std::unique_ptr<BackendImage> side[2];
 };
 
 struct PairHost {
@@ -137,6 +145,24 @@ class PairQueue final : public BackendQueue {
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) override {
     return inner_->synthetic_compute(mine(in), mine(out), bytes, units);
   }
+  void copy_h2i(BackendImage& dst, HostRef src, std::span<const ImageCopy> regions) override {
+    inner_->copy_h2i(mine(dst), mine(src), regions);
+  }
+  void copy_i2h(HostRef dst, BackendImage& src, std::span<const ImageCopy> regions) override {
+    inner_->copy_i2h(mine(dst), mine(src), regions);
+  }
+  void copy_d2i(BackendImage& dst, DeviceRef src, std::span<const ImageCopy> regions) override {
+    inner_->copy_d2i(mine(dst), mine(src), regions);
+  }
+  void copy_i2d(DeviceRef dst, BackendImage& src, std::span<const ImageCopy> regions) override {
+    inner_->copy_i2d(mine(dst), mine(src), regions);
+  }
+  // The hand-off's families are the pair queues' (a CUDA stream's is VK_QUEUE_FAMILY_EXTERNAL),
+  // so the Vulkan side records the release to, or the acquire from, the external API; the
+  // CUDA side records nothing.
+  void image_barrier(BackendImage& image, const ImageHandOff& hand_off) override {
+    inner_->image_barrier(mine(image), hand_off);
+  }
   void flush() override { inner_->flush(); }
   [[nodiscard]] bool defers_signals() const override { return inner_->defers_signals(); }
   void hold_signals(bool held) override { inner_->hold_signals(held); }
@@ -154,6 +180,7 @@ class PairQueue final : public BackendQueue {
   HostRef mine(HostRef r) const {
     return HostRef{static_cast<const PairHost*>(r.memory->backend_data)->side[side_].get(), r.offset};
   }
+  BackendImage& mine(BackendImage& image) const { return *static_cast<PairImage&>(image).side[side_]; }
 
   Side side_;
   std::unique_ptr<BackendQueue> owned_;
@@ -285,6 +312,61 @@ class PairDevice final : public BackendDevice {
     segment->backend_data = pair.get();
     segment->owned_data = std::move(pair);
     return AdoptedRange{std::move(segment), vk.offset};
+  }
+
+  // An engine's VkImage seen by both APIs: the Vulkan side adopts the VkImage (its layouts and
+  // fields, checked there), exports the memory it is bound to (the memory fields, checked
+  // against the image's requirements there), and the CUDA side imports that memory as a
+  // mipmapped array of the stated shape at the bind offset. The copies then run on the
+  // executor's side and the hand-offs pass the image to and from VK_QUEUE_FAMILY_EXTERNAL, as
+  // for the pair's buffers. CONCURRENT images are not offered: the front end checks the
+  // executor's family against the image's list, and a CUDA executor's family is external.
+  std::unique_ptr<BackendImage> adopt_image(const NativeImage& native, const ImageDesc& desc,
+                                            std::uint32_t owner_family) override {
+    // VkImageUsageFlagBits, fixed by the Vulkan specification (this file includes no Vulkan header).
+    constexpr std::uint32_t kTransferSrc = 0x1, kTransferDst = 0x2, kColorAttachment = 0x10;
+    if (native.host_pointer != 0 || native.host_row_pitch != 0 || native.host_slice_pitch != 0 ||
+        native.cuda_array != 0 || native.cuda_mipmapped) {
+      pair_fail(ErrorCode::invalid_argument,
+                "a host or CUDA field of NativeImage is set: a pair's image is a VkImage (NativeImage::vulkan_image) "
+                "whose memory ferry imports into CUDA itself");
+    }
+    if (native.vulkan_image == 0) pair_fail(ErrorCode::invalid_argument, "NativeImage::vulkan_image is a null VkImage");
+    if (native.vulkan_sharing != MemorySharing::exclusive) {
+      pair_fail(ErrorCode::unsupported,
+                "a concurrent image is not supported by interop pairs: adopt an exclusive one (its hand-offs to "
+                "and from CUDA are queue-family ownership transfers to VK_QUEUE_FAMILY_EXTERNAL)");
+    }
+    if ((native.vulkan_usage & (kTransferSrc | kTransferDst)) != (kTransferSrc | kTransferDst)) {
+      pair_fail(ErrorCode::invalid_argument,
+                "NativeImage::vulkan_usage " + std::to_string(native.vulkan_usage) +
+                    " lacks VK_IMAGE_USAGE_TRANSFER_SRC_BIT or VK_IMAGE_USAGE_TRANSFER_DST_BIT: state the usage the "
+                    "image was created with (ferry copies into and out of it)");
+    }
+    auto pair = std::make_unique<PairImage>();
+    pair->side[kVulkan] = side_[kVulkan]->adopt_image(native, desc, owner_family);
+    const ExternalMemory exported = side_[kVulkan]->export_image_memory(native);
+    pair->side[kCuda] = side_[kCuda]->import_image(exported, native.vulkan_memory_offset, desc,
+                                                   (native.vulkan_usage & kColorAttachment) != 0);
+    return pair;
+  }
+
+  // Image copies run on the executor: a Vulkan family's granularity, or any block on CUDA.
+  [[nodiscard]] Extent3D image_copy_granularity(std::uint32_t family) const override {
+    if (family == kExternalQueueFamily) return {1, 1, 1};
+    return side_[kVulkan]->image_copy_granularity(family);
+  }
+
+  [[nodiscard]] bool image_hand_off_needed(const BackendImage& image, std::uint32_t src_family,
+                                           std::uint32_t dst_family) const override {
+    return side_[kVulkan]->image_hand_off_needed(*static_cast<const PairImage&>(image).side[kVulkan], src_family,
+                                                 dst_family);
+  }
+
+  [[nodiscard]] BackendDevice* part(Backend backend) override {
+    if (backend == Backend::vulkan) return side_[kVulkan].get();
+    if (backend == Backend::cuda) return side_[kCuda].get();
+    return nullptr;
   }
 
   void free_segment(std::unique_ptr<Segment> segment) override {

@@ -38,6 +38,7 @@ bool env_is(const char* name, const char* value) {
 constexpr const char* kExternalSignalBlindSpots[] = {
     "VUID-VkSemaphoreSignalInfo-value-03258",  "VUID-VkSemaphoreSignalInfo-value-03259",
     "VUID-vkDestroyBuffer-buffer-00922",       "VUID-vkFreeMemory-memory-00677",
+    "VUID-vkDestroyImage-image-01000",
     "VUID-vkDestroySemaphore-semaphore-05149", "VUID-vkDestroySemaphore-semaphore-01137",
     "VUID-vkBeginCommandBuffer-commandBuffer-00049", "VUID-vkResetDescriptorPool-descriptorPool-00313",
     "VUID-vkDestroyCommandPool-commandPool-00041", "VUID-vkFreeCommandBuffers-pCommandBuffers-00047",
@@ -748,6 +749,60 @@ std::unique_ptr<Segment> VulkanDevice::allocate_exported_segment(std::uint64_t b
   out->size = allocated;
   out->dedicated = true;
   return wrap_segment(std::move(record), bytes);
+}
+
+// Interop (images): the engine's VkDeviceMemory under an adopted VkImage, exported as an
+// opaque fd. Vulkan reports neither an allocation's size nor the memory an image is bound to,
+// so the stated ones are checked only against what the image needs: its memory requirements
+// (size and alignment) within the stated allocation from the stated offset. An fd of memory
+// allocated without VkExportMemoryAllocateInfo is refused by the driver (vkGetMemoryFdKHR).
+ExternalMemory VulkanDevice::export_image_memory(const NativeImage& native) {
+  if (!fd_export_) {
+    vk_fail(ErrorCode::unsupported, caps_.name + ": memory cannot be exported as opaque fds "
+                                                 "(VK_KHR_external_memory_fd missing)");
+  }
+  if (native.vulkan_memory == 0) {
+    vk_fail(ErrorCode::invalid_argument,
+            "NativeImage::vulkan_memory is null: an interop pair imports the image's memory into CUDA "
+            "(see ferry::vulkan::with_exported_memory)");
+  }
+  VkImage image = VK_NULL_HANDLE;
+  std::memcpy(&image, &native.vulkan_image, sizeof(image));
+  VkMemoryRequirements req{};
+  vk_.vkGetImageMemoryRequirements(device_, image, &req);
+  if (native.vulkan_memory_size == 0 || native.vulkan_memory_offset > native.vulkan_memory_size ||
+      req.size > native.vulkan_memory_size - native.vulkan_memory_offset) {
+    vk_fail(ErrorCode::invalid_argument,
+            "NativeImage::vulkan_memory_size " + std::to_string(native.vulkan_memory_size) + " from vulkan_memory_offset " +
+                std::to_string(native.vulkan_memory_offset) + " cannot hold the image's " + std::to_string(req.size) +
+                " bytes (vkGetImageMemoryRequirements): state the allocation's allocationSize and the bind offset");
+  }
+  if (req.alignment != 0 && native.vulkan_memory_offset % req.alignment != 0) {
+    vk_fail(ErrorCode::invalid_argument,
+            "NativeImage::vulkan_memory_offset " + std::to_string(native.vulkan_memory_offset) +
+                " is not a multiple of the image's alignment " + std::to_string(req.alignment) + ": not its bind offset");
+  }
+  if (native.vulkan_dedicated && native.vulkan_memory_offset != 0) {
+    vk_fail(ErrorCode::invalid_argument, "NativeImage::vulkan_dedicated is set with vulkan_memory_offset " +
+                                             std::to_string(native.vulkan_memory_offset) +
+                                             ": a dedicated allocation binds its image at offset 0");
+  }
+  VkMemoryGetFdInfoKHR info{VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR};
+  std::memcpy(&info.memory, &native.vulkan_memory, sizeof(info.memory));
+  info.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+  int fd = -1;
+  // A failure other than running out of memory is the engine's memory: not exportable
+  // (allocated without VkExportMemoryAllocateInfo for VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT).
+  const auto classify = [](VkResult r) {
+    return r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_TOO_MANY_OBJECTS ? vk_classify(r)
+                                                                              : ErrorCode::invalid_argument;
+  };
+  FERRY_CHECK_GEN(vk_.vkGetMemoryFdKHR(device_, &info, &fd), VK_SUCCESS, vk_describe, classify);
+  ExternalMemory out;
+  out.fd = fd;
+  out.size = native.vulkan_memory_size;
+  out.dedicated = native.vulkan_dedicated;
+  return out;
 }
 
 // An engine's VkBuffer range. The front end checked the neutral rules; here: the fields a

@@ -153,9 +153,13 @@ struct VulkanImage final : BackendImage {
   }
   /// Whether the hand-over `h` transfers queue-family ownership: two families, an EXCLUSIVE
   /// image, and contents to keep (from an UNDEFINED layout nothing is kept, and the
-  /// executor's transition alone takes the image).
+  /// executor's transition alone takes the image). A hand-over to or from another API
+  /// (VK_QUEUE_FAMILY_EXTERNAL, interop pairs) always transfers, from UNDEFINED too: that
+  /// API records no transition of its own, so the Vulkan side's half is the whole of it.
   [[nodiscard]] bool transfers(const ImageHandOff& h) const noexcept {
-    return h.src_family != h.dst_family && !concurrent && layout(h.from, false) != VK_IMAGE_LAYOUT_UNDEFINED;
+    if (h.src_family == h.dst_family || concurrent) return false;
+    return layout(h.from, false) != VK_IMAGE_LAYOUT_UNDEFINED || h.src_family == VK_QUEUE_FAMILY_EXTERNAL ||
+           h.dst_family == VK_QUEUE_FAMILY_EXTERNAL;
   }
 };
 
@@ -358,6 +362,7 @@ class VulkanDevice final : public BackendDevice {
   // Interop export (backends/pair/): opaque fds of a timeline semaphore and of a segment.
   std::unique_ptr<BackendSemaphore> create_exported_semaphore(std::uint64_t initial, int* fd) override;
   std::unique_ptr<Segment> allocate_exported_segment(std::uint64_t bytes, ExternalMemory* out) override;
+  ExternalMemory export_image_memory(const NativeImage& native) override;
   AdoptedRange adopt_memory(const NativeMemory& native, std::uint64_t bytes) override;
   std::unique_ptr<BackendImage> adopt_image(const NativeImage& native, const ImageDesc& desc,
                                             std::uint32_t owner_family) override;

@@ -41,7 +41,9 @@ Device adopt_device(const AdoptInfo& info, std::source_location where) {
 NativeHandles native_handles(const Device& device, std::source_location where) {
   constexpr const char* fn = "vulkan::native_handles";
   FERRY_REQUIRE(static_cast<bool>(device) && device.is_open(), fn, "null or closed device", where);
-  const auto* vk = dynamic_cast<const detail::VulkanDevice*>(detail::access::state(device)->backend.get());
+  detail::BackendDevice* base = detail::access::state(device)->backend.get();
+  if (detail::BackendDevice* part = base->part(Backend::vulkan)) base = part;  // an interop pair's Vulkan side
+  const auto* vk = dynamic_cast<const detail::VulkanDevice*>(base);
   FERRY_REQUIRE(vk != nullptr, fn,
                 "the device is not a Vulkan device (backend " + std::string(to_string(device.backend())) + ")",
                 where);

@@ -452,8 +452,11 @@ class FERRY_API Device {
   ///  - Vulkan: `vulkan_final_layout` set (not UNDEFINED or PREINITIALIZED), a `concurrent`
   ///    image lists the owner's family;
   ///  - CUDA: the array's elements (size; channel kind for BC1-7), extent, layering and
-  ///    levels match `desc` (`cudaArrayGetInfo` on every level); ASTC is `unsupported`.
-  /// `unsupported`, with the reason: a backend without images (HIP, null, interop pairs).
+  ///    levels match `desc` (`cudaArrayGetInfo` on every level); ASTC is `unsupported`;
+  ///  - interop pairs: the Vulkan rules, an `exclusive` image, and the memory fields
+  ///    `NativeImage` lists for pairs (the import into CUDA checks them); ASTC and
+  ///    `concurrent` images are `unsupported`.
+  /// `unsupported`, with the reason: a backend without images (HIP, null).
   /// What cannot be checked is the caller's promise: the native image is live, of this
   /// device, in the stated layout and created as `NativeImage` describes.
   ///

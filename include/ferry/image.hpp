@@ -271,7 +271,30 @@ struct HostImageLevel {
 ///    bc7_unorm `...7` (bc7_srgb: `...7SRGB`); an array of another kind is `invalid_argument`.
 ///    ASTC formats have no CUDA array form (`unsupported`). HIP: not supported yet
 ///    (`unsupported`).
-///  - null backend and interop pairs: not supported (`unsupported`).
+///  - interop pairs (`vulkan_cuda`, `cuda_vulkan`; interop.hpp): an `exclusive` `VkImage` of
+///    the pair's `VkDevice` (`vulkan::native_handles`) with the Vulkan fields above, whose
+///    memory ferry also imports into CUDA (`cudaImportExternalMemory`, then
+///    `cudaExternalMemoryGetMappedMipmappedArray` of the stated shape), so that copies run on
+///    the executor's API: a Vulkan queue copies into the `VkImage`, a CUDA stream into the
+///    imported array. The image is created with `VkExternalMemoryImageCreateInfo` and its
+///    memory allocated with `VkExportMemoryAllocateInfo`, both for
+///    `VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT`, and the pair needs five more fields
+///    (`vulkan::with_exported_memory` fills them): `vulkan_memory`, the `VkDeviceMemory` it
+///    is bound to; `vulkan_memory_offset`, the bind offset; `vulkan_memory_size`, the
+///    allocation's `allocationSize` (Vulkan has no query of it, and the import maps the whole
+///    allocation); `vulkan_dedicated`, whether it was allocated for this image alone
+///    (`VkMemoryDedicatedAllocateInfo`, which CUDA's import must be told); and
+///    `vulkan_usage`, the image's `VkImageUsageFlags` (TRANSFER_SRC and TRANSFER_DST at least;
+///    with COLOR_ATTACHMENT the import is made as a color attachment's, whose layout CUDA
+///    otherwise does not assume). Around every copy the Vulkan side's queue releases the
+///    image to, or acquires it from, `VK_QUEUE_FAMILY_EXTERNAL`, as for the pair's buffers,
+///    with the layouts stated above. Formats: every uncompressed one and BC1-7 (ASTC has no
+///    CUDA array form: `unsupported`); a `concurrent` image is `unsupported`. ferry exports
+///    its own fd of the memory and owns its import, which it destroys with the `Image`
+///    handle: the engine frees the memory once the release point is reached and the handle
+///    is gone. Every missing or inconsistent field is `invalid_argument` naming it. A Vulkan
+///    device ignores these five fields; the host and CUDA backends refuse them.
+///  - null backend: not supported (`unsupported`).
 struct NativeImage {
   std::uint64_t host_pointer = 0;      ///< host backend: the image's memory; 0 = none
   std::uint64_t host_row_pitch = 0;    ///< host backend: level-0 row pitch in bytes (0 = tight)
@@ -281,6 +304,11 @@ struct NativeImage {
   std::uint32_t vulkan_final_layout = 0;  ///< VkImageLayout after every copy (required on Vulkan)
   MemorySharing vulkan_sharing = MemorySharing::exclusive;  ///< its VkSharingMode
   std::vector<std::uint32_t> vulkan_queue_families{};       ///< `concurrent`: its families
+  std::uint64_t vulkan_memory = 0;         ///< pairs: the VkDeviceMemory the image is bound to; 0 = none
+  std::uint64_t vulkan_memory_offset = 0;  ///< pairs: the image's offset in `vulkan_memory`
+  std::uint64_t vulkan_memory_size = 0;    ///< pairs: `vulkan_memory`'s allocationSize
+  bool vulkan_dedicated = false;           ///< pairs: `vulkan_memory` is a dedicated allocation of the image
+  std::uint32_t vulkan_usage = 0;          ///< pairs: the image's VkImageUsageFlags
   std::uint64_t cuda_array = 0;        ///< CUDA: cudaArray_t / cudaMipmappedArray_t; 0 = none
   bool cuda_mipmapped = false;         ///< `cuda_array` is a mipmapped array
 

@@ -31,6 +31,24 @@
 ///    by its API's backend. One view alone is `unsupported` (neither API can derive the
 ///    other's). The buffer must allow the hand-off to `VK_QUEUE_FAMILY_EXTERNAL` that ferry
 ///    records for it, as pool buffers do (created for external memory).
+///  - **images** (`Device::adopt_image`): an engine's EXCLUSIVE `VkImage` of the pair's
+///    `VkDevice` (`vulkan::native_handles` gives it), created for external memory and bound to
+///    memory exportable as an opaque fd, which the engine states beside the image
+///    (`vulkan::with_exported_memory`; image.hpp, `NativeImage`). ferry exports that memory
+///    and imports it into CUDA as a mipmapped array of the stated shape, so a Vulkan executor
+///    copies into the `VkImage` and a CUDA executor into the array; around each copy the
+///    Vulkan side releases the image to, or acquires it from, `VK_QUEUE_FAMILY_EXTERNAL`. A
+///    frame uploaded on the executor reaches a consumer of the other API with no host wait.
+///
+/// **Validation.** The Vulkan validation layer tracks a timeline's value from the Vulkan
+/// operations it sees, and a pair's CUDA streams signal the same timelines. To the layer a
+/// Vulkan submission that waits on a CUDA signal never completes, so every object it used
+/// stays "in use": destroying a buffer or image, or freeing its memory, after its release
+/// point is reported (`VUID-vkDestroyBuffer-buffer-00922`, `VUID-vkDestroyImage-image-01000`,
+/// `VUID-vkFreeMemory-memory-00677`) although the point has passed. With
+/// `PairOptions::validation` ferry prints these (and the semaphore-value IDs of the same
+/// cause) without counting them; an engine with its own messenger on the pair's `VkDevice`
+/// sees them too, and should filter the same IDs on pair devices only.
 ///
 /// Everything else (the pool, upload modes, batches, staging, snapshots) is the same front end
 /// as on one API; `Device::host_waits()` shows that a steady-state loop never blocks the host.
@@ -40,7 +58,8 @@
 /// Not supported (typed `unsupported` errors): HIP pairings (HIP on Linux does not import
 /// timeline semaphores: `hipImportExternalSemaphore` documents no timeline fd type there, so a
 /// HIP stream cannot wait on a Vulkan timeline without a host round trip, which ferry does not
-/// hide behind this API); adopting an engine's `VkDevice` into a pair; Vulkan drivers without
+/// hide behind this API); adopting an engine's `VkDevice` into a pair; CONCURRENT images and
+/// ASTC images (CUDA arrays have no ASTC form); Vulkan drivers without
 /// `VK_KHR_external_memory_fd`, `VK_KHR_external_semaphore_fd` (timeline export) or
 /// `VK_EXT_external_memory_host`.
 ///

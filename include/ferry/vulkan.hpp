@@ -143,9 +143,12 @@ struct NativeHandles {
   bool synchronization2 = false;
 };
 
-/// @brief The handles of `device`. Errors: `invalid_argument` for a null or closed device, or
-/// a device of another backend (interop pairs included); `unsupported` in a build without the
-/// Vulkan backend. Thread-safety: like every Device method.
+/// @brief The handles of `device`. On an interop pair (interop.hpp) they are its Vulkan
+/// device's, on which the engine creates the images it adopts into the pair; the queues of
+/// the role the pair gives CUDA are then not the pair's. Errors: `invalid_argument` for a
+/// null or closed device, or a device with no Vulkan device (another backend);
+/// `unsupported` in a build without the Vulkan backend. Thread-safety: like every Device
+/// method.
 FERRY_API NativeHandles native_handles(const Device& device,
                                        std::source_location where = std::source_location::current());
 
@@ -292,6 +295,23 @@ FERRY_API EngineAcquire engine_acquire(const DeviceBuffer& buffer, const Timelin
   n.vulkan_sharing = sharing;
   n.vulkan_queue_families.assign(families.begin(), families.end());
   return n;
+}
+
+/// @brief Add to `image` (from `native_image`) the memory an interop pair imports into CUDA
+/// (image.hpp, NativeImage, "interop pairs"): the `VkDeviceMemory` the image is bound to,
+/// exportable as an opaque fd, the bind offset, the allocation's `allocationSize`, whether
+/// it is a dedicated allocation of the image, and the image's usage flags. Checked by
+/// `adopt_image`, not here.
+[[nodiscard]] inline NativeImage with_exported_memory(NativeImage image, VkDeviceMemory memory, VkDeviceSize offset,
+                                                      VkDeviceSize allocation_size, bool dedicated,
+                                                      VkImageUsageFlags usage) {
+  static_assert(sizeof(memory) <= sizeof(image.vulkan_memory));
+  std::memcpy(&image.vulkan_memory, &memory, sizeof(memory));
+  image.vulkan_memory_offset = offset;
+  image.vulkan_memory_size = allocation_size;
+  image.vulkan_dedicated = dedicated;
+  image.vulkan_usage = usage;
+  return image;
 }
 
 /// @brief Hand the acquire of ferry's latest copy of `image` (layout plus ownership) and its

@@ -7,14 +7,19 @@
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <vulkan/vulkan.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "conformance.hpp"
+#include "ferry/vulkan.hpp"
+#include "vulkan_image.hpp"
 
 using namespace ferry;
 
@@ -27,6 +32,79 @@ struct EngineStream {
   cudaStream_t stream = nullptr;
   EngineStream() { REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess); }
   ~EngineStream() { (void)cudaStreamDestroy(stream); }
+};
+
+/// The loader's vkGetInstanceProcAddr (libvulkan.so.1, which the pair's Vulkan side opens too).
+PFN_vkGetInstanceProcAddr vulkan_loader() {
+  static void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+  REQUIRE((gipa != nullptr));
+  return gipa;
+}
+
+/// The engine's VkImage on the pair's VkDevice (testkit/vulkan_image.hpp), made for export:
+/// created for external memory, bound to a dedicated allocation exportable as an opaque fd, in
+/// UNDEFINED layout, sampled after every copy, EXCLUSIVE; described with its memory for the
+/// pair's import into CUDA. Null, with the reason, for ASTC (no CUDA array form) and for what
+/// the device cannot make. The image cases of the suite run on it (conformance/image.cpp).
+std::unique_ptr<conformance::ForeignImage> pair_image(Device& dev, const ImageDesc& desc, std::string& why_not) {
+  if (static_cast<std::uint16_t>(desc.format) >= static_cast<std::uint16_t>(ImageFormat::astc_4x4_unorm)) {
+    why_not = "CUDA arrays have no ASTC form, so a pair cannot import the image";
+    return nullptr;
+  }
+  const vulkan::NativeHandles h = vulkan::native_handles(dev);
+  const testkit::VulkanImageFns f = testkit::load_vulkan_image_fns(vulkan_loader(), h.instance, h.device);
+  const testkit::VulkanEngineImage made =
+      testkit::make_vulkan_engine_image(f, h.physical_device, h.device, desc, /*exportable=*/true);
+  if (!made.skipped.empty()) {
+    why_not = made.skipped;
+    return nullptr;
+  }
+  auto out = std::make_unique<conformance::ForeignImage>();
+  out->native = made.native();
+  out->desc = desc;
+  const VkDevice device = h.device;
+  out->free = [f, device, made] { made.destroy(f, device); };
+  return out;
+}
+
+/// The engine's own CUDA view of an exported image's memory: its import and the mipmapped
+/// array of the image's shape, as the engine's CUDA kernels would read it.
+struct EngineCudaView {
+  cudaExternalMemory_t memory = nullptr;
+  cudaMipmappedArray_t levels = nullptr;
+  EngineCudaView(Device& dev, const NativeImage& native, const ImageDesc& desc, cudaChannelFormatDesc channels) {
+    const vulkan::NativeHandles h = vulkan::native_handles(dev);
+    const auto gdpa = reinterpret_cast<PFN_vkGetDeviceProcAddr>(vulkan_loader()(h.instance, "vkGetDeviceProcAddr"));
+    const auto get_fd = reinterpret_cast<PFN_vkGetMemoryFdKHR>(gdpa(h.device, "vkGetMemoryFdKHR"));
+    REQUIRE((get_fd != nullptr));
+    VkMemoryGetFdInfoKHR info{};
+    info.sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR;
+    std::memcpy(&info.memory, &native.vulkan_memory, sizeof(info.memory));
+    info.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+    int fd = -1;
+    REQUIRE(get_fd(h.device, &info, &fd) == VK_SUCCESS);
+    cudaExternalMemoryHandleDesc handle{};
+    handle.type = cudaExternalMemoryHandleTypeOpaqueFd;
+    handle.handle.fd = fd;
+    handle.size = native.vulkan_memory_size;
+    handle.flags = native.vulkan_dedicated ? cudaExternalMemoryDedicated : 0;
+    REQUIRE(cudaImportExternalMemory(&memory, &handle) == cudaSuccess);
+    cudaExternalMemoryMipmappedArrayDesc shape{};
+    shape.offset = native.vulkan_memory_offset;
+    shape.formatDesc = channels;
+    shape.extent.width = desc.width;
+    shape.extent.height = desc.height;
+    shape.numLevels = desc.mip_levels;
+    REQUIRE(cudaExternalMemoryGetMappedMipmappedArray(&levels, memory, &shape) == cudaSuccess);
+  }
+  ~EngineCudaView() {
+    if (levels != nullptr) CHECK(cudaFreeMipmappedArray(levels) == cudaSuccess);
+    if (memory != nullptr) CHECK(cudaDestroyExternalMemory(memory) == cudaSuccess);
+  }
+  EngineCudaView(const EngineCudaView&) = delete;
+  EngineCudaView& operator=(const EngineCudaView&) = delete;
 };
 
 }  // namespace
@@ -127,6 +205,111 @@ CONFORMANCE_CASE("interop: many random uploads consumed by the other API, no hos
   conformance::finish_device(dev);  // before the engine's stream goes
 }
 
+// A frame from a Vulkan image to a CUDA consumer, the engine's bar for the pair's images: the
+// upload runs on the executor's API, the consumer on the CUDA side reads the image through a
+// CUDA array of its memory, ordered after the copy on the GPU (the owner's wait), and no
+// ferry call waits on the host from the upload to the consumer's enqueued read. On
+// vulkan_cuda the consumer is the engine's stream (the adopted owner), reading its own import
+// of the memory; on cuda_vulkan the owner is a Vulkan queue and the CUDA side is the
+// executor, whose download reads ferry's import after the owner's hand-back.
+CONFORMANCE_CASE("interop: a frame in a Vulkan image reaches the CUDA side with no host wait") {
+  Device dev = conformance::open_device();
+  std::unique_ptr<EngineStream> engine;
+  Queue owner = dev.queue(QueueRole::compute);
+  if (kPair == Backend::vulkan_cuda) {
+    engine = std::make_unique<EngineStream>();
+    owner = dev.adopt_queue(QueueRole::compute, NativeQueue{.handle = engine->stream}, "engine");
+  }
+  Transfer transfer(dev);
+  const ImageDesc desc{.format = ImageFormat::rgba8_unorm, .width = 301, .height = 157, .mip_levels = 3};
+  std::string why_not;
+  auto foreign = pair_image(dev, desc, why_not);
+  REQUIRE_MESSAGE(foreign != nullptr, why_not);
+  std::vector<ImageRegion> regions;
+  std::uint64_t bytes = 0;
+  for (std::uint32_t l = 0; l < desc.mip_levels; ++l) {
+    regions.push_back(ImageRegion::whole_level(desc, l, bytes));
+    bytes += (region_bytes(format_info(desc.format), regions.back()) + 15) / 16 * 16;
+  }
+  HostBuffer frame = dev.host_pool().allocate(bytes);
+  conformance::fill_pattern(frame.span(), 41);
+  HostBuffer back = dev.host_pool().allocate(bytes);
+  std::memset(back.data(), 0, bytes);
+  {
+    Image image = dev.adopt_image(foreign->native, desc, owner, {.tag = "frame"});
+    std::unique_ptr<EngineCudaView> view;
+    if (kPair == Backend::vulkan_cuda) {
+      view = std::make_unique<EngineCudaView>(dev, foreign->native, desc, cudaCreateChannelDesc(8, 8, 8, 8, cudaChannelFormatKindUnsigned));
+    }
+    const std::uint64_t waits_before = dev.host_waits();
+    const TimelinePoint uploaded = transfer.upload_image(frame, image, regions);  // the owner waits on the GPU
+    TimelinePoint consumed;
+    if (kPair == Backend::vulkan_cuda) {
+      for (const ImageRegion& r : regions) {  // the engine's reads, on its stream after the upload call
+        cudaArray_t level = nullptr;
+        REQUIRE(cudaGetMipmappedArrayLevel(&level, view->levels, r.mip_level) == cudaSuccess);
+        const std::size_t row = std::size_t{r.width} * 4;
+        REQUIRE(cudaMemcpy2DFromArrayAsync(back.data() + r.buffer_offset, row, level, 0, 0, row, r.height,
+                                           cudaMemcpyDeviceToHost, engine->stream) == cudaSuccess);
+      }
+    } else {
+      consumed = transfer.download_image(image, back, regions);  // the CUDA executor, through ferry's import
+    }
+    const std::uint64_t waits = dev.host_waits() - waits_before;
+    CHECK_MESSAGE(waits == 0, waits << " host waits between the upload and the consumer's read");
+    if (kPair == Backend::vulkan_cuda) {
+      REQUIRE(cudaStreamSynchronize(engine->stream) == cudaSuccess);  // the engine's own wait
+    } else {
+      consumed.wait(std::chrono::minutes(1));
+    }
+    CHECK(uploaded.reached());
+    image.release().wait(std::chrono::minutes(1));
+  }
+  for (const ImageRegion& r : regions) {
+    const std::size_t n = region_bytes(format_info(desc.format), r);
+    CHECK_MESSAGE(std::memcmp(back.data() + r.buffer_offset, frame.data() + r.buffer_offset, n) == 0,
+                  "mip level " << r.mip_level << " read on the CUDA side differs from the frame uploaded");
+  }
+  foreign.reset();                  // the engine's image goes before the VkDevice it was made on
+  conformance::finish_device(dev);  // before the engine's stream goes
+}
+
+CONFORMANCE_CASE("interop: an image without its exportable memory, or concurrent, is refused") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  const ImageDesc desc{.format = ImageFormat::rgba8_unorm, .width = 64, .height = 32};
+  std::string why_not;
+  auto foreign = pair_image(dev, desc, why_not);
+  REQUIRE_MESSAGE(foreign != nullptr, why_not);
+  using conformance::expect_error;
+  const auto refused = [&](ErrorCode code, NativeImage n, const char* what) {
+    expect_error(code, [&] { (void)dev.adopt_image(n, desc, owner); }, what);
+  };
+  NativeImage n = foreign->native;
+  n.vulkan_memory = 0;
+  refused(ErrorCode::invalid_argument, n, "no vulkan_memory");
+  n = foreign->native;
+  n.vulkan_memory_size = 0;
+  refused(ErrorCode::invalid_argument, n, "no vulkan_memory_size");
+  n = foreign->native;
+  n.vulkan_memory_offset = 256;
+  refused(ErrorCode::invalid_argument, n, "an offset into a dedicated allocation");
+  n = foreign->native;
+  n.vulkan_usage = VK_IMAGE_USAGE_SAMPLED_BIT;
+  refused(ErrorCode::invalid_argument, n, "a usage without the transfer bits");
+  n = foreign->native;
+  n.cuda_array = 1;
+  refused(ErrorCode::invalid_argument, n, "a CUDA field");
+  n = foreign->native;
+  n.vulkan_sharing = MemorySharing::concurrent;
+  refused(ErrorCode::unsupported, n, "a concurrent image");
+  const ImageDesc astc{.format = ImageFormat::astc_4x4_unorm, .width = 64, .height = 32};
+  expect_error(ErrorCode::unsupported, [&] { (void)dev.adopt_image(foreign->native, astc, owner); },
+               "ASTC (no CUDA array form)");
+  foreign.reset();  // the engine's image goes before the VkDevice it was made on
+  conformance::finish_device(dev);
+}
+
 int main(int argc, char** argv) {
   if (int skip = conformance::presence_check(kPair)) return skip;
   // The Vulkan side runs under validation when the layer is there (CI has no pair device).
@@ -140,6 +323,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   conformance::configure({.backend = kPair, .validation = validation});
+  conformance::set_image_allocator(&pair_image);
   if (validation) {
     conformance::set_end_of_case_check([](Device& dev) {
       const std::uint64_t n = dev.validation_messages();
