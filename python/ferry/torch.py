@@ -936,17 +936,43 @@ class Stash:
                 pass
 
 
-def stash(tensors: Any, *, stream: Any = None) -> Stash:
+_stash_keepers: dict[int, torch.cuda.Stream] = {}
+
+
+def _stash_keeper(device: torch.device) -> torch.cuda.Stream:
+    """The stream a deferred stash records its storages' use on (one per device, running
+    nothing but waits for the stashes' copies): the caching allocator hands a block freed with
+    such a record out again once the stream's work at the free has completed."""
+    s = _stash_keepers.get(device.index)
+    if s is None:
+        with _lock:
+            s = _stash_keepers.get(device.index)
+            if s is None:
+                s = torch.cuda.Stream(device)
+                _stash_keepers[device.index] = s
+    return s
+
+
+def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     """Stash CUDA tensors (parameters, optimizer state, views of them) in pinned host memory
     and free their device storage, with no host wait and no ``record_stream``.
 
     - One D2H copy per storage, on ferry's transfer stream, into one pinned host allocation,
       after the work `stream` (default: the current stream) has enqueued so far.
-    - The device storage is freed at once, in `stream`'s order: `stream` waits on the device
-      for the copy first, so the caching allocator hands the bytes out again only after the
-      copy has read them. `stream` must be the stream the storages were allocated on (the
-      caching allocator reuses a block in its allocation stream's order), as with PyTorch's
-      own ``resize_(0)`` stashing.
+    - The device storage is freed at once, and the caching allocator hands the bytes out again
+      only after the copy has read them. `stream` must be the stream the storages were
+      allocated on (the caching allocator reuses a block in its allocation stream's order), as
+      with PyTorch's own ``resize_(0)`` stashing. `free` chooses how:
+
+      - ``"ordered"`` (default): `stream` waits on the device for the copy, and the blocks are
+        free in its order at once. The footprint never grows: work enqueued on `stream` after
+        the call may reuse the bytes, and therefore runs after the copy.
+      - ``"deferred"``: `stream` does not wait. The blocks go back to the caching allocator
+        once the copy completes (a stream-use record on a stream of ferry's that waits for the
+        copy on the device, as ``record_stream`` would keep them), so work enqueued on
+        `stream` after the call overlaps the copy; an allocation made meanwhile takes other
+        memory, as it would with ``record_stream``. For steps whose compute after the stash
+        allocates little.
     - The tensors keep their identity, dtype, shape, strides and views of one another. While
       stashed they are **CPU tensors over the host copy**: device code that reads one by
       accident raises PyTorch's device-mismatch error instead of reading freed memory, and host
@@ -961,10 +987,12 @@ def stash(tensors: Any, *, stream: Any = None) -> Stash:
     Raises:
         ferry.Error: a non-tensor, a tensor not on one CUDA device (a stashed tensor is a CPU
         tensor), a sparse, quantized, nested or meta tensor, a storage held by tensors that
-        were not passed, a bad `stream`. Nothing is copied or freed then.
+        were not passed, a bad `stream` or `free`. Nothing is copied or freed then.
     """
     items = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
     _check_stream("stream", stream)
+    if free not in ("ordered", "deferred"):
+        raise Error("invalid_argument", f"ferry.torch.stash: free is {free!r}, not 'ordered' or 'deferred'")
     unique: list[torch.Tensor] = []
     seen: set[int] = set()
     for i, t in enumerate(items):
@@ -1025,12 +1053,19 @@ def stash(tensors: Any, *, stream: Any = None) -> Stash:
     host_buffer = dev.host_pool.adopt(host.data_ptr(), max(total, 1))
     after = owner.mark()  # the work `stream` enqueued on the tensors so far
     order = list(groups.values())
-    # Each storage's release is ordered after its download's read: the caching allocator
-    # reuses the storage only after the copy.
+    # Each storage's reuse is ordered after its download's read: "ordered" makes `stream` wait
+    # for the copy, "deferred" records the storage's use on a stream that waits for it, so the
+    # caching allocator keeps the block until that stream's work (the wait) completes.
+    ordered = free == "ordered"
     ready = xfer._download_adopted_raw(list(groups.keys()), [g.nbytes for g in order], owner, after, host_buffer,
-                                       [g.offset for g in order], "ferry.torch.stash")
+                                       [g.offset for g in order], "ferry.torch.stash", ordered)
     if ready.empty:
         ready = xfer.executor.mark()
+    if not ordered:
+        keeper = _stash_keeper(device)
+        _adopted_queue((backend, device.index), dev, keeper).wait(ready)
+        for g in order:
+            g.tensors[0].record_stream(keeper)
     typed: dict[torch.dtype, torch.Tensor] = {}
     for g in order:
         _repoint(g, host, g.offset, typed)

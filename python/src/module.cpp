@@ -1531,7 +1531,8 @@ NB_MODULE(_ferry, m) {
       .def("_download_adopted_raw", [](PyTransfer& t, const std::vector<std::uint64_t>& pointers,
                                        const std::vector<std::uint64_t>& sizes, const ferry::Queue& owner,
                                        const ferry::TimelinePoint& ready_after, const PyHostBuffer& host,
-                                       const std::vector<std::uint64_t>& host_offsets, const std::string& tag) {
+                                       const std::vector<std::uint64_t>& host_offsets, const std::string& tag,
+                                       bool owner_waits) {
              constexpr const char* fn = "Transfer._download_adopted_raw";
              check_adopted_ranges(fn, pointers, sizes, host_offsets, host.buffer);
              ferry::Transfer& x = t.get();
@@ -1541,7 +1542,9 @@ NB_MODULE(_ferry, m) {
              // mark and wait on the owner per range. The owner then waits once for the last
              // download, which follows every other (the executor's copies complete in order),
              // so its order, and any reuse that follows it, comes after every read; also when
-             // a range fails after others were enqueued.
+             // a range fails after others were enqueued. Without `owner_waits` the caller
+             // orders the reuse after the returned point itself (ferry.torch's deferred free),
+             // except on failure, where the owner still waits for what was enqueued.
              const ferry::Queue exec = x.executor();
              ferry::Queue target = owner;  // a handle: waits are enqueued through a copy
              ferry::TimelinePoint last;
@@ -1556,12 +1559,14 @@ NB_MODULE(_ferry, m) {
                if (!last.empty()) target.wait(last);
                throw;
              }
-             if (!last.empty()) target.wait(last);
+             if (owner_waits && !last.empty()) target.wait(last);
              return last;
            }, "pointers"_a, "sizes"_a, "owner"_a, "ready_after"_a, "host"_a, "host_offsets"_a, "tag"_a = "",
+           "owner_waits"_a = true,
            "For each range: adopt `sizes[i]` device bytes at `pointers[i]` (owned by `owner`, free for "
            "ferry after `ready_after`), download them to `host` at `host_offsets[i]`, and release "
-           "the adoption, so the owner is ordered after the read. Returns the point at which every "
+           "the adoption; with `owner_waits` the owner is then ordered after the reads, without it "
+           "the caller orders any reuse after the returned point. Returns the point at which every "
            "byte is in host memory (empty when every size is 0). ferry.torch's stash path.")
       .def("_upload_adopted_raw", [](PyTransfer& t, const std::vector<std::uint64_t>& pointers,
                                      const std::vector<std::uint64_t>& sizes, const ferry::Queue& owner,

@@ -368,16 +368,17 @@ def test_stash_and_restore_keep_identity_views_and_bytes():
     assert int((base[1000:3000] == 7).sum()) == 2000
 
 
-def test_stash_frees_at_once_and_nothing_written_after_it_reaches_the_copy():
-    # The stash frees the storage at once: main's next allocation of the same size gets the
-    # same block and writes it immediately. The host copy and the restore must hold the
-    # stashed bytes all the same.
+@pytest.mark.parametrize("free", ["ordered", "deferred"])
+def test_stash_frees_at_once_and_nothing_written_after_it_reaches_the_copy(free):
+    # The stash frees the storage at once: main's next allocation of the same size may get the
+    # same block and write it immediately. The host copy and the restore must hold the stashed
+    # bytes all the same.
     n = 64 << 20
     tensors = [torch.full((n,), i + 1, dtype=torch.uint8, device="cuda") for i in range(8)]
     torch.cuda.synchronize()
     for step in range(4):
         torch.cuda._sleep(50_000_000)  # queued work before the stash, as in a real step
-        s = ft.stash(tensors)
+        s = ft.stash(tensors, free=free)
         scratch = [torch.full((n,), 0xEE, dtype=torch.uint8, device="cuda") for _ in tensors]
         s.synchronize()
         bad = [i for i, t in enumerate(tensors) if int((t != i + 1).sum())]
@@ -387,6 +388,33 @@ def test_stash_frees_at_once_and_nothing_written_after_it_reaches_the_copy():
         s.wait()
         bad = [i for i, t in enumerate(tensors) if int((t != i + 1).sum())]
         assert bad == [], f"step {step}: restored tensors {bad} are corrupt"
+
+
+def test_stash_free_order_decides_whether_the_stream_waits_for_the_copy():
+    # "ordered": main waits for the D2H on the device, so work enqueued on main after the call
+    # completes after the copy. "deferred": main does not wait, so that work completes while the
+    # copy (1 GiB, tens of milliseconds) still runs, and the block is not reused under it.
+    n = 1 << 30
+    for free in ("ordered", "deferred"):
+        state = torch.full((n,), 5, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        s = ft.stash([state], free=free)
+        after = torch.cuda.Event()
+        after.record()
+        after.synchronize()
+        if free == "ordered":
+            assert s.ready.reached(), "ordered: main's work after the stash completed before the copy"
+        else:
+            assert not s.ready.reached(), "deferred: main's work after the stash waited for the copy"
+            taken = torch.full((n,), 0xEE, dtype=torch.uint8, device="cuda")  # may not take the block yet
+            s.synchronize()
+            assert int((state != 5).sum()) == 0, "deferred: the copy read bytes written after the stash"
+            del taken
+        s.restore()
+        s.wait()
+        assert int((state != 5).sum()) == 0
+        del state, s
+        torch.cuda.empty_cache()
 
 
 def test_stash_refuses_a_storage_that_an_unpassed_view_still_uses():

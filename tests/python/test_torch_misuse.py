@@ -181,3 +181,9 @@ def test_stash_refuses_a_stream_that_is_not_a_stream():
     with pytest.raises(ferry.Error) as e:
         ft.stash([torch.zeros(4)], stream=42)
     assert e.value.code == "invalid_argument" and "torch.cuda.Stream" in e.value.message
+
+
+def test_stash_refuses_an_unknown_free_order():
+    t = torch.zeros(4)
+    refused("invalid_argument", lambda: ft.stash([t], free="later"), "free", "'ordered' or 'deferred'")
+    assert t.device.type == "cpu" and int(t.sum()) == 0  # untouched

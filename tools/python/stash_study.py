@@ -4,13 +4,15 @@
 PyTorch users do it today, in one process on one GPU.
 
     PYTHONPATH=build/python python3 tools/python/stash_study.py [--tensors 64] [--mib 32]
-        [--steps 24] [--json FILE]
+        [--steps 24] [--workloads reuse,compute] [--json FILE] [--snapshot DIR]
 
 The state is ``--tensors`` CUDA tensors of ``--mib`` MiB each (optimizer-state-shaped). Each
-step stashes the state, then runs a forward that allocates blocks of the same sizes on the
-main stream and writes them at once (the memory the stash freed), then restores the state
-and makes the main stream wait for it, then checks every state tensor's bytes on the GPU
-(the check is outside the timings). The ways:
+step stashes the state, runs a forward, restores the state and makes the main stream wait for
+it, then checks every state tensor's bytes on the GPU (the check is outside the host timings).
+Two forwards (``Workload``): ``reuse`` allocates blocks of the stashed sizes on the main stream
+and writes them at once (the memory the stash freed: the NaN bug's setup); ``compute`` runs
+``--matmuls`` bf16 matmuls of ``--matmul-n`` operands allocated once (compute that needs none
+of the freed memory). The ways:
 
 - ``record_stream``: EMS's way. Pinned CPU buffers; on a D2H side stream after
   ``wait_stream(main)``, ``copy_(non_blocking=True)``; ``record_stream(d2h)`` then
@@ -20,21 +22,21 @@ and makes the main stream wait for it, then checks every state tensor's bytes on
   ``resize_(0)`` instead of ``record_stream``.
 - ``unsafe``: the same with neither (the NaN bug): the freed bytes are reused mid-copy.
 - ``ferry``: ``s = ferry.torch.stash(state)``, ``s.restore()``, ``s.wait(main)``.
+- ``ferry_deferred``: the same with ``stash(state, free="deferred")``.
 
-Printed per way: peak reserved, host time in the stash and restore calls (median per step),
-corrupt steps (a state tensor whose restored bytes differ), and the D2H and H2D bandwidth of
-one stash and one restore of the whole state on an idle GPU beside torch's pinned ``copy_``
-of the same bytes.
+Printed per workload and way: peak reserved, host time in the stash and restore calls (median
+per step), step time (median wall time of a whole step, the byte check included, the same for
+every way), the kernel overlap of the D2H and of the H2D copies (the share of their time
+during which a kernel runs, from a torch.profiler CUDA trace of one more step), and corrupt
+steps. Then the D2H and H2D bandwidth of one stash and one restore of the whole state on an
+idle GPU beside torch's pinned ``copy_`` of the same bytes, and the interleaving study: the
+main stream's small H2D copies while a bulk restore of ``--tables`` tables of ``--table-mib``
+runs, idle, beside torch's one bulk ``copy_`` and its 32 MiB chunks.
 
-Also printed: step time (median wall time of a whole step, the byte check included, the same
-for every way), and the interleaving study: the main stream's small H2D copies while a bulk
-restore of ``--tables`` tables of ``--table-mib`` runs, idle, beside torch's one bulk
-``copy_`` and its 32 MiB chunks.
-
-Bars (same run): ferry's stash and restore bandwidth ≥ 0.95 × torch's pinned ``copy_``;
-ferry's peak reserved ≤ 1.02 × ``host_sync``'s; ferry's host time ≤ 1.5 × ``record_stream``'s;
-ferry's corrupt steps 0; no host wait in ferry's calls (``Device.host_waits``); ferry's step
-time ≤ 1.02 × ``record_stream``'s.
+Bars (same run), for each ferry way in each workload: peak reserved ≤ 1.02 × ``host_sync``'s;
+host time ≤ 1.5 × ``record_stream``'s; corrupt steps 0; no host wait in ferry's calls
+(``Device.host_waits``); step time ≤ 1.02 × ``record_stream``'s. Also stash and restore
+bandwidth ≥ 0.95 × torch's pinned ``copy_``.
 """
 import argparse
 import json
@@ -59,21 +61,43 @@ def corrupt(torch, state):
     return int(bad) != 0
 
 
-def forward(torch, count, nbytes):
-    # Allocates what the stash freed and writes it at once.
-    return [torch.full((nbytes,), 0xEE, dtype=torch.uint8, device="cuda") for _ in range(count)]
+class Workload:
+    """What a step runs between the stash and the restore.
+
+    - ``reuse``: allocates blocks of the stashed sizes on the main stream and writes them at
+      once: the memory the stash freed (the NaN bug's setup).
+    - ``compute``: ``matmuls`` bf16 matmuls of ``n`` × ``n`` operands allocated once, before
+      the run, into an output allocated once: compute that needs none of the freed memory.
+    """
+
+    def __init__(self, torch, kind, count, nbytes, matmuls, n):
+        self.torch, self.kind, self.count, self.nbytes, self.matmuls = torch, kind, count, nbytes, matmuls
+        if kind == "compute":
+            self.a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+            self.b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+            self.out = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+
+    def forward(self):
+        torch = self.torch
+        if self.kind == "reuse":
+            activations = [torch.full((self.nbytes,), 0xEE, dtype=torch.uint8, device="cuda")
+                           for _ in range(self.count)]
+            del activations
+            return
+        for _ in range(self.matmuls):
+            torch.matmul(self.a, self.b, out=self.out)
 
 
-def run_torch_way(torch, way, count, nbytes, steps):
+def torch_way(torch, way, count, nbytes, work):
+    """One step of a PyTorch way, as a closure over its state: returns (state, step), where
+    step() runs the stash, the forward and the restore and returns the host µs of the calls."""
     main = torch.cuda.current_stream()
     d2h, h2d = torch.cuda.Stream(), torch.cuda.Stream()
     state = make_state(torch, count, nbytes)
     host = [torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(count)]
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    host_us, step_us, bad_steps = [], [], 0
-    for _ in range(steps):
-        t0 = step0 = time.perf_counter()
+
+    def step():
+        t0 = time.perf_counter()
         d2h.wait_stream(main)
         with torch.cuda.stream(d2h):
             for t, h in zip(state, host):
@@ -87,8 +111,7 @@ def run_torch_way(torch, way, count, nbytes, steps):
                 t.record_stream(d2h)
             t.untyped_storage().resize_(0)
         stash_us = (time.perf_counter() - t0) * 1e6
-        activations = forward(torch, count, nbytes)
-        del activations
+        work.forward()
         t0 = time.perf_counter()
         for t in state:
             t.untyped_storage().resize_(nbytes)
@@ -97,40 +120,85 @@ def run_torch_way(torch, way, count, nbytes, steps):
             for t, h in zip(state, host):
                 t.copy_(h, non_blocking=True)
         main.wait_stream(h2d)
-        host_us.append(stash_us + (time.perf_counter() - t0) * 1e6)
-        bad_steps += corrupt(torch, state)
-        step_us.append((time.perf_counter() - step0) * 1e6)
-    torch.cuda.synchronize()
-    return {"way": way, "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-            "host_us_per_step": statistics.median(host_us), "step_us": statistics.median(step_us),
-            "corrupt_steps": bad_steps, "steps": steps}
+        return stash_us + (time.perf_counter() - t0) * 1e6, 0
+
+    return state, step
 
 
-def run_ferry(torch, ft, count, nbytes, steps):
+def ferry_way(torch, ft, free, count, nbytes, work):
+    """One step of ``ferry.torch.stash(state, free=free)``, ``restore``, ``wait``; the host
+    waits counted in the calls (``Device.host_waits``)."""
     main = torch.cuda.current_stream()
     state = make_state(torch, count, nbytes)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
     dev, _ = ft.engine(ft._gpu_backend(), torch.cuda.current_device())
-    host_us, step_us, bad_steps, host_waits = [], [], 0, 0
-    for _ in range(steps):
-        t0 = step0 = time.perf_counter()
+
+    def step():
+        t0 = time.perf_counter()
         waits = dev.host_waits
-        s = ft.stash(state)
+        s = ft.stash(state, free=free)
         stash_us = (time.perf_counter() - t0) * 1e6
-        activations = forward(torch, count, nbytes)
-        del activations
+        work.forward()
         t0 = time.perf_counter()
         s.restore()
         s.wait(main)
-        host_us.append(stash_us + (time.perf_counter() - t0) * 1e6)
-        host_waits += dev.host_waits - waits  # in the calls only: the check below syncs on its own
+        return stash_us + (time.perf_counter() - t0) * 1e6, dev.host_waits - waits
+
+    return state, step
+
+
+WAYS = ("record_stream", "host_sync", "unsafe", "ferry", "ferry_deferred")
+
+
+def make_way(torch, ft, way, count, nbytes, work):
+    if way == "ferry":
+        return ferry_way(torch, ft, "ordered", count, nbytes, work)
+    if way == "ferry_deferred":
+        return ferry_way(torch, ft, "deferred", count, nbytes, work)
+    return torch_way(torch, way, count, nbytes, work)
+
+
+def copy_overlap(torch, step):
+    """Kernel overlap of one profiled step: for the device-to-host and the host-to-device
+    copies, the share of their time (the union of their intervals) during which a kernel runs,
+    from torch.profiler's CUDA activity."""
+    from seed_study import function_events_to_trace, kernel_overlap
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    copies = {"d2h": [], "h2d": []}
+    kernels = []
+    for ev in function_events_to_trace(prof.events()):
+        lo, hi = float(ev["ts"]), float(ev["ts"]) + float(ev["dur"])
+        name = ev["name"].lower()
+        if ev["cat"] == "kernel":
+            kernels.append((lo, hi))
+        elif ev["cat"] == "gpu_memcpy" and ("dtoh" in name or "device -> pinned" in name):
+            copies["d2h"].append((lo, hi))
+        elif ev["cat"] == "gpu_memcpy" and ("htod" in name or "pinned -> device" in name):
+            copies["h2d"].append((lo, hi))
+    return {k: kernel_overlap(v, kernels)[0] for k, v in copies.items()}
+
+
+def run_way(torch, ft, way, count, nbytes, steps, work, profile):
+    state, step = make_way(torch, ft, way, count, nbytes, work)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    host_us, step_us, bad_steps, host_waits = [], [], 0, 0
+    for _ in range(steps):
+        step0 = time.perf_counter()
+        us, waits = step()
+        host_us.append(us)
+        host_waits += waits  # in the calls only: the check below syncs on its own
         bad_steps += corrupt(torch, state)
         step_us.append((time.perf_counter() - step0) * 1e6)
     torch.cuda.synchronize()
-    return {"way": "ferry", "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-            "host_us_per_step": statistics.median(host_us), "step_us": statistics.median(step_us),
-            "corrupt_steps": bad_steps, "steps": steps, "host_waits": host_waits}
+    row = {"way": way, "workload": work.kind, "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+           "host_us_per_step": statistics.median(host_us), "step_us": statistics.median(step_us),
+           "corrupt_steps": bad_steps, "steps": steps, "host_waits": host_waits}
+    if profile:
+        row["overlap"] = copy_overlap(torch, step)
+    return row
 
 
 def bandwidth(torch, ft, count, nbytes, reps=3):
@@ -228,6 +296,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tensors", type=int, default=64)
     ap.add_argument("--mib", type=int, default=32)
     ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--workloads", default="reuse,compute", help="reuse, compute or both (see Workload)")
+    ap.add_argument("--matmuls", type=int, default=24, help="matmuls of the compute workload's forward")
+    ap.add_argument("--matmul-n", type=int, default=8192)
     ap.add_argument("--tables", type=int, default=2, help="embedding tables of the interleaving study")
     ap.add_argument("--table-mib", type=int, default=1024)
     ap.add_argument("--small-kib", type=int, default=256, help="size of each of the main stream's small copies")
@@ -237,69 +308,90 @@ def main(argv=None) -> int:
                     help="also write PyTorch memory snapshots of 3 steps of the record_stream way and of "
                          "ferry (DIR/record_stream.pickle, DIR/ferry.pickle; open them in pytorch.org/memory_viz)")
     args = ap.parse_args(argv)
+    workloads = [w for w in args.workloads.split(",") if w]
+    if not workloads or any(w not in ("reuse", "compute") for w in workloads):
+        ap.error(f"--workloads {args.workloads!r}: a list of reuse and compute")
     import torch
     if not torch.cuda.is_available():
         print("stash_study: needs a CUDA GPU", file=sys.stderr)
         return 2
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # seed_study's trace helpers
     import ferry.torch as ft
     nbytes = args.mib << 20
     rows = []
-    for way in ("record_stream", "host_sync", "unsafe"):
-        rows.append(run_torch_way(torch, way, args.tensors, nbytes, args.steps))
+    for kind in workloads:
+        work = Workload(torch, kind, args.tensors, nbytes, args.matmuls, args.matmul_n)
+        for way in WAYS:
+            print(f"[stash_study] {kind}: {way}", file=sys.stderr, flush=True)
+            rows.append(run_way(torch, ft, way, args.tensors, nbytes, args.steps, work, profile=True))
+            torch.cuda.empty_cache()
+        del work
         torch.cuda.empty_cache()
-    rows.append(run_ferry(torch, ft, args.tensors, nbytes, args.steps))
-    torch.cuda.empty_cache()
     bw = bandwidth(torch, ft, args.tensors, nbytes)
     torch.cuda.empty_cache()
     inter = interleave(torch, ft, args.tables, args.table_mib << 20, args.small_kib << 10, args.small_copies)
     torch.cuda.empty_cache()
+    state_bytes = args.tensors * nbytes
+    serial_ms = (state_bytes / (bw["torch_d2h"] * 1e9) + state_bytes / (bw["torch_h2d"] * 1e9)) * 1e3
     print(f"stash study on {torch.cuda.get_device_name()} (torch {torch.__version__}): "
           f"{args.tensors} x {args.mib} MiB, {args.steps} steps")
-    print(f"{'way':<14} {'peak reserved GiB':>18} {'host ms/step':>13} {'step ms':>8} {'corrupt steps':>14}")
+    print(f"{'workload':<9} {'way':<15} {'peak reserved GiB':>18} {'host ms/step':>13} {'step ms':>8} "
+          f"{'D2H overlap':>12} {'H2D overlap':>12} {'corrupt steps':>14}")
+
+    def pct(v):
+        return "-" if v is None else f"{v:.0%}"
+
     for r in rows:
-        print(f"{r['way']:<14} {gib(r['peak_reserved_bytes']):>18.3f} {r['host_us_per_step'] / 1e3:>13.3f} "
-              f"{r['step_us'] / 1e3:>8.3f} {r['corrupt_steps']:>8} of {r['steps']}")
+        o = r.get("overlap", {})
+        print(f"{r['workload']:<9} {r['way']:<15} {gib(r['peak_reserved_bytes']):>18.3f} "
+              f"{r['host_us_per_step'] / 1e3:>13.3f} {r['step_us'] / 1e3:>8.3f} {pct(o.get('d2h')):>12} "
+              f"{pct(o.get('h2d')):>12} {r['corrupt_steps']:>8} of {r['steps']}")
     print("bandwidth GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in bw.items()))
+    print(f"the state's D2H then H2D at torch's bandwidth: {serial_ms:.1f} ms (a step whose forward reuses the "
+          "freed memory and whose footprint does not grow runs the two copies one after the other)")
     print(f"main stream's {args.small_copies} x {args.small_kib} KiB H2D copies while {args.tables} x "
           f"{args.table_mib} MiB are restored (GPU µs, median): " + ", ".join(f"{k} {v:.0f}" for k, v in inter.items()))
     if args.snapshot:
         os.makedirs(args.snapshot, exist_ok=True)
+        work = Workload(torch, "reuse", args.tensors, nbytes, args.matmuls, args.matmul_n)
         for way in ("record_stream", "ferry"):
             # Recorded apart from the measured runs: recording slows the host. No stacks, so
             # the files hold the allocator's events and segments only.
             torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python")
-            if way == "ferry":
-                run_ferry(torch, ft, args.tensors, nbytes, 3)
-            else:
-                run_torch_way(torch, way, args.tensors, nbytes, 3)
+            run_way(torch, ft, way, args.tensors, nbytes, 3, work, profile=False)
             path = os.path.join(args.snapshot, f"{way}.pickle")
             torch.cuda.memory._dump_snapshot(path)
             torch.cuda.memory._record_memory_history(enabled=None)
             torch.cuda.empty_cache()
             print(f"memory snapshot of 3 steps of {way}: {path}")
-    by = {r["way"]: r for r in rows}
-    f = by["ferry"]
+    by = {(r["workload"], r["way"]): r for r in rows}
     bars = [
         ("stash bandwidth ≥ 0.95 × torch D2H copy_", bw["ferry_stash"], 0.95 * bw["torch_d2h"], True),
         ("restore bandwidth ≥ 0.95 × torch H2D copy_", bw["ferry_restore"], 0.95 * bw["torch_h2d"], True),
-        ("peak reserved ≤ 1.02 × host_sync's", f["peak_reserved_bytes"], 1.02 * by["host_sync"]["peak_reserved_bytes"],
-         False),
-        ("host time ≤ 1.5 × record_stream's", f["host_us_per_step"], 1.5 * by["record_stream"]["host_us_per_step"],
-         False),
-        ("corrupt steps = 0", f["corrupt_steps"], 0, False),
-        ("host waits in stash/restore/wait = 0", f["host_waits"], 0, False),
-        ("step time ≤ 1.02 × record_stream's", f["step_us"], 1.02 * by["record_stream"]["step_us"], False),
     ]
+    for kind in workloads:
+        ems, synced = by[(kind, "record_stream")], by[(kind, "host_sync")]
+        for way in ("ferry", "ferry_deferred"):
+            f = by[(kind, way)]
+            bars += [
+                (f"{kind}: {way} peak reserved ≤ 1.02 × host_sync's", f["peak_reserved_bytes"],
+                 1.02 * synced["peak_reserved_bytes"], False),
+                (f"{kind}: {way} host time ≤ 1.5 × record_stream's", f["host_us_per_step"],
+                 1.5 * ems["host_us_per_step"], False),
+                (f"{kind}: {way} corrupt steps = 0", f["corrupt_steps"], 0, False),
+                (f"{kind}: {way} host waits in stash/restore/wait = 0", f["host_waits"], 0, False),
+                (f"{kind}: {way} step time ≤ 1.02 × record_stream's", f["step_us"], 1.02 * ems["step_us"], False),
+            ]
     verdicts = []
     for name, value, limit, at_least in bars:
         ok = value >= limit if at_least else value <= limit
         verdicts.append({"name": name, "value": value, "limit": limit, "pass": ok})
-        print(f"  {'PASS' if ok else 'FAIL'} ferry {name}: {value:.4g} (limit {limit:.4g})")
+        print(f"  {'PASS' if ok else 'FAIL'} {name}: {value:.4g} (limit {limit:.4g})")
     print(f"{sum(v['pass'] for v in verdicts)} of {len(verdicts)} bars met")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows,
-                       "bandwidth_gbps": bw,
+                       "bandwidth_gbps": bw, "serial_copy_ms": serial_ms,
                        "small_copies_us": inter, "bars": verdicts}, fh, indent=1)
     return 0
 
