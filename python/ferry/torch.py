@@ -187,12 +187,33 @@ def held_sources() -> int:
     return _ferry._torch_held_count()
 
 
-def synchronize() -> None:
-    """Wait on the host for every copy of every ``to`` call so far, and let go of the pinned
-    source tensors held for them."""
+# A stash's downloads run on a transfer queue of their own, beside the engine's (which runs
+# `to`'s uploads and the restores): the device's copy engines then read and write at once, as
+# PyTorch's separate D2H and H2D streams do, and a restore never queues behind a stash's copy
+# it does not read.
+_stash_engines: dict[tuple[Any, int], _ferry.Transfer] = {}
+# Per device, the point at which the latest restore's copy completes: a stash of tensors whose
+# restore no stream waited for yet must read them after it.
+_restoring: dict[int, _ferry.TimelinePoint] = {}
+
+
+def _stash_transfer(backend: _ferry.Backend, ordinal: int, dev: _ferry.Device) -> _ferry.Transfer:
+    """The Transfer that runs the stashes' downloads on `dev` (made on first use)."""
+    key = (backend, ordinal)
     with _lock:
-        engines = list(_engines.values())
-    for _, xfer in engines:
+        x = _stash_engines.get(key)
+        if x is None:
+            x = _ferry.Transfer(dev, dev.create_queue(_ferry.QueueRole.transfer, "ferry.torch stash"), staging=False)
+            _stash_engines[key] = x
+        return x
+
+
+def synchronize() -> None:
+    """Wait on the host for every copy of every ``to`` call and stash so far, and let go of the
+    pinned source tensors held for them."""
+    with _lock:
+        transfers = [x for _, x in _engines.values()] + list(_stash_engines.values())
+    for xfer in transfers:
         xfer.synchronize()
     _release_reached()
 
@@ -204,10 +225,13 @@ def _close_engines() -> None:
     opens a fresh engine."""
     with _lock:
         engines = list(_engines.values())
+        stashes = list(_stash_engines.values())
         _engines.clear()
+        _stash_engines.clear()
+        _restoring.clear()
         _fast.clear()
         _queues.clear()
-    for _, xfer in engines:
+    for xfer in stashes + [x for _, x in engines]:
         xfer.close()  # waits for its in-flight copies, which may still read held sources
     _ferry._torch_held_clear()
     for dev, _ in engines:
@@ -866,7 +890,8 @@ class Stash:
 
         The copy runs on ferry's transfer stream. It waits for the target's work enqueued
         before the call (the caching allocator's order for the new blocks, which may reuse
-        memory the target freed) and for nothing else; the target does not wait for it. Call
+        memory the target freed) and for the stash's copy into host memory, and for nothing
+        else; the target does not wait for it. Call
         ``wait(stream)`` before a stream reads the tensors (a backward hook, or before
         ``optimizer.step()``): that stream then waits on the device, the host never does.
 
@@ -887,6 +912,8 @@ class Stash:
         with torch.cuda.stream(target_stream):
             blocks = _restore_blocks(self._groups, self._device)
         after = owner.mark()  # the new blocks are free in the target's order from here on
+        if not self._ready.known_reached():
+            self._xfer.executor.wait(self._ready)  # the host copy is written on the stash's queue
         try:
             done, self._adopted = self._xfer._upload_adopted_raw(
                 [b.data_ptr() for b, _ in blocks], [g.nbytes for g in self._groups], owner, after, self._host_buffer,
@@ -900,6 +927,8 @@ class Stash:
             else:
                 _repoint(g, block, 0, {})
         self._restored = None if done.empty else done
+        if self._restored is not None:
+            _restoring[self._device.index] = done
         self._state = "restoring"
 
     def wait(self, stream: Any = None) -> None:
@@ -957,8 +986,11 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     """Stash CUDA tensors (parameters, optimizer state, views of them) in pinned host memory
     and free their device storage, with no host wait and no ``record_stream``.
 
-    - One D2H copy per storage, on ferry's transfer stream, into one pinned host allocation,
-      after the work `stream` (default: the current stream) has enqueued so far.
+    - One D2H copy per storage into one pinned host allocation, after the work `stream`
+      (default: the current stream) has enqueued so far (and after a restore of the same device
+      that no stream waited for yet). The copies run on a transfer stream of ferry's that runs
+      only stashes, so a stash and a restore (or ``to``'s uploads) move bytes in both
+      directions at once.
     - The device storage is freed at once, and the caching allocator hands the bytes out again
       only after the copy has read them. `stream` must be the stream the storages were
       allocated on (the caching allocator reuses a block in its allocation stream's order), as
@@ -1057,10 +1089,14 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     # for the copy, "deferred" records the storage's use on a stream that waits for it, so the
     # caching allocator keeps the block until that stream's work (the wait) completes.
     ordered = free == "ordered"
-    ready = xfer._download_adopted_raw(list(groups.keys()), [g.nbytes for g in order], owner, after, host_buffer,
+    down = _stash_transfer(backend, device.index, dev)
+    restoring = _restoring.get(device.index)
+    if restoring is not None and not restoring.known_reached():
+        down.executor.wait(restoring)  # a restore no stream waited for may still write these storages
+    ready = down._download_adopted_raw(list(groups.keys()), [g.nbytes for g in order], owner, after, host_buffer,
                                        [g.offset for g in order], "ferry.torch.stash", ordered)
     if ready.empty:
-        ready = xfer.executor.mark()
+        ready = down.executor.mark()
     if not ordered:
         keeper = _stash_keeper(device)
         _adopted_queue((backend, device.index), dev, keeper).wait(ready)

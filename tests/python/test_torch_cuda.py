@@ -417,6 +417,24 @@ def test_stash_free_order_decides_whether_the_stream_waits_for_the_copy():
         torch.cuda.empty_cache()
 
 
+@pytest.mark.parametrize("free", ["ordered", "deferred"])
+def test_a_stash_right_after_a_restore_reads_the_restored_bytes(free):
+    # Stashes and restores run on different transfer streams: a stash of tensors whose restore
+    # no stream waited for yet must still read them after the restore has written them.
+    n = 128 << 20
+    tensors = [torch.full((n,), i + 1, dtype=torch.uint8, device="cuda") for i in range(8)]
+    for step in range(3):
+        s = ft.stash(tensors, free=free)
+        s.restore()  # no wait: the next stash orders itself after the restore
+        again = ft.stash(tensors, free=free)
+        again.synchronize()
+        bad = [i for i, t in enumerate(tensors) if int((t != i + 1).sum())]
+        assert bad == [], f"step {step}: the stash after a restore read {bad} before the restore wrote them"
+        del s
+        again.restore()
+        again.wait()
+
+
 def test_stash_refuses_a_storage_that_an_unpassed_view_still_uses():
     base = torch.zeros(1 << 16, device="cuda")
     view = base[:100]  # noqa: F841 - held, not passed
