@@ -912,7 +912,7 @@ class Stash:
         with torch.cuda.stream(target_stream):
             blocks = _restore_blocks(self._groups, self._device)
         after = owner.mark()  # the new blocks are free in the target's order from here on
-        if not self._ready.known_reached():
+        if not self._ready.known_reached:
             self._xfer.executor.wait(self._ready)  # the host copy is written on the stash's queue
         try:
             done, self._adopted = self._xfer._upload_adopted_raw(
@@ -1091,7 +1091,7 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     ordered = free == "ordered"
     down = _stash_transfer(backend, device.index, dev)
     restoring = _restoring.get(device.index)
-    if restoring is not None and not restoring.known_reached():
+    if restoring is not None and not restoring.known_reached:
         down.executor.wait(restoring)  # a restore no stream waited for may still write these storages
     ready = down._download_adopted_raw(list(groups.keys()), [g.nbytes for g in order], owner, after, host_buffer,
                                        [g.offset for g in order], "ferry.torch.stash", ordered)

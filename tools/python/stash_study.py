@@ -7,8 +7,8 @@ PyTorch users do it today, in one process on one GPU.
         [--steps 24] [--workloads reuse,compute] [--json FILE] [--snapshot DIR]
 
 The state is ``--tensors`` CUDA tensors of ``--mib`` MiB each (optimizer-state-shaped). Each
-step stashes the state, runs a forward, restores the state and makes the main stream wait for
-it, then checks every state tensor's bytes on the GPU (the check is outside the host timings).
+step updates the state on the main stream (every step's bytes differ), stashes it, runs a
+forward, restores the state and makes the main stream wait for it, then checks every state tensor's bytes on the GPU (the check is outside the host timings).
 Two forwards (``Workload``): ``reuse`` allocates blocks of the stashed sizes on the main stream
 and writes them at once (the memory the stash freed: the NaN bug's setup); ``compute`` runs
 ``--matmuls`` bf16 matmuls of ``--matmul-n`` operands allocated once (compute that needs none
@@ -17,7 +17,8 @@ of the freed memory). The ways:
 - ``record_stream``: EMS's way. Pinned CPU buffers; on a D2H side stream after
   ``wait_stream(main)``, ``copy_(non_blocking=True)``; ``record_stream(d2h)`` then
   ``untyped_storage().resize_(0)``. The restore: ``resize_`` back, H2D ``copy_`` on a side
-  stream after ``wait_stream(main)``, ``main.wait_stream(h2d)``.
+  stream after ``wait_stream(main)`` and ``wait_stream(d2h)`` (it reads the host copy the
+  stash writes), ``main.wait_stream(h2d)``.
 - ``host_sync``: the same, with a host ``synchronize()`` of the D2H event before
   ``resize_(0)`` instead of ``record_stream``.
 - ``unsafe``: the same with neither (the NaN bug): the freed bytes are reused mid-copy.
@@ -54,10 +55,19 @@ def make_state(torch, count, nbytes):
     return [torch.full((nbytes,), (i % 250) + 1, dtype=torch.uint8, device="cuda") for i in range(count)]
 
 
-def corrupt(torch, state):
+def update(state):
+    """The step's update of the state (an optimizer step), on the main stream before the
+    stash: every step's bytes differ, so a restore that reads a host copy the stash has not
+    written yet shows as corrupt."""
+    for t in state:
+        t.add_(1)
+
+
+def corrupt(torch, state, steps_done):
+    """Whether any state tensor differs from its value after `steps_done` updates."""
     bad = torch.zeros((), dtype=torch.int64, device="cuda")
     for i, t in enumerate(state):
-        bad += (t != (i % 250) + 1).sum()
+        bad += (t != ((i % 250) + 1 + steps_done) % 256).sum()
     return int(bad) != 0
 
 
@@ -97,6 +107,7 @@ def torch_way(torch, way, count, nbytes, work):
     host = [torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(count)]
 
     def step():
+        update(state)
         t0 = time.perf_counter()
         d2h.wait_stream(main)
         with torch.cuda.stream(d2h):
@@ -116,6 +127,7 @@ def torch_way(torch, way, count, nbytes, work):
         for t in state:
             t.untyped_storage().resize_(nbytes)
         h2d.wait_stream(main)
+        h2d.wait_stream(d2h)  # the host copy is written on d2h
         with torch.cuda.stream(h2d):
             for t, h in zip(state, host):
                 t.copy_(h, non_blocking=True)
@@ -133,6 +145,7 @@ def ferry_way(torch, ft, free, count, nbytes, work):
     dev, _ = ft.engine(ft._gpu_backend(), torch.cuda.current_device())
 
     def step():
+        update(state)
         t0 = time.perf_counter()
         waits = dev.host_waits
         s = ft.stash(state, free=free)
@@ -185,12 +198,12 @@ def run_way(torch, ft, way, count, nbytes, steps, work, profile):
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     host_us, step_us, bad_steps, host_waits = [], [], 0, 0
-    for _ in range(steps):
+    for k in range(steps):
         step0 = time.perf_counter()
         us, waits = step()
         host_us.append(us)
         host_waits += waits  # in the calls only: the check below syncs on its own
-        bad_steps += corrupt(torch, state)
+        bad_steps += corrupt(torch, state, k + 1)
         step_us.append((time.perf_counter() - step0) * 1e6)
     torch.cuda.synchronize()
     row = {"way": way, "workload": work.kind, "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
