@@ -972,14 +972,12 @@ def _stash_keeper(device: torch.device) -> torch.cuda.Stream:
     """The stream a deferred stash records its storages' use on (one per device, running
     nothing but waits for the stashes' copies): the caching allocator hands a block freed with
     such a record out again once the stream's work at the free has completed."""
-    s = _stash_keepers.get(device.index)
-    if s is None:
-        with _lock:
-            s = _stash_keepers.get(device.index)
-            if s is None:
-                s = torch.cuda.Stream(device)
-                _stash_keepers[device.index] = s
-    return s
+    with _lock:
+        s = _stash_keepers.get(device.index)
+        if s is None:
+            s = torch.cuda.Stream(device)
+            _stash_keepers[device.index] = s
+        return s
 
 
 def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
