@@ -425,6 +425,8 @@ def test_a_stash_right_after_a_restore_reads_the_restored_bytes(free):
     tensors = [torch.full((n,), i + 1, dtype=torch.uint8, device="cuda") for i in range(8)]
     for step in range(3):
         s = ft.stash(tensors, free=free)
+        scratch = [torch.full((n,), 0xEE, dtype=torch.uint8, device="cuda") for _ in tensors]
+        del scratch  # the restore's blocks hold other bytes until its copy writes them
         s.restore()  # no wait: the next stash orders itself after the restore
         again = ft.stash(tensors, free=free)
         again.synchronize()
