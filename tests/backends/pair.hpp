@@ -7,7 +7,6 @@
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <vulkan/vulkan.h>
 
 #include <algorithm>
@@ -19,7 +18,7 @@
 
 #include "conformance.hpp"
 #include "ferry/vulkan.hpp"
-#include "vulkan_image.hpp"
+#include "vulkan_foreign_image.hpp"
 
 using namespace ferry;
 
@@ -34,40 +33,31 @@ struct EngineStream {
   ~EngineStream() { (void)cudaStreamDestroy(stream); }
 };
 
-/// The loader's vkGetInstanceProcAddr (libvulkan.so.1, which the pair's Vulkan side opens too).
-PFN_vkGetInstanceProcAddr vulkan_loader() {
-  static void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-  REQUIRE(lib != nullptr);
-  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
-  REQUIRE((gipa != nullptr));
-  return gipa;
-}
-
-/// The engine's VkImage on the pair's VkDevice (testkit/vulkan_image.hpp), made for export:
-/// created for external memory, bound to a dedicated allocation exportable as an opaque fd, in
-/// UNDEFINED layout, sampled after every copy, EXCLUSIVE; described with its memory for the
-/// pair's import into CUDA. Null, with the reason, for ASTC (no CUDA array form) and for what
-/// the device cannot make. The image cases of the suite run on it (conformance/image.cpp).
+/// The engine's VkImage on the pair's VkDevice (vulkan_foreign_image.hpp), made for export:
+/// created for external memory and bound to a dedicated allocation exportable as an opaque fd,
+/// for the pair's import into CUDA. Null, with the reason, for ASTC (no CUDA array form) and
+/// for what the device cannot make. The image cases of the suite run on it
+/// (conformance/image.cpp).
 std::unique_ptr<conformance::ForeignImage> pair_image(Device& dev, const ImageDesc& desc, std::string& why_not) {
   if (static_cast<std::uint16_t>(desc.format) >= static_cast<std::uint16_t>(ImageFormat::astc_4x4_unorm)) {
     why_not = "CUDA arrays have no ASTC form, so a pair cannot import the image";
     return nullptr;
   }
-  const vulkan::NativeHandles h = vulkan::native_handles(dev);
-  const testkit::VulkanImageFns f = testkit::load_vulkan_image_fns(vulkan_loader(), h.instance, h.device);
-  const testkit::VulkanEngineImage made =
-      testkit::make_vulkan_engine_image(f, h.physical_device, h.device, desc, /*exportable=*/true);
-  if (!made.skipped.empty()) {
-    why_not = made.skipped;
-    return nullptr;
-  }
-  auto out = std::make_unique<conformance::ForeignImage>();
-  out->native = made.native();
-  out->desc = desc;
-  const VkDevice device = h.device;
-  out->free = [f, device, made] { made.destroy(f, device); };
-  return out;
+  return conformance::foreign_vulkan_image(dev, desc, /*exportable=*/true, why_not);
 }
+
+/// The owner of the interop cases: on vulkan_cuda the engine's own CUDA stream, adopted (the
+/// consumer of the other API), on cuda_vulkan the device's compute queue (a Vulkan queue).
+struct InteropOwner {
+  std::unique_ptr<EngineStream> engine;
+  Queue owner;
+  explicit InteropOwner(Device& dev) : owner(dev.queue(QueueRole::compute)) {
+    if (kPair == Backend::vulkan_cuda) {
+      engine = std::make_unique<EngineStream>();
+      owner = dev.adopt_queue(QueueRole::compute, NativeQueue{.handle = engine->stream}, "engine");
+    }
+  }
+};
 
 /// The engine's own CUDA view of an exported image's memory: its import and the mipmapped
 /// array of the image's shape, as the engine's CUDA kernels would read it.
@@ -76,7 +66,8 @@ struct EngineCudaView {
   cudaMipmappedArray_t levels = nullptr;
   EngineCudaView(Device& dev, const NativeImage& native, const ImageDesc& desc, cudaChannelFormatDesc channels) {
     const vulkan::NativeHandles h = vulkan::native_handles(dev);
-    const auto gdpa = reinterpret_cast<PFN_vkGetDeviceProcAddr>(vulkan_loader()(h.instance, "vkGetDeviceProcAddr"));
+    const auto gdpa =
+        reinterpret_cast<PFN_vkGetDeviceProcAddr>(conformance::vulkan_loader()(h.instance, "vkGetDeviceProcAddr"));
     const auto get_fd = reinterpret_cast<PFN_vkGetMemoryFdKHR>(gdpa(h.device, "vkGetMemoryFdKHR"));
     REQUIRE((get_fd != nullptr));
     VkMemoryGetFdInfoKHR info{};
@@ -154,12 +145,8 @@ CONFORMANCE_CASE("interop: a CUDA ordinal of another or no GPU is a typed error"
 // wait anywhere until the final check; the consumer waits for each copy on the GPU.
 CONFORMANCE_CASE("interop: many random uploads consumed by the other API, no host waits") {
   Device dev = conformance::open_device();
-  std::unique_ptr<EngineStream> engine;
-  Queue owner = dev.queue(QueueRole::compute);
-  if (kPair == Backend::vulkan_cuda) {
-    engine = std::make_unique<EngineStream>();
-    owner = dev.adopt_queue(QueueRole::compute, NativeQueue{.handle = engine->stream}, "engine");
-  }
+  InteropOwner interop(dev);
+  Queue& owner = interop.owner;
   Transfer transfer(dev);
   const int iterations = conformance::small() ? 40 : 300;
   constexpr std::uint64_t kMax = 192 * 1024;
@@ -214,12 +201,9 @@ CONFORMANCE_CASE("interop: many random uploads consumed by the other API, no hos
 // executor, whose download reads ferry's import after the owner's hand-back.
 CONFORMANCE_CASE("interop: a frame in a Vulkan image reaches the CUDA side with no host wait") {
   Device dev = conformance::open_device();
-  std::unique_ptr<EngineStream> engine;
-  Queue owner = dev.queue(QueueRole::compute);
-  if (kPair == Backend::vulkan_cuda) {
-    engine = std::make_unique<EngineStream>();
-    owner = dev.adopt_queue(QueueRole::compute, NativeQueue{.handle = engine->stream}, "engine");
-  }
+  InteropOwner interop(dev);
+  std::unique_ptr<EngineStream>& engine = interop.engine;
+  Queue& owner = interop.owner;
   Transfer transfer(dev);
   const ImageDesc desc{.format = ImageFormat::rgba8_unorm, .width = 301, .height = 157, .mip_levels = 3};
   std::string why_not;

@@ -24,7 +24,7 @@
 
 #include "conformance.hpp"
 #include "ferry/vulkan.hpp"
-#include "vulkan_image.hpp"
+#include "vulkan_foreign_image.hpp"
 
 using namespace ferry;
 
@@ -399,10 +399,7 @@ namespace {
 /// sub-allocation's offset). Host-visible memory when the device has a device-local type that
 /// is (lavapipe: all memory), so the case can look at it as the engine would; else device-local.
 std::unique_ptr<conformance::ForeignMemory> allocate_foreign(Device& dev, std::uint64_t bytes) {
-  static void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-  REQUIRE(lib != nullptr);
-  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
-  REQUIRE((gipa != nullptr));
+  const PFN_vkGetInstanceProcAddr gipa = conformance::vulkan_loader();
   const vulkan::NativeHandles h = vulkan::native_handles(dev);
   auto gdpa = reinterpret_cast<PFN_vkGetDeviceProcAddr>(gipa(h.instance, "vkGetDeviceProcAddr"));
   auto memory_properties = reinterpret_cast<PFN_vkGetPhysicalDeviceMemoryProperties>(
@@ -460,28 +457,9 @@ std::unique_ptr<conformance::ForeignMemory> allocate_foreign(Device& dev, std::u
   return m;
 }
 
-/// The engine's own VkImage on ferry's VkDevice (testkit/vulkan_image.hpp, the maker
-/// ferry-bench's image study uses too): optimal tiling, device-local memory of its own, in
-/// UNDEFINED layout, sampled after every copy (SHADER_READ_ONLY_OPTIMAL), EXCLUSIVE. Null,
-/// with the reason, when the device lacks the format or the shape.
+/// The engine's own VkImage on ferry's VkDevice (vulkan_foreign_image.hpp), not exportable.
 std::unique_ptr<conformance::ForeignImage> allocate_image(Device& dev, const ImageDesc& desc, std::string& why_not) {
-  static void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-  REQUIRE(lib != nullptr);
-  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
-  REQUIRE((gipa != nullptr));
-  const vulkan::NativeHandles h = vulkan::native_handles(dev);
-  const testkit::VulkanImageFns f = testkit::load_vulkan_image_fns(gipa, h.instance, h.device);
-  const testkit::VulkanEngineImage made = testkit::make_vulkan_engine_image(f, h.physical_device, h.device, desc);
-  if (!made.skipped.empty()) {
-    why_not = made.skipped;
-    return nullptr;
-  }
-  auto out = std::make_unique<conformance::ForeignImage>();
-  out->native = made.native();
-  out->desc = desc;
-  const VkDevice device = h.device;
-  out->free = [f, device, made] { made.destroy(f, device); };
-  return out;
+  return conformance::foreign_vulkan_image(dev, desc, /*exportable=*/false, why_not);
 }
 
 }  // namespace
@@ -493,9 +471,7 @@ namespace {
 /// the wait ferry handed out under ferry's submit lock; then a host wait on a fence.
 template <class Record>
 void engine_submit(Device& dev, VkSemaphore semaphore, std::uint64_t value, Record record) {
-  static void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-  REQUIRE(lib != nullptr);
-  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+  const PFN_vkGetInstanceProcAddr gipa = conformance::vulkan_loader();
   const vulkan::NativeHandles h = vulkan::native_handles(dev);
   auto gdpa = reinterpret_cast<PFN_vkGetDeviceProcAddr>(gipa(h.instance, "vkGetDeviceProcAddr"));
   REQUIRE((gdpa != nullptr && h.compute_queue != VK_NULL_HANDLE && h.submit_mutex != nullptr));
