@@ -8,8 +8,8 @@ PyTorch users do it today, in one process on one GPU.
 
 The state is ``--tensors`` CUDA tensors of ``--mib`` MiB each (optimizer-state-shaped). Each
 step updates the state on the main stream (every step's bytes differ), stashes it, runs a
-forward, restores the state and makes the main stream wait for it, then checks every state tensor's bytes on the GPU (the check is outside the host timings).
-Two forwards (``Workload``): ``reuse`` allocates blocks of the stashed sizes on the main stream
+forward, restores the state and makes the main stream wait for it, then checks every state
+tensor's bytes on the GPU (the check is outside the host timings). Two forwards (``Workload``): ``reuse`` allocates blocks of the stashed sizes on the main stream
 and writes them at once (the memory the stash freed: the NaN bug's setup); ``compute`` runs
 ``--matmuls`` bf16 matmuls of ``--matmul-n`` operands allocated once (compute that needs none
 of the freed memory). The ways:
@@ -42,6 +42,7 @@ bandwidth ≥ 0.95 × torch's pinned ``copy_``.
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -170,11 +171,16 @@ def make_way(torch, ft, way, count, nbytes, work):
     return torch_way(torch, way, count, nbytes, work)
 
 
+# A device-to-host memcpy activity, whatever the profiler's label ("Memcpy DtoH (Device ->
+# Pinned)", "Memcpy D2H", ...): seed_study's _HTOD, the other way round.
+_DTOH = re.compile(r"dtoh|d2h|device\s*to\s*host|device\s*->\s*(host|pinned|pageable|managed)", re.I)
+
+
 def copy_overlap(torch, step):
     """Kernel overlap of one profiled step: for the device-to-host and the host-to-device
     copies, the share of their time (the union of their intervals) during which a kernel runs,
     from torch.profiler's CUDA activity."""
-    from seed_study import function_events_to_trace, kernel_overlap
+    from seed_study import _HTOD, function_events_to_trace, kernel_overlap
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         step()
@@ -186,9 +192,9 @@ def copy_overlap(torch, step):
         name = ev["name"].lower()
         if ev["cat"] == "kernel":
             kernels.append((lo, hi))
-        elif ev["cat"] == "gpu_memcpy" and ("dtoh" in name or "device -> pinned" in name):
+        elif ev["cat"] == "gpu_memcpy" and _DTOH.search(name):
             copies["d2h"].append((lo, hi))
-        elif ev["cat"] == "gpu_memcpy" and ("htod" in name or "pinned -> device" in name):
+        elif ev["cat"] == "gpu_memcpy" and _HTOD.search(name):
             copies["h2d"].append((lo, hi))
     return {k: kernel_overlap(v, kernels)[0] for k, v in copies.items()}
 
