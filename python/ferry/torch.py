@@ -1023,35 +1023,30 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     _check_stream("stream", stream)
     if free not in ("ordered", "deferred"):
         raise Error("invalid_argument", f"ferry.torch.stash: free is {free!r}, not 'ordered' or 'deferred'")
-    unique: list[torch.Tensor] = []
+    # One pass validates each tensor and groups it by storage; the checks are property reads
+    # (is_cuda, get_device) rather than torch.device objects, as this loop runs once per tensor.
+    groups: dict[int, _StashGroup] = {}
+    storages: dict[int, torch.UntypedStorage] = {}
     seen: set[int] = set()
+    index = -1
+    total = 0
     for i, t in enumerate(items):
         if not isinstance(t, torch.Tensor):
             raise Error("invalid_argument", f"ferry.torch.stash: item {i} is a {type(t).__name__}, not a tensor")
         if t.is_nested or t.layout != torch.strided or t.is_quantized:
             raise Error("unsupported", f"ferry.torch.stash: tensor {i} is not a plain strided tensor "
                         f"({'nested' if t.is_nested else t.layout if t.layout != torch.strided else 'quantized'})")
-        if t.device.type != "cuda":
+        if not t.is_cuda:
             raise Error("invalid_argument", f"ferry.torch.stash: tensor {i} is on {t.device}, not a CUDA device "
                         "(a stashed tensor is a CPU tensor until its stash is restored)")
-        if unique and t.device != unique[0].device:
+        if index < 0:
+            index = t.get_device()
+        elif t.get_device() != index:
             raise Error("invalid_argument", f"ferry.torch.stash: tensor {i} is on {t.device}, the others on "
-                        f"{unique[0].device}: one stash holds one device's tensors")
-        if id(t) not in seen:
-            seen.add(id(t))
-            unique.append(t)
-    if not unique:
-        raise Error("invalid_argument", "ferry.torch.stash: no tensors to stash")
-    device = unique[0].device
-    if stream is None:
-        stream = torch.cuda.current_stream(device)
-    elif torch.device(stream.device) != device:
-        raise Error("invalid_argument", f"ferry.torch.stash: stream is a stream of {stream.device}, not of {device}")
-
-    groups: dict[int, _StashGroup] = {}
-    storages: dict[int, torch.UntypedStorage] = {}
-    total = 0
-    for t in unique:
+                        f"cuda:{index}: one stash holds one device's tensors")
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
         storage = t.untyped_storage()
         key = storage.data_ptr()
         g = groups.get(key)
@@ -1064,6 +1059,13 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
         g.tensors.append(t)
         g.layouts.append((t.dtype, t.shape, t.stride(), t.storage_offset()))
         del storage
+    if not groups:
+        raise Error("invalid_argument", "ferry.torch.stash: no tensors to stash")
+    device = torch.device("cuda", index)
+    if stream is None:
+        stream = torch.cuda.current_stream(device)
+    elif torch.device(stream.device) != device:
+        raise Error("invalid_argument", f"ferry.torch.stash: stream is a stream of {stream.device}, not of {device}")
     # Every holder of a storage must be one of the tensors passed (plus the one storage
     # object kept here): any other would read the storage after it is freed.
     for key, g in groups.items():

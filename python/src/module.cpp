@@ -430,8 +430,12 @@ struct PyAdoptions {
   ferry::TimelinePoint release() {
     std::vector<ferry::DeviceBuffer> held = std::move(buffers);
     buffers.clear();
+    // The ranges are adopted as the executor's, so ferry's use of each ends at its copy's point
+    // (last_access): release_unordered hands that point back without enqueueing a mark per
+    // range, and the owner's one wait for `done` (the last copy, which completes after every
+    // other) orders it after all of them.
     ferry::TimelinePoint last;
-    for (ferry::DeviceBuffer& b : held) last = b.release();
+    for (ferry::DeviceBuffer& b : held) last = b.release_unordered();
     if (owner && !held.empty()) owner->wait(done);
     return last;
   }
@@ -1553,7 +1557,7 @@ NB_MODULE(_ferry, m) {
                  if (sizes[i] == 0) continue;
                  ferry::DeviceBuffer a = adopt_range(t, fn, i, pointers[i], sizes[i], exec, ready_after, tag);
                  last = x.download(a, host.buffer, host_offsets[i]);
-                 a.release();
+                 a.release_unordered();  // the executor's own range: its use ends at `last`
                }
              } catch (...) {
                if (!last.empty()) target.wait(last);
