@@ -188,6 +188,14 @@ struct ImageHandOff {
   bool executor = false;  ///< recorded on the executor
 };
 
+/// One copy between pinned host memory and a device range, within a batch
+/// (BackendQueue::copy_h2d_many, copy_d2h_many).
+struct HostDeviceCopy {
+  DeviceRef device;
+  HostRef host;
+  std::uint64_t bytes = 0;  ///< > 0
+};
+
 /// A queue of the backend. Operations execute in enqueue order. Each call enqueues and
 /// returns; nothing blocks the host except where stated.
 class BackendDevice;
@@ -198,6 +206,16 @@ class BackendQueue {
   virtual void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) = 0;
   virtual void copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) = 0;
   virtual void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) = 0;
+  /// Copies between pinned host memory and device ranges, in enqueue order like that many
+  /// copy_h2d / copy_d2h calls. A backend with a batched copy call (CUDA's
+  /// cudaMemcpyBatchAsync) makes one driver call for them all, which costs the host far less
+  /// than one call per copy. Default: one copy_h2d / copy_d2h each.
+  virtual void copy_h2d_many(std::span<const HostDeviceCopy> copies) {
+    for (const HostDeviceCopy& c : copies) copy_h2d(c.device, c.host, c.bytes);
+  }
+  virtual void copy_d2h_many(std::span<const HostDeviceCopy> copies) {
+    for (const HostDeviceCopy& c : copies) copy_d2h(c.host, c.device, c.bytes);
+  }
   /// Signal `value` on `sem` after all earlier work of this queue.
   virtual void signal(BackendSemaphore& sem, std::uint64_t value) = 0;
   /// Later work of this queue starts after `sem` reaches `value`.

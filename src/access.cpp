@@ -84,21 +84,33 @@ TimelinePoint mark_other_user(const QueuePtr& other, const QueueState& waiter) {
 /// After the executor accessed `b` (caller holds exec->mutex): hand the range to `next` (the
 /// queue that uses it next), signal, and record the access. Returns the completion point.
 TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr& next) {
-  if (next != exec) exec->backend->release_ownership(ref(b), b.size, *next->backend);
+  BlockState* const block = &b;
+  return finish_access(exec, std::span<BlockState* const>(&block, 1), std::span<const QueuePtr>(&next, 1));
+}
+
+TimelinePoint finish_access(const QueuePtr& exec, std::span<BlockState* const> blocks, std::span<const QueuePtr> next) {
+  // Every hand-back is recorded before the one signal, so a queue that waits for the signal
+  // is ordered after all of them.
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (next[i] != exec) exec->backend->release_ownership(ref(*blocks[i]), blocks[i]->size, *next[i]->backend);
+  }
   TimelinePoint done = enqueue_mark(*exec);  // submitted by the caller (submit_or_defer)
-  b.last_access = done;
-  b.holder = next;
-  b.owed.reset();
-  if (next != exec && next->backend->acquires_ownership()) {
-    auto owed = std::make_shared<OwedAcquire>();
-    owed->point = done;
-    owed->range = ref(b);
-    owed->bytes = b.size;
-    owed->from = exec->backend;
-    owed->to = next->backend;
-    b.owed = owed;
-    std::lock_guard lock(next->mutex);
-    next->pending_acquires.push_back(std::move(owed));
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    BlockState& b = *blocks[i];
+    b.last_access = done;
+    b.holder = next[i];
+    b.owed.reset();
+    if (next[i] != exec && next[i]->backend->acquires_ownership()) {
+      auto owed = std::make_shared<OwedAcquire>();
+      owed->point = done;
+      owed->range = ref(b);
+      owed->bytes = b.size;
+      owed->from = exec->backend;
+      owed->to = next[i]->backend;
+      b.owed = owed;
+      std::lock_guard lock(next[i]->mutex);
+      next[i]->pending_acquires.push_back(std::move(owed));
+    }
   }
   return done;
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <source_location>
+#include <span>
 
 #include "device_state.hpp"
 
@@ -45,6 +46,9 @@ TimelinePoint mark_other_user(const QueuePtr& other, const QueueState& waiter);
 /// After the executor accessed `b` (caller holds exec->mutex): hand the range to `next` (the
 /// queue that uses it next), signal, and record the access. Returns the completion point.
 TimelinePoint finish_access(const QueuePtr& exec, BlockState& b, const QueuePtr& next);
+/// finish_access for several blocks accessed by one call, with one signal for them all:
+/// block i goes to `next[i]` (the spans have one entry per block).
+TimelinePoint finish_access(const QueuePtr& exec, std::span<BlockState* const> blocks, std::span<const QueuePtr> next);
 /// Make `owner` wait on the device for `done`, a point just enqueued by the executor.
 void make_owner_wait(const QueuePtr& owner, const TimelinePoint& done);
 /// Validate a device buffer argument: live, not released, of `device`.

@@ -71,6 +71,32 @@ using detail::Call;
 using detail::checked_any_block;
 using detail::checked_owner;
 using detail::QueuePtr;
+
+/// The blocks of a many-buffer call (download of several sources, upload_into several
+/// destinations), checked like checked_block with the index in each message (`what` names
+/// the list): live and of `d`. DeviceBuffer is move-only, so no block appears twice.
+std::vector<detail::BlockState*> checked_blocks(std::span<const DeviceBuffer> buffers, detail::DeviceState& d,
+                                                const char* fn, const char* what, std::size_t offsets,
+                                                const std::source_location& where) {
+  FERRY_REQUIRE(!buffers.empty(), fn, std::string("empty span of ") + what + "s", where);
+  FERRY_REQUIRE(buffers.size() <= max_batch_views, fn,
+                std::to_string(buffers.size()) + " " + what + "s exceed the limit of " + std::to_string(max_batch_views),
+                where);
+  FERRY_REQUIRE(offsets == buffers.size(), fn,
+                std::to_string(offsets) + " offsets for " + std::to_string(buffers.size()) + " " + what + "s", where);
+  std::vector<detail::BlockState*> blocks;
+  blocks.reserve(buffers.size());
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const std::string name = std::string(what) + " " + std::to_string(i);
+    detail::BlockState* b = detail::access::state(buffers[i]).get();
+    FERRY_REQUIRE(b != nullptr, fn, name + " is a null or moved-from device buffer", where);
+    FERRY_REQUIRE(b->device_id == &d, fn, name + " belongs to another device", where);
+    FERRY_REQUIRE(!b->released, fn, name + " was released", where);
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
 }  // namespace
 
 Upload Transfer::upload(const HostBuffer& source, const Queue& owner, UploadOptions options,
@@ -257,6 +283,56 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, std::uint64_t sour
   return done;
 }
 
+TimelinePoint Transfer::upload_into(const HostBuffer& source, std::span<const std::uint64_t> source_offsets,
+                                    std::span<const DeviceBuffer> destinations, UploadOptions options,
+                                    std::source_location where) {
+  constexpr const char* fn = "Transfer::upload_into(buffers)";
+  Call call(state_, fn, where);
+  auto& d = call.device();
+  auto& host = detail::checked_host(source, &d, fn, where);
+  FERRY_REQUIRE(options.mode == CopyMode::owner_owned || options.mode == CopyMode::preallocated, fn,
+                "a copy into given destinations runs in the preallocated mode (owner_owned means the same here), "
+                "not " + std::string(to_string(options.mode)),
+                where);
+  const std::vector<detail::BlockState*> blocks =
+      checked_blocks(destinations, d, fn, "destination", source_offsets.size(), where);
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const std::uint64_t bytes = blocks[i]->requested;
+    FERRY_REQUIRE(source_offsets[i] <= host.memory->size && bytes <= host.memory->size - source_offsets[i], fn,
+                  "destination " + std::to_string(i) + ": source range [" + std::to_string(source_offsets[i]) +
+                      ", +" + std::to_string(bytes) + ") exceeds the host buffer's " +
+                      std::to_string(host.memory->size) + " bytes",
+                  where);
+    total += bytes;
+  }
+  call.order(options.wait, options.signal);
+  call.lock();
+  // Each destination is overwritten whole: no contents to hand over.
+  std::vector<QueuePtr> owners;
+  owners.reserve(blocks.size());
+  for (detail::BlockState* b : blocks) owners.push_back(call.access(*b, false, options.destination_unused));
+  const TimelinePoint done = call.with_executor([&](detail::QueueState& e) {
+    std::vector<detail::HostDeviceCopy> copies;
+    copies.reserve(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      copies.push_back(
+          {detail::ref(*blocks[i]), detail::HostRef{host.memory.get(), source_offsets[i]}, blocks[i]->requested});
+    }
+    e.backend->copy_h2d_many(copies);
+    return detail::finish_access(state_->exec, blocks, owners);
+  });
+  call.finish("copy h2d (buffers)", total, done, detail::access::state(source));
+  if (options.owner_waits) {
+    // Each distinct owner waits once.
+    std::vector<QueuePtr> distinct = owners;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    for (const QueuePtr& owner : distinct) detail::make_owner_wait(owner, done);
+  }
+  return done;
+}
+
 TimelinePoint Transfer::upload_into(std::span<const HostView> views, const DeviceBuffer& destination,
                                     std::span<const std::uint64_t> offsets, UploadOptions options,
                                     std::source_location where) {
@@ -355,6 +431,52 @@ TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& d
     e.backend->copy_d2h(detail::HostRef{host.memory.get(), offset}, detail::ref(b), b.requested);
   });
   call.finish("copy d2h", b.requested, done, detail::access::state(destination));
+  return done;
+}
+
+TimelinePoint Transfer::download(std::span<const DeviceBuffer> sources, const HostBuffer& destination,
+                                 std::span<const std::uint64_t> offsets, CallOptions options, std::source_location where) {
+  constexpr const char* fn = "Transfer::download(buffers)";
+  Call call(state_, fn, where);
+  auto& d = call.device();
+  auto& host = detail::checked_host(destination, &d, fn, where);
+  const std::vector<detail::BlockState*> blocks = checked_blocks(sources, d, fn, "source", offsets.size(), where);
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const std::uint64_t bytes = blocks[i]->requested;
+    FERRY_REQUIRE(offsets[i] <= host.memory->size && bytes <= host.memory->size - offsets[i], fn,
+                  "source " + std::to_string(i) + ": destination range [" + std::to_string(offsets[i]) + ", +" +
+                      std::to_string(bytes) + ") exceeds the host buffer's " + std::to_string(host.memory->size) +
+                      " bytes",
+                  where);
+    total += bytes;
+  }
+  // Destination ranges must not overlap (the bytes would depend on the DMA order).
+  std::vector<std::uint32_t> order(blocks.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) { return offsets[x] < offsets[y]; });
+  for (std::size_t j = 1; j < order.size(); ++j) {
+    const std::uint32_t p = order[j - 1], c = order[j];
+    FERRY_REQUIRE(offsets[p] + blocks[p]->requested <= offsets[c], fn,
+                  "the destination ranges of sources " + std::to_string(std::min(p, c)) + " and " +
+                      std::to_string(std::max(p, c)) + " overlap",
+                  where);
+  }
+  call.order(options.wait, options.signal);
+  call.lock();
+  std::vector<QueuePtr> owners;
+  owners.reserve(blocks.size());
+  for (detail::BlockState* b : blocks) owners.push_back(call.access(*b, true));  // after the data's writers
+  const TimelinePoint done = call.with_executor([&](detail::QueueState& e) {
+    std::vector<detail::HostDeviceCopy> copies;
+    copies.reserve(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      copies.push_back({detail::ref(*blocks[i]), detail::HostRef{host.memory.get(), offsets[i]}, blocks[i]->requested});
+    }
+    e.backend->copy_d2h_many(copies);
+    return detail::finish_access(state_->exec, blocks, owners);
+  });
+  call.finish("copy d2h (buffers)", total, done, detail::access::state(destination));
   return done;
 }
 

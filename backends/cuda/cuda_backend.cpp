@@ -650,6 +650,46 @@ class Queue final : public BackendQueue {
     FERRY_GPU_CHECK(cudaMemcpyAsync(device_ptr(dst), device_ptr(src), bytes, cudaMemcpyDeviceToDevice, stream_));
   }
 
+#if FERRY_GPU_HAS_BATCH_COPY
+  void copy_h2d_many(std::span<const HostDeviceCopy> copies) override { copy_many(copies, true); }
+  void copy_d2h_many(std::span<const HostDeviceCopy> copies) override { copy_many(copies, false); }
+
+  /// One cudaMemcpyBatchAsync for the whole batch: one driver call, where a loop of
+  /// cudaMemcpyAsync pays the runtime's per-call cost for each copy. Stream-ordered source
+  /// access keeps the batch's ordering that of single copies on this stream. The legacy
+  /// default stream, which the batch call refuses, and a single copy take cudaMemcpyAsync.
+  void copy_many(std::span<const HostDeviceCopy> copies, bool to_device) {
+    if (copies.empty()) return;
+    if (copies.size() == 1 || stream_ == nullptr || stream_ == cudaStreamLegacy || stream_ == cudaStreamPerThread) {
+      for (const HostDeviceCopy& c : copies) {
+        if (to_device) {
+          copy_h2d(c.device, c.host, c.bytes);
+        } else {
+          copy_d2h(c.host, c.device, c.bytes);
+        }
+      }
+      return;
+    }
+    ContextGuard guard(*core_);
+    std::vector<void*> dsts(copies.size());
+    std::vector<const void*> srcs(copies.size());
+    std::vector<std::size_t> sizes(copies.size());
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+      void* device = device_ptr(copies[i].device);
+      void* host = host_ptr(copies[i].host);
+      dsts[i] = to_device ? device : host;
+      srcs[i] = to_device ? host : device;
+      sizes[i] = copies[i].bytes;
+    }
+    cudaMemcpyAttributes attributes{};
+    attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attributes.flags = cudaMemcpyFlagDefault;
+    std::size_t first = 0;  // every copy uses attributes[0]
+    FERRY_GPU_CHECK(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), copies.size(), &attributes, &first,
+                                         1, stream_));
+  }
+#endif
+
   // On the stream's copy engine. With peer access enabled (peer_support) the copy engine
   // reads or writes the other device's memory over the interconnect; without it the driver
   // stages the copy through pinned host memory, still ordered on this stream.

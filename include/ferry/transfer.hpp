@@ -347,6 +347,23 @@ class FERRY_API Transfer {
                             const DeviceBuffer& destination, std::uint64_t destination_offset,
                             UploadOptions options = {},
                             std::source_location where = std::source_location::current());
+  /// @brief Upload ranges of one pinned HostBuffer into several caller-supplied destinations
+  /// (`preallocated`), each filled whole: `destinations[i].size()` bytes from
+  /// `source_offsets[i]` of `source` (ranges of the source may overlap). One call does what
+  /// that many range `upload_into`s would, with one completion point and the copies back to
+  /// back (one driver call where the backend has a batched copy: CUDA's
+  /// `cudaMemcpyBatchAsync`). Ordering per destination as `upload_into`, with
+  /// `destination_unused`, `wait` and `signal` applying to the call; with `owner_waits` each
+  /// distinct owner waits once for the call's point. Returns the point at which every byte
+  /// is in place; the source must stay unchanged until then.
+  /// Errors (`invalid_argument`, naming the index; nothing is enqueued): an empty span,
+  /// more than `max_batch_views` destinations, counts that differ, a null, released or
+  /// other-device buffer, a source range outside `source`, a mode other than
+  /// `owner_owned`/`preallocated` (both mean this). Destinations that share memory (two
+  /// adoptions of one range) are the caller's error, as with two `upload_into` calls.
+  TimelinePoint upload_into(const HostBuffer& source, std::span<const std::uint64_t> source_offsets,
+                            std::span<const DeviceBuffer> destinations, UploadOptions options = {},
+                            std::source_location where = std::source_location::current());
   /// @brief Batch upload into a caller-supplied destination (`preallocated`): view i is
   /// copied to `offsets[i]` of `destination` (a pool buffer or adopted memory), through the
   /// pinned staging ring, with one DMA per chunk of each run of views whose destination
@@ -369,6 +386,22 @@ class FERRY_API Transfer {
   /// `options.signal`) before reading.
   TimelinePoint download(const DeviceBuffer& source, const HostBuffer& destination,
                          std::uint64_t offset = 0, CallOptions options = {},
+                         std::source_location where = std::source_location::current());
+  /// @brief Download several device buffers, each whole, into one pinned/registered
+  /// HostBuffer: `sources[i]` goes to `offsets[i]` of `destination`. One call does what that
+  /// many single `download`s would, with one completion point: the executor waits for each
+  /// source owner's work enqueued so far, runs the copies back to back (one driver call
+  /// where the backend has a batched copy: CUDA's `cudaMemcpyBatchAsync`), and each owner's
+  /// later work (including a release) is ordered after the reads, as for `download`. For many
+  /// buffers (a model's state) this costs the host far less than one call per buffer.
+  /// Returns the point at which every byte is in host memory; wait on it before reading.
+  /// Thread-safety: like every Transfer call, serialized with the Transfer's other calls.
+  /// Errors (`invalid_argument`, naming the index; nothing is enqueued): an empty span,
+  /// more than `max_batch_views` sources, counts of sources and offsets that differ, a null,
+  /// released or other-device buffer, a range outside `destination`, two destination ranges
+  /// that overlap.
+  TimelinePoint download(std::span<const DeviceBuffer> sources, const HostBuffer& destination,
+                         std::span<const std::uint64_t> offsets, CallOptions options = {},
                          std::source_location where = std::source_location::current());
   /// @brief Copy a device buffer into pageable memory; blocks until the data is there.
   /// Goes through the staging ring (`invalid_argument` when staging is disabled). Blocking:

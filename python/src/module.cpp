@@ -1542,28 +1542,32 @@ NB_MODULE(_ferry, m) {
              ferry::Transfer& x = t.get();
              nb::gil_scoped_release nogil;
              // Each range is adopted as the executor's, ready after `ready_after` (the owner's
-             // work on it): its download waits for that point once for all ranges, with no
-             // mark and wait on the owner per range. The owner then waits once for the last
-             // download, which follows every other (the executor's copies complete in order),
-             // so its order, and any reuse that follows it, comes after every read; also when
-             // a range fails after others were enqueued. Without `owner_waits` the caller
-             // orders the reuse after the returned point itself (ferry.torch's deferred free),
-             // except on failure, where the owner still waits for what was enqueued.
+             // work on it): the download waits for that point once for all ranges, with no
+             // mark and wait on the owner per range. Every range is checked and adopted before
+             // the one download call enqueues anything, so a bad range fails the call with
+             // nothing in flight. The owner then waits once for the call's point, so its order,
+             // and any reuse that follows it, comes after every read. Without `owner_waits` the
+             // caller orders the reuse after the returned point itself (ferry.torch's deferred
+             // free).
              const ferry::Queue exec = x.executor();
              ferry::Queue target = owner;  // a handle: waits are enqueued through a copy
-             ferry::TimelinePoint last;
-             try {
-               for (std::size_t i = 0; i < pointers.size(); ++i) {
-                 if (sizes[i] == 0) continue;
-                 ferry::DeviceBuffer a = adopt_range(t, fn, i, pointers[i], sizes[i], exec, ready_after, tag);
-                 last = x.download(a, host.buffer, host_offsets[i]);
-                 a.release_unordered();  // the executor's own range: its use ends at `last`
-               }
-             } catch (...) {
-               if (!last.empty()) target.wait(last);
-               throw;
+             std::vector<ferry::DeviceBuffer> ranges;
+             std::vector<std::uint64_t> offsets;
+             ranges.reserve(pointers.size());
+             offsets.reserve(pointers.size());
+             for (std::size_t i = 0; i < pointers.size(); ++i) {
+               if (sizes[i] == 0) continue;
+               ranges.push_back(adopt_range(t, fn, i, pointers[i], sizes[i], exec, ready_after, tag));
+               offsets.push_back(host_offsets[i]);
              }
-             if (owner_waits && !last.empty()) target.wait(last);
+             if (ranges.empty()) return ferry::TimelinePoint{};
+             // One call for every range: one completion point, and one driver call where the
+             // backend batches copies.
+             const ferry::TimelinePoint last = x.download(std::span<const ferry::DeviceBuffer>(ranges), host.buffer,
+                                                          std::span<const std::uint64_t>(offsets));
+             // The executor's own ranges: ferry's use of each ends at `last`.
+             for (ferry::DeviceBuffer& a : ranges) a.release_unordered();
+             if (owner_waits) target.wait(last);
              return last;
            }, "pointers"_a, "sizes"_a, "owner"_a, "ready_after"_a, "host"_a, "host_offsets"_a, "tag"_a = "",
            "owner_waits"_a = true,
@@ -1579,9 +1583,9 @@ NB_MODULE(_ferry, m) {
              constexpr const char* fn = "Transfer._upload_adopted_raw";
              check_adopted_ranges(fn, pointers, sizes, host_offsets, host.buffer);
              ferry::Transfer& x = t.get();
-             // Adopted as the executor's, like the stash's ranges: the adoptions order the
-             // owner once, after the last copy, when they are released (PyAdoptions), also
-             // when a range fails after others were enqueued.
+             // Adopted as the executor's, like the stash's ranges, all before the one upload
+             // call enqueues anything: the adoptions order the owner once, after the call's
+             // copies, when they are released (PyAdoptions).
              PyAdoptions held;
              held.owner = owner;
              ferry::TimelinePoint last;
@@ -1589,14 +1593,20 @@ NB_MODULE(_ferry, m) {
                nb::gil_scoped_release nogil;
                const ferry::Queue exec = x.executor();
                held.buffers.reserve(pointers.size());
+               std::vector<std::uint64_t> offsets;
+               offsets.reserve(pointers.size());
                for (std::size_t i = 0; i < pointers.size(); ++i) {
                  if (sizes[i] == 0) continue;
                  held.buffers.push_back(adopt_range(t, fn, i, pointers[i], sizes[i], exec, ready_after, tag));
+                 offsets.push_back(host_offsets[i]);
+               }
+               if (!held.buffers.empty()) {
                  ferry::UploadOptions o;
                  o.mode = ferry::CopyMode::preallocated;
                  o.owner_waits = false;
                  o.destination_unused = true;
-                 last = x.upload_into(host.buffer, host_offsets[i], sizes[i], held.buffers.back(), 0, std::move(o));
+                 last = x.upload_into(host.buffer, std::span<const std::uint64_t>(offsets),
+                                      std::span<const ferry::DeviceBuffer>(held.buffers), std::move(o));
                  held.done = last;
                }
              }

@@ -35,6 +35,8 @@
 #define FERRY_GPU_OPTION "-Dcuda=enabled"
 #define FERRY_GPU_HAS_KERNELS 1
 #define FERRY_GPU_HAS_IMAGES 1
+// cudaMemcpyBatchAsync took a failure-index argument before CUDA 13; only 13's form is used.
+#define FERRY_GPU_HAS_BATCH_COPY (CUDART_VERSION >= 13000)
 
 namespace ferry::detail::cuda_impl::vendor {
 

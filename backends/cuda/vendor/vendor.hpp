@@ -14,6 +14,7 @@
 //   FERRY_GPU_OPTION          "-Dcuda=enabled" / "-Dhip=enabled", the meson option
 //   FERRY_GPU_HAS_KERNELS     1 when a device compiler built kernels.cu for this vendor
 //   FERRY_GPU_HAS_IMAGES      1 when the vendor's array API is mapped (Device::adopt_image)
+//   FERRY_GPU_HAS_BATCH_COPY  1 when cudaMemcpyBatchAsync is used for copy_h2d_many / copy_d2h_many
 //
 // and, in namespace ferry::detail::FERRY_GPU_NS::vendor, the few operations whose API differs
 // (error text and classification, stream memory operations, stream -> device query, UUID,

@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: MIT
+// Many-buffer copies: Transfer::download of several device buffers into one HostBuffer and
+// Transfer::upload_into of one HostBuffer's ranges into several buffers. Every byte and
+// every guard byte, the ordering after and before owner compute with one completion point,
+// and every bad input (named by index, nothing enqueued).
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conformance.hpp"
+
+using namespace ferry;
+using conformance::expect_error;
+using conformance::fill_pattern;
+using conformance::first_mismatch;
+
+namespace {
+
+constexpr std::uint64_t KiB = 1024;
+constexpr std::byte kGuard{0x5A};
+
+/// Expect invalid_argument whose message contains every string of `needles`.
+template <class Fn>
+void expect_invalid(Fn&& fn, std::initializer_list<std::string> needles, const char* what) {
+  try {
+    fn();
+    FAIL_CHECK((std::string(what) + ": expected invalid_argument, nothing was thrown"));
+  } catch (const Error& e) {
+    CHECK_MESSAGE(e.code() == ErrorCode::invalid_argument, what << ": " << e.what());
+    for (const auto& n : needles) {
+      CHECK_MESSAGE(std::string(e.what()).find(n) != std::string::npos, what << ": '" << n << "' missing in " << e.what());
+    }
+  }
+}
+
+/// `count` device buffers of random sizes owned by `owner`, buffer i holding pattern seed + i.
+std::vector<DeviceBuffer> patterned_buffers(Device& dev, Transfer& xfer, const Queue& owner, std::mt19937_64& rng,
+                                            std::size_t count, std::uint64_t seed) {
+  std::vector<DeviceBuffer> out;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t n = 1 + rng() % (96 * KiB);
+    HostBuffer h = dev.host_pool().allocate(n);
+    fill_pattern(h.span(), seed + i);
+    DeviceBuffer b = dev.pool().allocate(n, owner);
+    xfer.upload_into(h, b);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+/// Host offsets for `buffers` in one arena, in a shuffled order with guard gaps of 1..300
+/// bytes; returns the arena size.
+std::uint64_t scattered_offsets(const std::vector<DeviceBuffer>& buffers, std::mt19937_64& rng,
+                                std::vector<std::uint64_t>& offsets) {
+  std::vector<std::size_t> order(buffers.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  offsets.assign(buffers.size(), 0);
+  std::uint64_t at = 0;
+  for (std::size_t i : order) {
+    at += 1 + rng() % 300;
+    offsets[i] = at;
+    at += buffers[i].size();
+  }
+  return at + 1 + rng() % 300;
+}
+
+}  // namespace
+
+CONFORMANCE_CASE("many: buffers down into one HostBuffer and back up, every byte, guards kept") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  std::mt19937_64 rng(11);
+  for (std::size_t count : {std::size_t{1}, std::size_t{2}, std::size_t{conformance::small() ? 23u : 67u}}) {
+    CAPTURE(count);
+    std::vector<DeviceBuffer> src = patterned_buffers(dev, xfer, owner, rng, count, 1000);
+    std::vector<std::uint64_t> offsets;
+    const std::uint64_t arena = scattered_offsets(src, rng, offsets);
+    HostBuffer host = dev.host_pool().allocate(arena);
+    std::fill(host.span().begin(), host.span().end(), kGuard);
+    const TimelinePoint done = xfer.download(std::span<const DeviceBuffer>(src), host, offsets);
+    done.wait();
+    std::vector<bool> covered(arena, false);
+    int bad = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      bad += first_mismatch(host.span().subspan(offsets[i], src[i].size()), 1000 + i) != -1;
+      std::fill(covered.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
+                covered.begin() + static_cast<std::ptrdiff_t>(offsets[i] + src[i].size()), true);
+    }
+    CHECK_MESSAGE(bad == 0, bad << " of " << count << " buffers came down wrong");
+    std::int64_t stray = -1;
+    for (std::uint64_t i = 0; i < arena; ++i) {
+      if (!covered[i] && host.span()[i] != kGuard) stray = static_cast<std::int64_t>(i);
+    }
+    CHECK_MESSAGE(stray == -1, "the download wrote outside its ranges at byte " << stray);
+
+    // Back up into fresh buffers of the same sizes, then each one down alone.
+    std::vector<DeviceBuffer> back;
+    for (const DeviceBuffer& b : src) back.push_back(dev.pool().allocate(b.size(), owner));
+    const TimelinePoint up = xfer.upload_into(host, offsets, std::span<const DeviceBuffer>(back));
+    CHECK_FALSE(up.empty());
+    bad = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      HostBuffer one = dev.host_pool().allocate(back[i].size());
+      xfer.download(back[i], one).wait();
+      bad += first_mismatch(one.span(), 1000 + i) != -1;
+    }
+    CHECK_MESSAGE(bad == 0, bad << " of " << count << " buffers came back up wrong");
+    for (DeviceBuffer& b : src) b.release();
+    for (DeviceBuffer& b : back) b.release();
+  }
+  conformance::check_round_trip(dev, xfer);
+}
+
+CONFORMANCE_CASE("many: one call follows each owner's compute and orders the owners after it") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    const std::size_t count = 9;
+    std::vector<DeviceBuffer> in = patterned_buffers(dev, xfer, owner, rng, count, 2000 + 100 * round);
+    // Compute writes in + 1 into `out`, enough passes that a copy not ordered after it would
+    // read stale bytes; the many-buffer download must follow it.
+    std::vector<DeviceBuffer> out;
+    for (std::size_t i = 0; i < count; ++i) {
+      out.push_back(dev.pool().allocate(in[i].size(), owner));
+      run_synthetic_compute(owner, in[i], out[i], 20);
+    }
+    std::vector<std::uint64_t> offsets;
+    HostBuffer host = dev.host_pool().allocate(scattered_offsets(out, rng, offsets));
+    xfer.download(std::span<const DeviceBuffer>(out), host, offsets).wait();
+    int bad = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      bad += first_mismatch(host.span().subspan(offsets[i], out[i].size()), 2000 + 100 * round + i, 1) != -1;
+    }
+    CHECK_MESSAGE(bad == 0, bad << " of " << count << " buffers missed the compute's result");
+
+    // Up into `in` (owner_waits), held back by a gate the host opens only after the owner's
+    // compute is enqueued: that compute reads what the one call wrote only if the owner
+    // waits for the call.
+    for (std::size_t i = 0; i < count; ++i) {
+      fill_pattern(host.span().subspan(offsets[i], out[i].size()), 7000 + i);
+    }
+    TimelineSemaphore gate = dev.create_semaphore(0);
+    const TimelinePoint up =
+        xfer.upload_into(host, offsets, std::span<const DeviceBuffer>(in), {.wait = {gate.at(1)}});
+    // The owner waits for the call: its work enqueued now cannot complete while the gate is shut.
+    const TimelinePoint owner_after = owner.mark();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK_FALSE(owner_after.reached());
+    for (std::size_t i = 0; i < count; ++i) run_synthetic_compute(owner, in[i], out[i], 1);
+    gate.signal(1);
+    owner_after.wait();
+    CHECK(up.reached());
+    bad = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      HostBuffer one = dev.host_pool().allocate(out[i].size());
+      xfer.download(out[i], one).wait();
+      bad += first_mismatch(one.span(), 7000 + i, 1) != -1;
+    }
+    CHECK_MESSAGE(bad == 0, bad << " of " << count << " buffers: the owner's compute ran before the upload");
+    for (DeviceBuffer& b : in) b.release();  // stream-ordered after the calls' reads and writes
+    for (DeviceBuffer& b : out) b.release();
+  }
+}
+
+CONFORMANCE_CASE("many: bad input of many-buffer downloads and uploads") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  std::mt19937_64 rng(3);
+  std::vector<DeviceBuffer> b = patterned_buffers(dev, xfer, owner, rng, 3, 40);
+  const std::uint64_t n = b[0].size() + b[1].size() + b[2].size();
+  HostBuffer host = dev.host_pool().allocate(n + 64);
+  std::fill(host.span().begin(), host.span().end(), kGuard);
+  const std::vector<std::uint64_t> fine{0, b[0].size(), b[0].size() + b[1].size()};
+  using Offsets = std::vector<std::uint64_t>;
+  auto down = [&](const std::vector<DeviceBuffer>& s, const Offsets& o) {
+    (void)xfer.download(std::span<const DeviceBuffer>(s), host, o);
+  };
+  auto up = [&](const std::vector<DeviceBuffer>& d, const Offsets& o, UploadOptions opt = {}) {
+    (void)xfer.upload_into(host, o, std::span<const DeviceBuffer>(d), std::move(opt));
+  };
+
+  expect_invalid([&] { down({}, {}); }, {"empty span of sources"}, "no sources");
+  expect_invalid([&] { up({}, {}); }, {"empty span of destinations"}, "no destinations");
+  expect_invalid([&] { down(b, {0, 1}); }, {"2 offsets for 3 sources"}, "count mismatch (download)");
+  expect_invalid([&] { up(b, {0}); }, {"1 offsets for 3 destinations"}, "count mismatch (upload)");
+  {
+    // DeviceBuffer is move-only: a list is built by moving a buffer in and out of it.
+    std::vector<DeviceBuffer> holes(2);
+    holes[0] = std::move(b[0]);
+    expect_invalid([&] { down(holes, {0, 100000}); }, {"source 1", "null"}, "null source");
+    b[0] = std::move(holes[0]);
+  }
+  expect_invalid([&] { down(b, {0, b[0].size(), n}); }, {"source 2", "exceeds the host buffer"}, "range past the end");
+  expect_invalid([&] { down(b, {0, b[0].size() - 1, b[0].size() + b[1].size()}); },
+                 {"sources 0 and 1", "overlap"}, "overlapping destinations");
+  expect_invalid([&] { up(b, {0, ~std::uint64_t{0}, 0}); }, {"destination 1", "exceeds the host buffer"},
+                 "source offset past the end");
+  {
+    UploadOptions blocking;
+    blocking.mode = CopyMode::blocking;
+    expect_invalid([&] { up(b, fine, blocking); }, {"preallocated mode"}, "an upload mode other than preallocated");
+  }
+  {
+    Device other = conformance::open_device();
+    Queue other_owner = other.queue(QueueRole::compute);
+    std::vector<DeviceBuffer> mixed;
+    mixed.push_back(std::move(b[0]));
+    mixed.push_back(other.pool().allocate(64, other_owner));
+    expect_invalid([&] { down(mixed, {0, 100000}); }, {"source 1", "another device"}, "another device's buffer");
+    mixed[1].release();
+    b[0] = std::move(mixed[0]);
+  }
+  // Nothing was written by the failed calls.
+  CHECK(std::all_of(host.span().begin(), host.span().end(), [](std::byte x) { return x == kGuard; }));
+  {
+    std::vector<DeviceBuffer> with_gone;
+    with_gone.push_back(std::move(b[0]));
+    with_gone.push_back(dev.pool().allocate(100, owner));
+    with_gone[1].release();
+    expect_invalid([&] { down(with_gone, {0, 100000}); }, {"source 1", "released"},
+                   "many-buffer download with a released source");
+    b[0] = std::move(with_gone[0]);
+  }
+  // The buffers are unharmed: the good call works.
+  down(b, fine);
+  xfer.synchronize();
+  for (int i = 0; i < 3; ++i) CHECK(first_mismatch(host.span().subspan(fine[i], b[i].size()), 40 + i) == -1);
+  for (DeviceBuffer& x : b) x.release();
+  conformance::check_round_trip(dev, xfer);
+}
