@@ -36,7 +36,7 @@
 #define FERRY_GPU_HAS_KERNELS 0  // kernels.cu needs hipcc, which this build does not use
 // Image copies are written against the CUDA runtime's array API only; HIP has no mapping yet.
 #define FERRY_GPU_HAS_IMAGES 0
-#define FERRY_GPU_HAS_BATCH_COPY 0  // hipMemcpyBatchAsync's host-device batches are slower than single copies
+#define FERRY_GPU_HAS_BATCH_COPY 0  // hipMemcpyBatchAsync is not mapped: one copy call per copy
 
 // Runtime names used by cuda_backend.cpp.
 #define cudaDeviceGetStreamPriorityRange hipDeviceGetStreamPriorityRange
