@@ -200,6 +200,21 @@ void expect_error_any(std::initializer_list<ferry::ErrorCode> codes, Fn&& fn,
   }
 }
 
+/// Run `fn`, expecting `invalid_argument` whose message contains every string of `needles`
+/// (the argument it names, its index); `what` labels the check.
+template <class Fn>
+void expect_invalid_naming(Fn&& fn, std::initializer_list<std::string> needles, const char* what) {
+  try {
+    fn();
+    FAIL_CHECK((std::string(what) + ": expected invalid_argument, nothing was thrown"));
+  } catch (const ferry::Error& e) {
+    CHECK_MESSAGE(e.code() == ferry::ErrorCode::invalid_argument, what << ": " << e.what());
+    for (const auto& n : needles) {
+      CHECK_MESSAGE(std::string(e.what()).find(n) != std::string::npos, what << ": '" << n << "' missing in " << e.what());
+    }
+  }
+}
+
 }  // namespace conformance
 
 /// A conformance case: a doctest case run with the conformance fixture.
