@@ -802,7 +802,7 @@ class _StashGroup:
     """The stashed tensors that share one device storage, and where its bytes live in the
     stash's host memory."""
 
-    __slots__ = ("tensors", "layouts", "nbytes", "offset")
+    __slots__ = ("tensors", "layouts", "nbytes", "offset", "block", "itself")
 
     def __init__(self, nbytes: int, offset: int):
         self.tensors: list[torch.Tensor] = []
@@ -810,6 +810,8 @@ class _StashGroup:
         self.layouts: list[tuple[torch.dtype, torch.Size, tuple[int, ...], int]] = []
         self.nbytes = nbytes
         self.offset = offset
+        self.block: torch.Tensor | None = None  # the restore's memory until it is set in
+        self.itself = False  # the block is the group's one tensor as it was
 
 
 def _repoint(group: _StashGroup, whole: torch.Tensor, base: int, typed: dict[torch.dtype, torch.Tensor]) -> None:
@@ -827,21 +829,140 @@ def _repoint(group: _StashGroup, whole: torch.Tensor, base: int, typed: dict[tor
         t.data = v.as_strided(shape, stride, base // dtype.itemsize + offset)
 
 
-def _restore_blocks(groups: list[_StashGroup], device: torch.device) -> list[tuple[torch.Tensor, bool]]:
-    """Fresh device memory for each group, on the current stream's pool, and whether it is the
-    group's tensor itself: a group of one contiguous tensor that spans its whole storage gets
-    a tensor of that layout (one allocation that takes the tensor's place as it is); any
-    other group gets a byte block its tensors are set into."""
-    blocks = []
-    for g in groups:
-        if len(g.tensors) == 1:
-            t = g.tensors[0]
-            dtype, shape, stride, offset = g.layouts[0]
-            if offset == 0 and t.numel() * dtype.itemsize == g.nbytes and t.is_contiguous():
-                blocks.append((torch.empty_strided(shape, stride, dtype=dtype, device=device), True))
+class _PythonStashOps:
+    """The per-tensor work of a stash and its restore, with PyTorch's Python API: the same
+    functions, contracts and errors as ferry._torch_native's (python/src/torch_native.cpp),
+    which does it in C++ and is used instead wherever it was built for the running torch. A
+    plan is the list of _StashGroup."""
+
+    @staticmethod
+    def stash_plan(items: list, alignment: int):
+        """(plan, device index, storage data pointers, sizes, host offsets, total bytes): every
+        item checked, grouped by storage (each at an `alignment`-aligned host offset), and a
+        storage held by anything but the items refused. Nothing is changed."""
+        # One pass validates each tensor and groups it by storage; the checks are property
+        # reads (is_cuda, get_device) rather than torch.device objects.
+        groups: dict[int, _StashGroup] = {}
+        storages: dict[int, torch.UntypedStorage] = {}
+        seen: set[int] = set()
+        index = -1
+        total = 0
+        for i, t in enumerate(items):
+            if not isinstance(t, torch.Tensor):
+                raise Error("invalid_argument", f"ferry.torch.stash: item {i} is a {type(t).__name__}, not a tensor")
+            if t.is_nested or t.layout != torch.strided or t.is_quantized:
+                raise Error("unsupported", f"ferry.torch.stash: tensor {i} is not a plain strided tensor "
+                            f"({'nested' if t.is_nested else t.layout if t.layout != torch.strided else 'quantized'})")
+            if not t.is_cuda:
+                raise Error("invalid_argument", f"ferry.torch.stash: tensor {i} is on {t.device}, not a CUDA device "
+                            "(a stashed tensor is a CPU tensor until its stash is restored)")
+            if index < 0:
+                index = t.get_device()
+            elif t.get_device() != index:
+                raise Error("invalid_argument", f"ferry.torch.stash: tensor {i} is on {t.device}, the others on "
+                            f"cuda:{index}: one stash holds one device's tensors")
+            if id(t) in seen:
                 continue
-        blocks.append((torch.empty(g.nbytes, dtype=torch.uint8, device=device), False))
-    return blocks
+            seen.add(id(t))
+            storage = t.untyped_storage()
+            key = storage.data_ptr()
+            g = groups.get(key)
+            if g is None:
+                total = (total + alignment - 1) // alignment * alignment
+                g = _StashGroup(storage.nbytes(), total)
+                total += g.nbytes
+                groups[key] = g
+                storages[key] = storage
+            g.tensors.append(t)
+            g.layouts.append((t.dtype, t.shape, t.stride(), t.storage_offset()))
+            del storage
+        # Every holder of a storage must be one of the tensors passed (plus the one storage
+        # object kept here): any other would read the storage after it is freed.
+        for key, g in groups.items():
+            holders = torch._C._storage_Use_Count(storages[key]._cdata) - 1
+            if holders > len(g.tensors):
+                i = next(j for j, t in enumerate(items) if t.untyped_storage().data_ptr() == key)
+                raise Error("invalid_argument",
+                            f"ferry.torch.stash: tensor {i}'s storage ({g.nbytes} bytes) is also held by "
+                            f"{holders - len(g.tensors)} tensor(s) or storage reference(s) that were not passed "
+                            "(a view, an autograd saved tensor, a .data alias): they would read freed memory; "
+                            "pass every tensor that uses it")
+        if not groups:
+            raise Error("invalid_argument", "ferry.torch.stash: no tensors to stash")
+        plan = list(groups.values())
+        return plan, index, list(groups.keys()), [g.nbytes for g in plan], [g.offset for g in plan], total
+
+    @staticmethod
+    def record_streams(plan: list[_StashGroup], stream_id: int, device_index: int, device_type: int) -> None:
+        """Each storage's use recorded on the stream (Tensor.record_stream)."""
+        s = torch.cuda.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+        for g in plan:
+            g.tensors[0].record_stream(s)
+
+    @staticmethod
+    def repoint_host(plan: list[_StashGroup], whole: torch.Tensor) -> None:
+        """Every tensor becomes a CPU tensor over `whole` at its group's host offset."""
+        typed: dict[torch.dtype, torch.Tensor] = {}
+        for g in plan:
+            _repoint(g, whole, g.offset, typed)
+
+    @staticmethod
+    def restore_alloc(plan: list[_StashGroup], stream_id: int, device_index: int, device_type: int) -> list[int]:
+        """Fresh device memory for each group on the stream's pool, kept in the plan; the data
+        pointers. A group of one contiguous tensor that spans its whole storage gets a tensor
+        of that layout (one allocation that takes the tensor's place as it is); any other
+        group gets a byte block its tensors are set into."""
+        s = torch.cuda.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+        device = torch.device("cuda", device_index)
+        try:
+            with torch.cuda.stream(s):
+                for g in plan:
+                    t = g.tensors[0]
+                    dtype, shape, stride, offset = g.layouts[0]
+                    g.itself = (len(g.tensors) == 1 and offset == 0 and t.numel() * dtype.itemsize == g.nbytes
+                                and t.is_contiguous())
+                    g.block = (torch.empty_strided(shape, stride, dtype=dtype, device=device) if g.itself
+                               else torch.empty(g.nbytes, dtype=torch.uint8, device=device))
+        except BaseException:
+            _PythonStashOps.drop_blocks(plan)
+            raise
+        return [g.block.data_ptr() for g in plan]
+
+    @staticmethod
+    def repoint_blocks(plan: list[_StashGroup]) -> None:
+        """Every tensor points at its group's block, in its own layout; the plan lets go of
+        the blocks."""
+        for g in plan:
+            if g.itself:
+                g.tensors[0].data = g.block
+            else:
+                _repoint(g, g.block, 0, {})
+            g.block = None
+
+    @staticmethod
+    def drop_blocks(plan: list[_StashGroup]) -> None:
+        for g in plan:
+            g.block = None
+
+
+def _native_stash_ops() -> Any:
+    """ferry._torch_native where it is built for the running torch (its C++ ABI is that
+    version's), else None. FERRY_TORCH_NATIVE=0 in the environment also gives None."""
+    import os
+    if os.environ.get("FERRY_TORCH_NATIVE", "1") == "0":
+        return None
+    try:
+        from . import _torch_native
+    except ImportError:
+        return None
+    if _torch_native.TORCH_VERSION != torch.__version__:
+        return None
+    _torch_native.set_error(Error, torch.OutOfMemoryError)
+    return _torch_native
+
+
+#: The stash's per-tensor work: ferry._torch_native, or its Python path (_PythonStashOps).
+_stash_ops: Any = _native_stash_ops() or _PythonStashOps
 
 
 class Stash:
@@ -852,8 +973,11 @@ class Stash:
     ``wait`` ordered a stream after the copy. Not thread-safe: one thread drives a Stash.
     """
 
-    def __init__(self, groups, host, host_buffer, device, dev, xfer, ready):
-        self._groups: list[_StashGroup] = groups
+    def __init__(self, ops, plan, sizes, offsets, host, host_buffer, device, dev, xfer, ready):
+        self._ops = ops                  # _stash_ops at the stash, which made `plan`
+        self._plan = plan                # the stashed tensors, by storage (opaque to this class)
+        self._sizes: list[int] = sizes   # each storage's bytes
+        self._offsets: list[int] = offsets  # and its offset in the host copy
         self._host = host                # pinned uint8 tensor holding every group's bytes
         self._host_buffer = host_buffer  # it, adopted for DMA
         self._device = device
@@ -872,7 +996,7 @@ class Stash:
     @property
     def nbytes(self) -> int:
         """Bytes of device storage stashed (one per storage, shared by its views)."""
-        return sum(g.nbytes for g in self._groups)
+        return sum(self._sizes)
 
     @property
     def ready(self) -> _ferry.TimelinePoint:
@@ -909,23 +1033,20 @@ class Stash:
                         f"Stash.restore: target_stream is a stream of {target_stream.device}, not of {self._device}")
         backend = _gpu_backend()
         owner = _adopted_queue((backend, self._device.index), self._dev, target_stream)
-        with torch.cuda.stream(target_stream):
-            blocks = _restore_blocks(self._groups, self._device)
+        ops = self._ops
+        pointers = ops.restore_alloc(self._plan, target_stream.stream_id, target_stream.device_index,
+                                     target_stream.device_type)
         after = owner.mark()  # the new blocks are free in the target's order from here on
         if not self._ready.known_reached:
             self._xfer.executor.wait(self._ready)  # the host copy is written on the stash's queue
         try:
             done, self._adopted = self._xfer._upload_adopted_raw(
-                [b.data_ptr() for b, _ in blocks], [g.nbytes for g in self._groups], owner, after, self._host_buffer,
-                [g.offset for g in self._groups], "ferry.torch.stash")
+                pointers, self._sizes, owner, after, self._host_buffer, self._offsets, "ferry.torch.stash")
         except BaseException:
+            ops.drop_blocks(self._plan)
             self._finish()  # the target waits for what was enqueued; the tensors stay on the host
             raise
-        for g, (block, itself) in zip(self._groups, blocks):
-            if itself:
-                g.tensors[0].data = block
-            else:
-                _repoint(g, block, 0, {})
+        ops.repoint_blocks(self._plan)
         self._restored = None if done.empty else done
         if self._restored is not None:
             _restoring[self._device.index] = done
@@ -1023,60 +1144,13 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     _check_stream("stream", stream)
     if free not in ("ordered", "deferred"):
         raise Error("invalid_argument", f"ferry.torch.stash: free is {free!r}, not 'ordered' or 'deferred'")
-    # One pass validates each tensor and groups it by storage; the checks are property reads
-    # (is_cuda, get_device) rather than torch.device objects, as this loop runs once per tensor.
-    groups: dict[int, _StashGroup] = {}
-    storages: dict[int, torch.UntypedStorage] = {}
-    seen: set[int] = set()
-    index = -1
-    total = 0
-    for i, t in enumerate(items):
-        if not isinstance(t, torch.Tensor):
-            raise Error("invalid_argument", f"ferry.torch.stash: item {i} is a {type(t).__name__}, not a tensor")
-        if t.is_nested or t.layout != torch.strided or t.is_quantized:
-            raise Error("unsupported", f"ferry.torch.stash: tensor {i} is not a plain strided tensor "
-                        f"({'nested' if t.is_nested else t.layout if t.layout != torch.strided else 'quantized'})")
-        if not t.is_cuda:
-            raise Error("invalid_argument", f"ferry.torch.stash: tensor {i} is on {t.device}, not a CUDA device "
-                        "(a stashed tensor is a CPU tensor until its stash is restored)")
-        if index < 0:
-            index = t.get_device()
-        elif t.get_device() != index:
-            raise Error("invalid_argument", f"ferry.torch.stash: tensor {i} is on {t.device}, the others on "
-                        f"cuda:{index}: one stash holds one device's tensors")
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
-        g = groups.get(key)
-        if g is None:
-            total = _align(total)
-            g = _StashGroup(storage.nbytes(), total)
-            total += g.nbytes
-            groups[key] = g
-            storages[key] = storage
-        g.tensors.append(t)
-        g.layouts.append((t.dtype, t.shape, t.stride(), t.storage_offset()))
-        del storage
-    if not groups:
-        raise Error("invalid_argument", "ferry.torch.stash: no tensors to stash")
+    ops = _stash_ops
+    plan, index, keys, sizes, offsets, total = ops.stash_plan(items, ALIGNMENT)
     device = torch.device("cuda", index)
     if stream is None:
         stream = torch.cuda.current_stream(device)
     elif torch.device(stream.device) != device:
         raise Error("invalid_argument", f"ferry.torch.stash: stream is a stream of {stream.device}, not of {device}")
-    # Every holder of a storage must be one of the tensors passed (plus the one storage
-    # object kept here): any other would read the storage after it is freed.
-    for key, g in groups.items():
-        holders = torch._C._storage_Use_Count(storages[key]._cdata) - 1
-        if holders > len(g.tensors):
-            i = next(j for j, t in enumerate(items) if t.untyped_storage().data_ptr() == key)
-            raise Error("invalid_argument",
-                        f"ferry.torch.stash: tensor {i}'s storage ({g.nbytes} bytes) is also held by "
-                        f"{holders - len(g.tensors)} tensor(s) or storage reference(s) that were not passed "
-                        "(a view, an autograd saved tensor, a .data alias): they would read freed memory; "
-                        "pass every tensor that uses it")
     backend = _gpu_backend()
     dev, xfer = engine(backend, device.index)
     owner = _adopted_queue((backend, device.index), dev, stream)
@@ -1084,7 +1158,6 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     host = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=True)
     host_buffer = dev.host_pool.adopt(host.data_ptr(), max(total, 1))
     after = owner.mark()  # the work `stream` enqueued on the tensors so far
-    order = list(groups.values())
     # Each storage's reuse is ordered after its download's read: "ordered" makes `stream` wait
     # for the copy, "deferred" records the storage's use on a stream that waits for it, so the
     # caching allocator keeps the block until that stream's work (the wait) completes.
@@ -1093,17 +1166,14 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     restoring = _restoring.get(device.index)
     if restoring is not None and not restoring.known_reached:
         down.executor.wait(restoring)  # a restore no stream waited for may still write these storages
-    ready = down._download_adopted_raw(list(groups.keys()), [g.nbytes for g in order], owner, after, host_buffer,
-                                       [g.offset for g in order], "ferry.torch.stash", ordered)
+    ready = down._download_adopted_raw(keys, sizes, owner, after, host_buffer, offsets, "ferry.torch.stash", ordered)
     if ready.empty:
         ready = down.executor.mark()
     if not ordered:
         keeper = _stash_keeper(device)
         _adopted_queue((backend, device.index), dev, keeper).wait(ready)
-        for g in order:
-            g.tensors[0].record_stream(keeper)
-    typed: dict[torch.dtype, torch.Tensor] = {}
-    for g in order:
-        _repoint(g, host, g.offset, typed)
-    storages.clear()  # the last holders: the storages are freed here, in `stream`'s order
-    return Stash(list(groups.values()), host, host_buffer, device, dev, xfer, ready)
+        ops.record_streams(plan, keeper.stream_id, keeper.device_index, keeper.device_type)
+    # The tensors become CPU tensors over the host copy: their device storages lose their
+    # last holders and are freed here, in the order chosen above.
+    ops.repoint_host(plan, host)
+    return Stash(ops, plan, sizes, offsets, host, host_buffer, device, dev, xfer, ready)

@@ -392,3 +392,20 @@ def test_threads_share_the_binding_path_and_the_destinations_record():
     sem.signal(10_000)
     d.allocate(1)
     assert d.pending == 0 and handed[0] == 161 and len(returned) == 160
+
+
+def test_stash_uses_the_native_module_where_it_is_built_for_this_torch():
+    # ferry._torch_native is built against one torch's C++ ABI: ferry.torch takes it exactly
+    # when that is the running torch, and its Python path otherwise or when told so.
+    try:
+        from ferry import _torch_native
+    except ImportError:
+        pytest.skip("ferry._torch_native is not built")
+    if _torch_native.TORCH_VERSION == torch.__version__:
+        assert ft._stash_ops is _torch_native
+    else:
+        assert ft._stash_ops is ft._PythonStashOps
+    env = dict(os.environ, FERRY_TORCH_NATIVE="0")
+    out = subprocess.run([sys.executable, "-c", "import ferry.torch as ft; print(ft._stash_ops.__name__)"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "_PythonStashOps"

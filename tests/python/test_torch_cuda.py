@@ -337,7 +337,7 @@ def test_a_result_dropped_at_once_is_never_reused_under_its_copy(mode, source):
         del x
 
 
-def test_stash_and_restore_keep_identity_views_and_bytes():
+def test_stash_and_restore_keep_identity_views_and_bytes(stash_ops):
     main = torch.cuda.current_stream()
     base = torch.randn(1 << 20, device="cuda")
     view = base[1000:3000].view(40, 50)
@@ -369,7 +369,7 @@ def test_stash_and_restore_keep_identity_views_and_bytes():
 
 
 @pytest.mark.parametrize("free", ["ordered", "deferred"])
-def test_stash_frees_at_once_and_nothing_written_after_it_reaches_the_copy(free):
+def test_stash_frees_at_once_and_nothing_written_after_it_reaches_the_copy(free, stash_ops):
     # The stash frees the storage at once: main's next allocation of the same size may get the
     # same block and write it immediately. The host copy and the restore must hold the stashed
     # bytes all the same.
@@ -390,7 +390,7 @@ def test_stash_frees_at_once_and_nothing_written_after_it_reaches_the_copy(free)
         assert bad == [], f"step {step}: restored tensors {bad} are corrupt"
 
 
-def test_stash_free_order_decides_whether_the_stream_waits_for_the_copy():
+def test_stash_free_order_decides_whether_the_stream_waits_for_the_copy(stash_ops):
     # "ordered": main waits for the D2H on the device, so work enqueued on main after the call
     # completes after the copy. "deferred": main does not wait, so that work completes while the
     # copy (1 GiB, tens of milliseconds) still runs, and the block is not reused under it.
@@ -418,7 +418,7 @@ def test_stash_free_order_decides_whether_the_stream_waits_for_the_copy():
 
 
 @pytest.mark.parametrize("free", ["ordered", "deferred"])
-def test_a_stash_right_after_a_restore_reads_the_restored_bytes(free):
+def test_a_stash_right_after_a_restore_reads_the_restored_bytes(free, stash_ops):
     # Stashes and restores run on different transfer streams: a stash of tensors whose restore
     # no stream waited for yet must still read them after the restore has written them.
     n = 128 << 20
@@ -437,7 +437,7 @@ def test_a_stash_right_after_a_restore_reads_the_restored_bytes(free):
         again.wait()
 
 
-def test_stash_refuses_a_storage_that_an_unpassed_view_still_uses():
+def test_stash_refuses_a_storage_that_an_unpassed_view_still_uses(stash_ops):
     base = torch.zeros(1 << 16, device="cuda")
     view = base[:100]  # noqa: F841 - held, not passed
     with pytest.raises(ferry.Error) as e:

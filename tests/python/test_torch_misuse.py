@@ -5,6 +5,8 @@ the caller's line, and leaves the sources and earlier results intact. The cases 
 GPU (a stream of the wrong device, a tensor on another GPU) skip without one."""
 import inspect
 
+import warnings
+
 import pytest
 
 import ferry
@@ -171,19 +173,41 @@ def test_a_tensor_requiring_grad_on_the_target_device_is_returned_as_it_is():
     ([3], "not a tensor"),
     ([torch.zeros(4)], "not a CUDA device"),
 ])
-def test_stash_refuses_what_it_cannot_stash(bad, what):
-    with pytest.raises(ferry.Error) as e:
-        ft.stash(bad)
-    assert e.value.code == "invalid_argument" and what in e.value.message
+def test_stash_refuses_what_it_cannot_stash(bad, what, stash_ops):
+    refused("invalid_argument", lambda: ft.stash(bad), what)
 
 
-def test_stash_refuses_a_stream_that_is_not_a_stream():
+def _quantized():
+    return torch.quantize_per_tensor(torch.ones(4), 0.5, 0, torch.quint8)
+
+
+def _nested():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch's prototype-stage notice
+        return torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+
+
+@pytest.mark.parametrize("make, what", [
+    (lambda: torch.zeros(4).to_sparse(), "torch.sparse_coo"),
+    (lambda: torch.eye(3).to_sparse_csr(), "torch.sparse_csr"),
+    (_quantized, "quantized"),
+    (_nested, "nested"),
+])
+def test_stash_refuses_a_tensor_that_is_not_plain_strided(make, what, stash_ops):
+    # Checked before the device: the message names the layout, and nothing is touched.
+    good = torch.zeros(4)
+    bad = make()
+    refused("unsupported", lambda: ft.stash([bad, good]), "tensor 0", "not a plain strided tensor", what)
+    assert good.device.type == "cpu" and int(good.sum()) == 0
+
+
+def test_stash_refuses_a_stream_that_is_not_a_stream(stash_ops):
     with pytest.raises(ferry.Error) as e:
         ft.stash([torch.zeros(4)], stream=42)
     assert e.value.code == "invalid_argument" and "torch.cuda.Stream" in e.value.message
 
 
-def test_stash_refuses_an_unknown_free_order():
+def test_stash_refuses_an_unknown_free_order(stash_ops):
     t = torch.zeros(4)
     refused("invalid_argument", lambda: ft.stash([t], free="later"), "free", "'ordered' or 'deferred'")
     assert t.device.type == "cpu" and int(t.sum()) == 0  # untouched

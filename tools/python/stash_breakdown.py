@@ -7,7 +7,7 @@ row, with no forward between the calls).
     PYTHONPATH=build/python python3 tools/python/stash_breakdown.py [--tensors 64] [--mib 32]
 
 Printed: the median host µs per step of each way's stash and restore calls over ``--steps``
-steps, then each way's calls under cProfile (µs per step of every function and builtin, by
+steps (ferry's with its per-tensor work in ferry._torch_native, where built, and in Python), then each way's calls under cProfile (µs per step of every function and builtin, by
 own time, the profiler's overhead included, so compare rows, not totals), then the binding's
 batch calls timed alone. The GPU is synchronized after each step, outside the timings. Private
 parts of ferry.torch are timed, so this tool follows them.
@@ -47,10 +47,13 @@ def ems_way(state, host, d2h, h2d, main):
     return stash, restore
 
 
-def ferry_way(state, main):
+def ferry_way(state, main, ops):
+    """ferry.torch's stash with `ops` doing its per-tensor work (ferry._torch_native or the
+    Python path, _PythonStashOps)."""
     held = []
 
     def stash():
+        ft._stash_ops = ops  # a Stash keeps the ops it was made with for its restore
         held.append(ft.stash(state))
 
     def restore():
@@ -107,15 +110,19 @@ def main():
     state = [torch.full((nbytes,), i % 250 + 1, dtype=torch.uint8, device="cuda") for i in range(a.tensors)]
     host = [torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(a.tensors)]
     d2h, h2d = torch.cuda.Stream(), torch.cuda.Stream()
-    ways = {"record_stream": ems_way(state, host, d2h, h2d, main_stream), "ferry": ferry_way(state, main_stream)}
+    ways = {"record_stream": ems_way(state, host, d2h, h2d, main_stream)}
+    native = ft._native_stash_ops()
+    if native is not None:
+        ways["ferry"] = ferry_way(state, main_stream, native)
+    ways["ferry, Python path" if native is not None else "ferry"] = ferry_way(state, main_stream, ft._PythonStashOps)
     for name, (s, r) in ways.items():
         timed(s, r, 5)  # warm-up: pools, engines, the caching allocator's blocks
     print(f"{a.tensors} x {a.mib} MiB, median of {a.steps} steps, host µs")
-    print(f"{'way':15} {'stash':>9} {'restore':>9} {'sum':>9}")
+    print(f"{'way':20} {'stash':>9} {'restore':>9} {'sum':>9}")
     for _ in range(2):  # twice, interleaved, to show the run-to-run spread
         for name, (s, r) in ways.items():
             st, rt = timed(s, r, a.steps)
-            print(f"{name:15} {st:9.1f} {rt:9.1f} {st + rt:9.1f}", flush=True)
+            print(f"{name:20} {st:9.1f} {rt:9.1f} {st + rt:9.1f}", flush=True)
     for name, (s, r) in ways.items():
         profiled(name, s, r, a.steps, a.top)
 

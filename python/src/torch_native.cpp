@@ -1,0 +1,442 @@
+// SPDX-License-Identifier: MIT
+//
+// ferry._torch_native: the per-tensor work of ferry.torch.stash and Stash.restore, in C++
+// against libtorch, for the PyTorch that the package was built with.
+//
+// A stash of N tensors checks, groups, allocates and re-points N tensors. Done with PyTorch's
+// Python API, each tensor costs a dozen interpreter-level calls (a few microseconds), which
+// for an optimizer's hundreds of state tensors outweighs the one batched copy. Here each step
+// is a direct call on the TensorImpl. The module holds no ferry state and makes no copy: the
+// copies stay in ferry._ferry; this module only reads tensors, allocates their blocks from
+// PyTorch's caching allocator and swaps their data.
+//
+// The module is built against one PyTorch's C++ ABI: FERRY_TORCH_VERSION, the torch.__version__
+// that the build found (meson defines it). ferry.torch uses the module only when the running
+// torch.__version__ is that one, and otherwise takes its Python path.
+//
+// Errors are raised as ferry.Error, and running out of device memory as torch.OutOfMemoryError
+// (set_error hands both classes in before any other call), as the Python path raises them.
+
+#include <Python.h>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace {
+
+PyObject* g_error = nullptr;  // ferry.Error
+PyObject* g_out_of_memory = nullptr;  // torch.OutOfMemoryError, as PyTorch's own calls raise it
+
+// Raises ferry.Error(code, message); returns nullptr for the caller to return.
+PyObject* fail(const char* code, const std::string& message) {
+  if (g_error == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, message.c_str());
+    return nullptr;
+  }
+  PyObject* e = PyObject_CallFunction(g_error, "ss", code, message.c_str());
+  if (e != nullptr) {
+    PyErr_SetObject(g_error, e);
+    Py_DECREF(e);
+  }
+  return nullptr;
+}
+
+// A PyTorch error inside a call becomes ferry.Error with PyTorch's message, except running
+// out of device memory, which raises torch.OutOfMemoryError as the Python path's allocation
+// does (a caller's out-of-memory handling catches it either way).
+PyObject* raise_current(const char* fn) {
+  try {
+    throw;
+  } catch (const c10::OutOfMemoryError& e) {
+    if (g_out_of_memory == nullptr) return fail("out_of_memory", std::string(fn) + ": " + e.what_without_backtrace());
+    PyErr_SetString(g_out_of_memory, (std::string(fn) + ": " + e.what_without_backtrace()).c_str());
+    return nullptr;
+  } catch (const c10::Error& e) {
+    return fail("backend_error", std::string(fn) + ": " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail("internal_error", std::string(fn) + ": " + e.what());
+  }
+}
+
+// One stashed tensor: the Python object (a strong reference, so its identity survives) and
+// its layout in its storage when stashed.
+struct Entry {
+  PyObject* obj;
+  c10::ScalarType dtype;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t offset;  // elements
+};
+
+// The tensors that share one storage, and where its bytes go in the host copy.
+struct Group {
+  std::vector<Entry> entries;
+  uint64_t key;     // the storage's data pointer when stashed
+  int64_t nbytes;
+  int64_t host_offset;
+  at::Tensor block;  // the restore's device memory, between restore_alloc and repoint_blocks
+  bool itself = false;  // the block is the group's one tensor as it was (no re-layout)
+};
+
+struct Plan {
+  std::vector<Group> groups;
+  int device = -1;
+  int64_t total = 0;
+
+  ~Plan() {
+    for (Group& g : groups)
+      for (Entry& e : g.entries) Py_XDECREF(e.obj);
+  }
+};
+
+constexpr const char* kPlanName = "ferry._torch_native.Plan";
+
+void plan_destructor(PyObject* capsule) {
+  delete static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanName));
+}
+
+Plan* plan_of(PyObject* capsule) {
+  return static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanName));
+}
+
+std::string device_name(const at::Tensor& t) { return t.device().str(); }
+
+// The tensor's layout as Python prints it ("torch.sparse_coo"), as the Python path's message
+// names it.
+std::string layout_name(PyObject* tensor) {
+  std::string name = "?";
+  if (PyObject* layout = PyObject_GetAttrString(tensor, "layout")) {
+    if (PyObject* text = PyObject_Str(layout)) {
+      if (const char* c = PyUnicode_AsUTF8(text)) name = c;
+      Py_DECREF(text);
+    }
+    Py_DECREF(layout);
+  }
+  PyErr_Clear();
+  return name;
+}
+
+// Points the variable `obj` at `storage` (of `keys`) as `e`'s layout, `base` bytes in: a
+// fresh TensorImpl over the storage, set as the variable's data, so the variable keeps its
+// identity, autograd metadata and Python attributes.
+void set_into(const Entry& e, const c10::Storage& storage, c10::DispatchKeySet keys, int64_t base) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(storage), keys,
+                                                    caffe2::TypeMeta::fromScalarType(e.dtype));
+  impl->set_sizes_and_strides(e.sizes, e.strides, base / static_cast<int64_t>(c10::elementSize(e.dtype)) + e.offset);
+  at::Tensor data(std::move(impl));
+  THPVariable_Unpack(e.obj).set_data(data);
+}
+
+// stash_plan(items, alignment) -> (plan, device index, keys, nbytes, host offsets, total)
+// Checks every item as ferry.torch.stash documents, groups them by storage (each storage's
+// bytes at an `alignment`-aligned offset of the host copy) and refuses a storage that anything
+// but the items holds. Nothing is changed.
+PyObject* stash_plan(PyObject*, PyObject* args) {
+  PyObject* items = nullptr;
+  long long alignment = 0;
+  if (!PyArg_ParseTuple(args, "OL", &items, &alignment)) return nullptr;
+  constexpr const char* fn = "ferry.torch.stash";
+  PyObject* seq = PySequence_Fast(items, "ferry.torch.stash: tensors must be a tensor or a sequence of them");
+  if (seq == nullptr) return nullptr;
+  auto plan = std::make_unique<Plan>();
+  try {
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject** objs = PySequence_Fast_ITEMS(seq);
+    std::unordered_set<PyObject*> seen;
+    std::unordered_map<const c10::StorageImpl*, std::size_t> index;  // storage -> group
+    std::vector<const c10::StorageImpl*> impls;
+    seen.reserve(static_cast<std::size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* o = objs[i];
+      if (!THPVariable_Check(o)) {
+        Py_DECREF(seq);
+        return fail("invalid_argument", std::string(fn) + ": item " + std::to_string(i) + " is a " +
+                                             Py_TYPE(o)->tp_name + ", not a tensor");
+      }
+      const at::Tensor& t = THPVariable_Unpack(o);
+      if (t.is_nested() || t.layout() != c10::kStrided || t.is_quantized()) {
+        std::string what = t.is_nested() ? "nested" : t.layout() != c10::kStrided ? layout_name(o) : "quantized";
+        Py_DECREF(seq);
+        return fail("unsupported", std::string(fn) + ": tensor " + std::to_string(i) +
+                                        " is not a plain strided tensor (" + what + ")");
+      }
+      if (!t.is_cuda()) {
+        Py_DECREF(seq);
+        return fail("invalid_argument", std::string(fn) + ": tensor " + std::to_string(i) + " is on " +
+                                             device_name(t) +
+                                             ", not a CUDA device (a stashed tensor is a CPU tensor until "
+                                             "its stash is restored)");
+      }
+      const int d = t.get_device();
+      if (plan->device < 0) {
+        plan->device = d;
+      } else if (d != plan->device) {
+        Py_DECREF(seq);
+        return fail("invalid_argument", std::string(fn) + ": tensor " + std::to_string(i) + " is on " +
+                                             device_name(t) + ", the others on cuda:" +
+                                             std::to_string(plan->device) + ": one stash holds one device's tensors");
+      }
+      if (!seen.insert(o).second) continue;
+      const c10::Storage& storage = t.storage();
+      const c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+      auto [it, fresh] = index.try_emplace(impl, plan->groups.size());
+      if (fresh) {
+        Group g;
+        g.key = reinterpret_cast<uint64_t>(storage.data());
+        g.nbytes = static_cast<int64_t>(storage.nbytes());
+        plan->total = (plan->total + alignment - 1) / alignment * alignment;
+        g.host_offset = plan->total;
+        plan->total += g.nbytes;
+        plan->groups.push_back(std::move(g));
+        impls.push_back(impl);
+      }
+      Py_INCREF(o);
+      plan->groups[it->second].entries.push_back(
+          Entry{o, t.scalar_type(), t.sizes().vec(), t.strides().vec(), t.storage_offset()});
+    }
+    // Every holder of a storage must be one of the tensors passed: any other would read the
+    // storage after it is freed. Each tensor holds its storage once; so does a Python
+    // UntypedStorage, an autograd saved tensor's copy or a .data alias.
+    for (std::size_t k = 0; k < plan->groups.size(); ++k) {
+      const Group& g = plan->groups[k];
+      const auto holders = static_cast<int64_t>(c10::raw::intrusive_ptr::use_count(
+          const_cast<c10::StorageImpl*>(impls[k])));
+      const auto passed = static_cast<int64_t>(g.entries.size());
+      if (holders > passed) {
+        Py_ssize_t first = 0;
+        for (Py_ssize_t i = 0; i < n; ++i)
+          if (objs[i] == g.entries.front().obj) { first = i; break; }
+        Py_DECREF(seq);
+        return fail("invalid_argument",
+                     std::string(fn) + ": tensor " + std::to_string(first) + "'s storage (" +
+                         std::to_string(g.nbytes) + " bytes) is also held by " + std::to_string(holders - passed) +
+                         " tensor(s) or storage reference(s) that were not passed (a view, an autograd saved "
+                         "tensor, a .data alias): they would read freed memory; pass every tensor that uses it");
+      }
+    }
+  } catch (...) {
+    Py_DECREF(seq);
+    return raise_current(fn);
+  }
+  Py_DECREF(seq);
+  if (plan->groups.empty()) return fail("invalid_argument", std::string(fn) + ": no tensors to stash");
+  const std::size_t m = plan->groups.size();
+  PyObject* keys = PyList_New(static_cast<Py_ssize_t>(m));
+  PyObject* sizes = PyList_New(static_cast<Py_ssize_t>(m));
+  PyObject* offsets = PyList_New(static_cast<Py_ssize_t>(m));
+  if (keys == nullptr || sizes == nullptr || offsets == nullptr) {
+    Py_XDECREF(keys);
+    Py_XDECREF(sizes);
+    Py_XDECREF(offsets);
+    return nullptr;
+  }
+  for (std::size_t k = 0; k < m; ++k) {
+    const Group& g = plan->groups[k];
+    PyList_SET_ITEM(keys, static_cast<Py_ssize_t>(k), PyLong_FromUnsignedLongLong(g.key));
+    PyList_SET_ITEM(sizes, static_cast<Py_ssize_t>(k), PyLong_FromLongLong(g.nbytes));
+    PyList_SET_ITEM(offsets, static_cast<Py_ssize_t>(k), PyLong_FromLongLong(g.host_offset));
+  }
+  const int device = plan->device;
+  const long long total = plan->total;
+  PyObject* capsule = PyCapsule_New(plan.get(), kPlanName, plan_destructor);
+  if (capsule == nullptr) {
+    Py_DECREF(keys);
+    Py_DECREF(sizes);
+    Py_DECREF(offsets);
+    return nullptr;
+  }
+  plan.release();
+  return Py_BuildValue("(NiNNNL)", capsule, device, keys, sizes, offsets, total);
+}
+
+// record_streams(plan, stream_id, device_index, device_type): each storage's use recorded on
+// that stream (Tensor.record_stream), so the caching allocator hands its block out again only
+// once the stream's work at the free has completed.
+PyObject* record_streams(PyObject*, PyObject* args) {
+  PyObject* capsule = nullptr;
+  long long id = 0;
+  int index = 0, type = 0;
+  if (!PyArg_ParseTuple(args, "OLii", &capsule, &id, &index, &type)) return nullptr;
+  Plan* plan = plan_of(capsule);
+  if (plan == nullptr) return nullptr;
+  try {
+    const c10::Stream s = c10::Stream::unpack3(id, static_cast<c10::DeviceIndex>(index),
+                                                static_cast<c10::DeviceType>(type));
+    for (const Group& g : plan->groups) THPVariable_Unpack(g.entries.front().obj).record_stream(s);
+  } catch (...) {
+    return raise_current("ferry.torch.stash");
+  }
+  Py_RETURN_NONE;
+}
+
+// repoint_host(plan, whole): every tensor becomes a CPU tensor over `whole` (a uint8 tensor
+// that starts its storage), its group's bytes at the group's host offset, in its own layout.
+// The tensors' device storages lose these holders here.
+PyObject* repoint_host(PyObject*, PyObject* args) {
+  PyObject* capsule = nullptr;
+  PyObject* whole = nullptr;
+  if (!PyArg_ParseTuple(args, "OO", &capsule, &whole)) return nullptr;
+  Plan* plan = plan_of(capsule);
+  if (plan == nullptr) return nullptr;
+  if (!THPVariable_Check(whole)) return fail("internal_error", "ferry.torch.stash: the host copy is not a tensor");
+  try {
+    const at::Tensor& w = THPVariable_Unpack(whole);
+    const c10::Storage& storage = w.storage();
+    for (const Group& g : plan->groups)
+      for (const Entry& e : g.entries) set_into(e, storage, w.key_set(), g.host_offset);
+  } catch (...) {
+    return raise_current("ferry.torch.stash");
+  }
+  Py_RETURN_NONE;
+}
+
+// restore_alloc(plan, stream_id, device_index, device_type) -> data pointers
+// Fresh device memory for each group from PyTorch's caching allocator on that stream: a group
+// of one contiguous tensor that spans its whole storage gets a tensor of that layout (which
+// then takes the tensor's place as it is), any other a byte block its tensors are set into.
+// The blocks stay in the plan until repoint_blocks or drop_blocks.
+PyObject* restore_alloc(PyObject*, PyObject* args) {
+  PyObject* capsule = nullptr;
+  long long id = 0;
+  int index = 0, type = 0;
+  if (!PyArg_ParseTuple(args, "OLii", &capsule, &id, &index, &type)) return nullptr;
+  Plan* plan = plan_of(capsule);
+  if (plan == nullptr) return nullptr;
+  PyObject* ptrs = PyList_New(static_cast<Py_ssize_t>(plan->groups.size()));
+  if (ptrs == nullptr) return nullptr;
+  try {
+    const c10::Stream s = c10::Stream::unpack3(id, static_cast<c10::DeviceIndex>(index),
+                                                static_cast<c10::DeviceType>(type));
+    c10::StreamGuard guard(s);
+    const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte).device(s.device());
+    for (std::size_t k = 0; k < plan->groups.size(); ++k) {
+      Group& g = plan->groups[k];
+      const Entry& e = g.entries.front();
+      const int64_t itemsize = static_cast<int64_t>(c10::elementSize(e.dtype));
+      int64_t numel = 1;
+      bool contiguous = true;
+      int64_t expected = 1;
+      for (std::size_t d = e.sizes.size(); d-- > 0;) {
+        numel *= e.sizes[d];
+        if (e.sizes[d] != 1 && e.strides[d] != expected) contiguous = false;
+        expected *= e.sizes[d];
+      }
+      g.itself = g.entries.size() == 1 && e.offset == 0 && numel * itemsize == g.nbytes && contiguous;
+      g.block = g.itself ? at::empty_strided(e.sizes, e.strides, bytes.dtype(e.dtype))
+                         : at::empty({g.nbytes}, bytes);
+      PyList_SET_ITEM(ptrs, static_cast<Py_ssize_t>(k),
+                      PyLong_FromUnsignedLongLong(reinterpret_cast<uint64_t>(g.block.data_ptr())));
+    }
+  } catch (...) {
+    Py_DECREF(ptrs);
+    for (Group& g : plan->groups) g.block.reset();
+    return raise_current("Stash.restore");
+  }
+  return ptrs;
+}
+
+// repoint_blocks(plan): every tensor points at its group's block, in its own layout; the plan
+// lets go of the blocks.
+PyObject* repoint_blocks(PyObject*, PyObject* args) {
+  PyObject* capsule = nullptr;
+  if (!PyArg_ParseTuple(args, "O", &capsule)) return nullptr;
+  Plan* plan = plan_of(capsule);
+  if (plan == nullptr) return nullptr;
+  try {
+    for (Group& g : plan->groups) {
+      if (!g.block.defined()) return fail("internal_error", "Stash.restore: a group has no block");
+      if (g.itself) {
+        THPVariable_Unpack(g.entries.front().obj).set_data(g.block);
+      } else {
+        for (const Entry& e : g.entries) set_into(e, g.block.storage(), g.block.key_set(), 0);
+      }
+      g.block.reset();
+    }
+  } catch (...) {
+    return raise_current("Stash.restore");
+  }
+  Py_RETURN_NONE;
+}
+
+// drop_blocks(plan): the plan lets go of the blocks (a restore that failed before its copy).
+PyObject* drop_blocks(PyObject*, PyObject* args) {
+  PyObject* capsule = nullptr;
+  if (!PyArg_ParseTuple(args, "O", &capsule)) return nullptr;
+  Plan* plan = plan_of(capsule);
+  if (plan == nullptr) return nullptr;
+  for (Group& g : plan->groups) g.block.reset();
+  Py_RETURN_NONE;
+}
+
+// tensors(plan) -> the stashed tensors, each once, group by group.
+PyObject* tensors(PyObject*, PyObject* args) {
+  PyObject* capsule = nullptr;
+  if (!PyArg_ParseTuple(args, "O", &capsule)) return nullptr;
+  Plan* plan = plan_of(capsule);
+  if (plan == nullptr) return nullptr;
+  PyObject* out = PyList_New(0);
+  if (out == nullptr) return nullptr;
+  for (const Group& g : plan->groups)
+    for (const Entry& e : g.entries)
+      if (PyList_Append(out, e.obj) != 0) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+  return out;
+}
+
+PyObject* set_error(PyObject*, PyObject* args) {
+  PyObject* error = nullptr;
+  PyObject* oom = nullptr;
+  if (!PyArg_ParseTuple(args, "OO", &error, &oom)) return nullptr;
+  Py_INCREF(error);
+  Py_XSETREF(g_error, error);
+  Py_INCREF(oom);
+  Py_XSETREF(g_out_of_memory, oom);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"set_error", set_error, METH_VARARGS,
+     "set_error(error, out_of_memory): the classes errors are raised as (ferry.Error, torch.OutOfMemoryError)."},
+    {"stash_plan", stash_plan, METH_VARARGS,
+     "stash_plan(items, alignment) -> (plan, device, keys, nbytes, host_offsets, total)"},
+    {"record_streams", record_streams, METH_VARARGS, "record_streams(plan, stream_id, device_index, device_type)"},
+    {"repoint_host", repoint_host, METH_VARARGS, "repoint_host(plan, whole)"},
+    {"restore_alloc", restore_alloc, METH_VARARGS,
+     "restore_alloc(plan, stream_id, device_index, device_type) -> data pointers"},
+    {"repoint_blocks", repoint_blocks, METH_VARARGS, "repoint_blocks(plan)"},
+    {"drop_blocks", drop_blocks, METH_VARARGS, "drop_blocks(plan)"},
+    {"tensors", tensors, METH_VARARGS, "tensors(plan) -> the stashed tensors"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_torch_native",
+    "ferry.torch's per-tensor stash work against libtorch's C++ API (see torch_native.cpp).", -1, methods,
+    nullptr, nullptr, nullptr, nullptr,
+};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__torch_native() {
+  PyObject* m = PyModule_Create(&module);
+  if (m == nullptr) return nullptr;
+  if (PyModule_AddStringConstant(m, "TORCH_VERSION", FERRY_TORCH_VERSION) != 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
