@@ -13,7 +13,7 @@ def stash_ops(request, monkeypatch):
     if request.param == "python":
         ops = ft._PythonStashOps
     else:
-        ops = ft._native_stash_ops()
+        ops = ft._native_module()
         if ops is None:
             pytest.skip("ferry._torch_native is not built for this torch")
     monkeypatch.setattr(ft, "_stash_ops", ops)
