@@ -352,9 +352,7 @@ PyObject* restore_alloc(PyObject*, PyObject* args) {
 
 // repoint_blocks(plan): every tensor points at its group's block, in its own layout; the plan
 // lets go of the blocks.
-PyObject* repoint_blocks(PyObject*, PyObject* args) {
-  PyObject* capsule = nullptr;
-  if (!PyArg_ParseTuple(args, "O", &capsule)) return nullptr;
+PyObject* repoint_blocks(PyObject*, PyObject* capsule) {
   Plan* plan = plan_of(capsule);
   if (plan == nullptr) return nullptr;
   try {
@@ -374,30 +372,11 @@ PyObject* repoint_blocks(PyObject*, PyObject* args) {
 }
 
 // drop_blocks(plan): the plan lets go of the blocks (a restore that failed before its copy).
-PyObject* drop_blocks(PyObject*, PyObject* args) {
-  PyObject* capsule = nullptr;
-  if (!PyArg_ParseTuple(args, "O", &capsule)) return nullptr;
+PyObject* drop_blocks(PyObject*, PyObject* capsule) {
   Plan* plan = plan_of(capsule);
   if (plan == nullptr) return nullptr;
   for (Group& g : plan->groups) g.block.reset();
   Py_RETURN_NONE;
-}
-
-// tensors(plan) -> the stashed tensors, each once, group by group.
-PyObject* tensors(PyObject*, PyObject* args) {
-  PyObject* capsule = nullptr;
-  if (!PyArg_ParseTuple(args, "O", &capsule)) return nullptr;
-  Plan* plan = plan_of(capsule);
-  if (plan == nullptr) return nullptr;
-  PyObject* out = PyList_New(0);
-  if (out == nullptr) return nullptr;
-  for (const Group& g : plan->groups)
-    for (const Entry& e : g.entries)
-      if (PyList_Append(out, e.obj) != 0) {
-        Py_DECREF(out);
-        return nullptr;
-      }
-  return out;
 }
 
 // PyTorch's caching allocator for ferry._ferry's destinations of ferry.torch.to, as C entry
@@ -466,9 +445,8 @@ PyMethodDef methods[] = {
     {"repoint_host", repoint_host, METH_VARARGS, "repoint_host(plan, whole)"},
     {"restore_alloc", restore_alloc, METH_VARARGS,
      "restore_alloc(plan, stream_id, device_index, device_type) -> data pointers"},
-    {"repoint_blocks", repoint_blocks, METH_VARARGS, "repoint_blocks(plan)"},
-    {"drop_blocks", drop_blocks, METH_VARARGS, "drop_blocks(plan)"},
-    {"tensors", tensors, METH_VARARGS, "tensors(plan) -> the stashed tensors"},
+    {"repoint_blocks", repoint_blocks, METH_O, "repoint_blocks(plan)"},
+    {"drop_blocks", drop_blocks, METH_O, "drop_blocks(plan)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

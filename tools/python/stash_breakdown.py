@@ -111,7 +111,7 @@ def main():
     host = [torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(a.tensors)]
     d2h, h2d = torch.cuda.Stream(), torch.cuda.Stream()
     ways = {"record_stream": ems_way(state, host, d2h, h2d, main_stream)}
-    native = ft._native_stash_ops()
+    native = ft._native_module()
     if native is not None:
         ways["ferry"] = ferry_way(state, main_stream, native)
     ways["ferry, Python path" if native is not None else "ferry"] = ferry_way(state, main_stream, ft._PythonStashOps)
