@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -264,10 +265,9 @@ PyObject* stash_plan(PyObject*, PyObject* args) {
   return Py_BuildValue("(NiNNNL)", capsule, device, keys, sizes, offsets, total);
 }
 
-// record_streams(plan, stream_id, device_index, device_type): each storage's use recorded on
-// that stream (Tensor.record_stream), so the caching allocator hands its block out again only
-// once the stream's work at the free has completed.
-PyObject* record_streams(PyObject*, PyObject* args) {
+// Parses (plan, stream_id, device_index, device_type): the plan, and the stream in `stream`;
+// nullptr with a Python error set when they are not.
+Plan* plan_and_stream(PyObject* args, const char* fn, std::optional<c10::Stream>& stream) {
   PyObject* capsule = nullptr;
   long long id = 0;
   int index = 0, type = 0;
@@ -275,9 +275,23 @@ PyObject* record_streams(PyObject*, PyObject* args) {
   Plan* plan = plan_of(capsule);
   if (plan == nullptr) return nullptr;
   try {
-    const c10::Stream s = c10::Stream::unpack3(id, static_cast<c10::DeviceIndex>(index),
-                                                static_cast<c10::DeviceType>(type));
-    for (const Group& g : plan->groups) THPVariable_Unpack(g.entries.front().obj).record_stream(s);
+    stream.emplace(c10::Stream::unpack3(id, static_cast<c10::DeviceIndex>(index), static_cast<c10::DeviceType>(type)));
+  } catch (...) {
+    raise_current(fn);
+    return nullptr;
+  }
+  return plan;
+}
+
+// record_streams(plan, stream_id, device_index, device_type): each storage's use recorded on
+// that stream (Tensor.record_stream), so the caching allocator hands its block out again only
+// once the stream's work at the free has completed.
+PyObject* record_streams(PyObject*, PyObject* args) {
+  std::optional<c10::Stream> s;
+  Plan* plan = plan_and_stream(args, "ferry.torch.stash", s);
+  if (plan == nullptr) return nullptr;
+  try {
+    for (const Group& g : plan->groups) THPVariable_Unpack(g.entries.front().obj).record_stream(*s);
   } catch (...) {
     return raise_current("ferry.torch.stash");
   }
@@ -311,17 +325,13 @@ PyObject* repoint_host(PyObject*, PyObject* args) {
 // then takes the tensor's place as it is), any other a byte block its tensors are set into.
 // The blocks stay in the plan until repoint_blocks or drop_blocks.
 PyObject* restore_alloc(PyObject*, PyObject* args) {
-  PyObject* capsule = nullptr;
-  long long id = 0;
-  int index = 0, type = 0;
-  if (!PyArg_ParseTuple(args, "OLii", &capsule, &id, &index, &type)) return nullptr;
-  Plan* plan = plan_of(capsule);
+  std::optional<c10::Stream> stream;
+  Plan* plan = plan_and_stream(args, "Stash.restore", stream);
   if (plan == nullptr) return nullptr;
   PyObject* ptrs = PyList_New(static_cast<Py_ssize_t>(plan->groups.size()));
   if (ptrs == nullptr) return nullptr;
   try {
-    const c10::Stream s = c10::Stream::unpack3(id, static_cast<c10::DeviceIndex>(index),
-                                                static_cast<c10::DeviceType>(type));
+    const c10::Stream s = *stream;
     c10::StreamGuard guard(s);
     const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte).device(s.device());
     for (std::size_t k = 0; k < plan->groups.size(); ++k) {
