@@ -211,12 +211,20 @@ PyObject* stash_plan(PyObject*, PyObject* args) {
           Entry{o, t.scalar_type(), t.sizes().vec(), t.strides().vec(), t.storage_offset()});
     }
     // Every holder of a storage must be one of the tensors passed: any other would read the
-    // storage after it is freed. Each tensor holds its storage once; so does a Python
-    // UntypedStorage, an autograd saved tensor's copy or a .data alias.
+    // storage after it is freed. Each tensor holds its storage once; so does an autograd saved
+    // tensor, a .data alias, and the storage's Python object (UntypedStorage), which PyTorch
+    // may keep alive with the storage once anything asked for it. That object is taken here,
+    // held while counting and not counted, as the Python path's own reference is.
     for (std::size_t k = 0; k < plan->groups.size(); ++k) {
       const Group& g = plan->groups[k];
+      PyObject* python_storage = PyObject_CallMethod(g.entries.front().obj, "untyped_storage", nullptr);
+      if (python_storage == nullptr) {
+        Py_DECREF(seq);
+        return nullptr;
+      }
       const auto holders = static_cast<int64_t>(c10::raw::intrusive_ptr::use_count(
-          const_cast<c10::StorageImpl*>(impls[k])));
+                               const_cast<c10::StorageImpl*>(impls[k]))) - 1;
+      Py_DECREF(python_storage);
       const auto passed = static_cast<int64_t>(g.entries.size());
       if (holders > passed) {
         Py_ssize_t first = 0;

@@ -466,3 +466,17 @@ def test_native_destinations_take_blocks_on_ferrys_stream_and_give_them_back():
     point = xfer.executor.mark()
     alloc.release(ptr, n, point)
     assert torch.cuda.memory_allocated() == before
+
+
+def test_stash_takes_storages_whose_python_object_was_asked_for(stash_ops):
+    # Once code asked a tensor for its untyped_storage(), PyTorch may keep that Python object
+    # with the storage, holding it: the stash must not count it as a holder left out, or it
+    # refuses every tensor whose storage anything (a checkpoint, a stash of PyTorch's) looked at.
+    state = [torch.full((1 << 20,), i + 1, dtype=torch.uint8, device="cuda") for i in range(3)]
+    for t in state:
+        assert t.untyped_storage().nbytes() == 1 << 20
+    s = ft.stash(state)
+    s.restore()
+    s.wait()
+    bad = [i for i, t in enumerate(state) if int((t != i + 1).sum())]
+    assert bad == []
