@@ -630,14 +630,9 @@ class _AllocationStream:
         self.device = device
         self.alloc = torch.cuda.Stream(device)
         # PyTorch's raw allocation is on the current device: the Python path sets it.
-        # ferry._torch_native's C entry points, where built, take and hand back a block with
-        # no Python call; the Python callables otherwise.
-        native = {} if _native is None else {
-            "native": _native.ALLOCATOR, "stream_id": self.alloc.stream_id,
-            "device_index": self.alloc.device_index, "device_type": self.alloc.device_type}
         self.destinations = _ferry._TorchDestinations(torch._C._cuda_cudaCachingAllocator_raw_alloc,
                                                       torch._C._cuda_cudaCachingAllocator_raw_delete,
-                                                      int(self.alloc.cuda_stream), **native)
+                                                      int(self.alloc.cuda_stream))
 
     def allocate(self, nbytes: int) -> tuple[int, _ferry.TimelinePoint | None]:
         """A device pointer to `nbytes` bytes and the point a writer must wait for (None: the
@@ -951,8 +946,8 @@ class _PythonStashOps:
 
 
 def _native_module() -> Any:
-    """ferry._torch_native (the stash's per-tensor work and the caching allocator's C entry
-    points) where it is built for the running torch (its C++ ABI is that version's), else None. FERRY_TORCH_NATIVE=0 in the environment also gives None."""
+    """ferry._torch_native (the stash's per-tensor work) where it is built for the running
+    torch (its C++ ABI is that version's), else None. FERRY_TORCH_NATIVE=0 in the environment also gives None."""
     import os
     if os.environ.get("FERRY_TORCH_NATIVE", "1") == "0":
         return None

@@ -606,20 +606,6 @@ class ThrottledReached {
   std::int64_t last_query_ns_ = INT64_MIN / 2;
 };
 
-/// PyTorch's caching allocator as C entry points: ferry._torch_native's "allocator" capsule,
-/// where that module is built for the running torch (python/src/torch_native.cpp defines the
-/// same layout). With it a destination costs no Python call to take or hand back.
-struct TorchNativeAllocator {
-  static constexpr std::uint32_t kVersion = 1;
-  std::uint32_t version;
-  /// With the GIL: `nbytes` on the stream (a c10 stream id, device index and device type);
-  /// 0 with a Python error set when it fails.
-  std::uint64_t (*allocate)(std::uint64_t nbytes, std::int64_t stream_id, std::int32_t device_index,
-                            std::int32_t device_type);
-  /// From any thread, with or without the GIL: hand a block back. Reports a failure on stderr.
-  void (*free)(std::uint64_t pointer, std::int32_t device_type);
-};
-
 /// The destinations of `ferry.torch.to(mode="torch")` for one target stream: blocks of
 /// PyTorch's caching allocator taken on a stream of ferry's own that runs no work, so the
 /// allocator hands them out again only to ferry, with the release point of every range ferry
@@ -635,12 +621,6 @@ struct TorchDestinations {
   PyKeep raw_alloc;   ///< (nbytes, stream) -> device pointer, on the current device
   PyKeep raw_delete;  ///< (pointer) -> None
   std::uintptr_t stream = 0;
-  /// When set, used instead of raw_alloc and raw_delete, on the stream named by the c10 triple.
-  const TorchNativeAllocator* native = nullptr;
-  PyKeep native_keep;  ///< the capsule that holds `native`
-  std::int64_t stream_id = 0;
-  std::int32_t device_index = 0;
-  std::int32_t device_type = 0;
   std::mutex mutex;
   std::vector<Freed> freed;
   ThrottledReached reached;  ///< under `mutex`
@@ -648,13 +628,7 @@ struct TorchDestinations {
   /// With the GIL: a pointer to `nbytes` bytes and the point a writer must wait for (empty when
   /// no range it overlaps may still be in use).
   std::pair<std::uint64_t, ferry::TimelinePoint> allocate(std::uint64_t nbytes) {
-    std::uint64_t ptr = 0;
-    if (native != nullptr) {
-      ptr = native->allocate(nbytes, stream_id, device_index, device_type);
-      if (ptr == 0) throw nb::python_error();
-    } else {
-      ptr = nb::cast<std::uint64_t>(raw_alloc.object(nbytes, stream));
-    }
+    const auto ptr = nb::cast<std::uint64_t>(raw_alloc.object(nbytes, stream));
     const std::uint64_t end = ptr + nbytes;
     ferry::TimelinePoint wait;
     std::lock_guard<std::mutex> lock(mutex);
@@ -680,11 +654,7 @@ struct TorchDestinations {
       std::lock_guard<std::mutex> lock(mutex);
       freed.push_back({ptr, ptr + nbytes, point});
     }
-    if (native != nullptr) {
-      native->free(ptr, device_type);
-    } else {
-      call_reporting(raw_delete.object, ptr, "ferry.torch: handing a block back to PyTorch's caching allocator");
-    }
+    call_reporting(raw_delete.object, ptr, "ferry.torch: handing a block back to PyTorch's caching allocator");
   }
 };
 
@@ -1730,38 +1700,18 @@ NB_MODULE(_ferry, m) {
       "allocator blocks taken on an idle stream of ferry's, with the release point of each range "
       "ferry let go of that may still be in use on the target.")
       .def("__init__", [](PyTorchDestinations* self, nb::object raw_alloc, nb::object raw_delete,
-                          std::uintptr_t stream, nb::object native, std::int64_t stream_id, std::int32_t device_index,
-                          std::int32_t device_type) {
+                          std::uintptr_t stream) {
              if (!PyCallable_Check(raw_alloc.ptr()) || !PyCallable_Check(raw_delete.ptr())) {
                invalid("_TorchDestinations: raw_alloc and raw_delete must be callables");
              }
              auto s = std::make_shared<TorchDestinations>();
-             if (!native.is_none()) {
-               void* p = PyCapsule_GetPointer(native.ptr(), "ferry._torch_native.allocator");
-               if (p == nullptr) {
-                 PyErr_Clear();
-                 invalid("_TorchDestinations: native is not a 'ferry._torch_native.allocator' capsule");
-               }
-               const auto* a = static_cast<const TorchNativeAllocator*>(p);
-               if (a->version != TorchNativeAllocator::kVersion) {
-                 invalid("_TorchDestinations: the native allocator's layout is version " + std::to_string(a->version) +
-                         ", not " + std::to_string(TorchNativeAllocator::kVersion));
-               }
-               s->native = a;
-               s->native_keep.object = std::move(native);
-               s->stream_id = stream_id;
-               s->device_index = device_index;
-               s->device_type = device_type;
-             }
              s->raw_alloc.object = std::move(raw_alloc);
              s->raw_delete.object = std::move(raw_delete);
              s->stream = stream;
              new (self) PyTorchDestinations{std::move(s)};
-           }, "raw_alloc"_a, "raw_delete"_a, "stream"_a, "native"_a = nb::none(), "stream_id"_a = 0,
-           "device_index"_a = 0, "device_type"_a = 0,
+           }, "raw_alloc"_a, "raw_delete"_a, "stream"_a,
            "raw_alloc(nbytes, stream) -> pointer and raw_delete(pointer): the caching allocator's; "
-           "stream: the idle stream's handle. native: ferry._torch_native.ALLOCATOR, used instead of "
-           "them on the stream (stream_id, device_index, device_type) that `stream` is.")
+           "stream: the idle stream's handle.")
       .def("allocate", [](PyTorchDestinations& d, std::uint64_t nbytes) {
              auto [ptr, wait] = d.s->allocate(nbytes);
              return std::make_pair(ptr, wait.empty() ? nb::none() : nb::cast(wait));

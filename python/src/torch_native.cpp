@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: MIT
 //
-// ferry._torch_native: the per-tensor work of ferry.torch.stash and Stash.restore, and PyTorch's
-// caching allocator as C entry points for ferry.torch.to's destinations, in C++ against
-// libtorch, for the PyTorch that the package was built with.
+// ferry._torch_native: the per-tensor work of ferry.torch.stash and Stash.restore, in C++
+// against libtorch, for the PyTorch that the package was built with.
 //
 // A stash of N tensors checks, groups, allocates and re-points N tensors. Done with PyTorch's
 // Python API, each tensor costs a dozen interpreter-level calls (a few microseconds), which
@@ -23,13 +22,11 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
-#include <c10/core/Allocator.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <exception>
 #include <optional>
 #include <string>
@@ -397,52 +394,6 @@ PyObject* drop_blocks(PyObject*, PyObject* capsule) {
   Py_RETURN_NONE;
 }
 
-// PyTorch's caching allocator for ferry._ferry's destinations of ferry.torch.to, as C entry
-// points (the layout of TorchNativeAllocator in module.cpp): a block costs no Python call.
-struct NativeAllocator {
-  std::uint32_t version;
-  std::uint64_t (*allocate)(std::uint64_t, std::int64_t, std::int32_t, std::int32_t);
-  void (*free)(std::uint64_t, std::int32_t);
-};
-
-// With the GIL: `nbytes` from the device type's allocator on that stream (the caching
-// allocator takes the current stream of the current device: the guard sets both).
-std::uint64_t native_allocate(std::uint64_t nbytes, std::int64_t stream_id, std::int32_t device_index,
-                              std::int32_t device_type) {
-  try {
-    const c10::Stream s = c10::Stream::unpack3(stream_id, static_cast<c10::DeviceIndex>(device_index),
-                                                static_cast<c10::DeviceType>(device_type));
-    c10::StreamGuard guard(s);
-    c10::Allocator* a = c10::GetAllocator(s.device_type());
-    if (a == nullptr) {
-      fail("unsupported", "ferry.torch.to: PyTorch has no allocator for " + s.device().str());
-      return 0;
-    }
-    void* p = a->raw_allocate(nbytes);
-    if (p == nullptr) {
-      fail("out_of_memory", "ferry.torch.to: PyTorch's allocator returned no memory for " + std::to_string(nbytes) +
-                                " bytes");
-      return 0;
-    }
-    return reinterpret_cast<std::uint64_t>(p);
-  } catch (...) {
-    raise_current("ferry.torch.to");
-    return 0;
-  }
-}
-
-// From any thread: the block back to the allocator it came from. It cannot propagate (it runs
-// where a tensor's memory is let go of), so a failure is reported on stderr.
-void native_free(std::uint64_t pointer, std::int32_t device_type) {
-  try {
-    c10::GetAllocator(static_cast<c10::DeviceType>(device_type))->raw_deallocate(reinterpret_cast<void*>(pointer));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ferry.torch: handing a block back to PyTorch's caching allocator failed: %s\n", e.what());
-  }
-}
-
-const NativeAllocator kAllocator{1, native_allocate, native_free};
-
 PyObject* set_error(PyObject*, PyObject* args) {
   PyObject* error = nullptr;
   PyObject* oom = nullptr;
@@ -479,12 +430,6 @@ PyModuleDef module = {
 PyMODINIT_FUNC PyInit__torch_native() {
   PyObject* m = PyModule_Create(&module);
   if (m == nullptr) return nullptr;
-  PyObject* allocator = PyCapsule_New(const_cast<NativeAllocator*>(&kAllocator), "ferry._torch_native.allocator", nullptr);
-  if (allocator == nullptr || PyModule_AddObject(m, "ALLOCATOR", allocator) != 0) {
-    Py_XDECREF(allocator);
-    Py_DECREF(m);
-    return nullptr;
-  }
   if (PyModule_AddStringConstant(m, "TORCH_VERSION", FERRY_TORCH_VERSION) != 0) {
     Py_DECREF(m);
     return nullptr;

@@ -446,28 +446,6 @@ def test_stash_refuses_a_storage_that_an_unpassed_view_still_uses(stash_ops):
     assert base.device.type == "cuda"  # untouched
 
 
-def test_native_destinations_take_blocks_on_ferrys_stream_and_give_them_back():
-    # With ferry._torch_native, to's destinations call the caching allocator in C: each block
-    # must come from ferry's idle allocation stream (never handed to the target's own
-    # allocations) and go back when released.
-    if ft._native is None:
-        pytest.skip("ferry._torch_native is not built for this torch")
-    alloc = ft._AllocationStream(torch.device("cuda", torch.cuda.current_device()))
-    assert alloc.destinations is not None
-    n = 3 << 20
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    ptr, wait = alloc.allocate(n)
-    assert wait is None
-    assert torch.cuda.memory_allocated() - before >= n
-    segment = [s for s in torch.cuda.memory_snapshot() if s["address"] <= ptr < s["address"] + s["total_size"]]
-    assert len(segment) == 1 and segment[0]["stream"] == alloc.alloc.cuda_stream
-    _, xfer = ft.engine(ft._gpu_backend(), torch.cuda.current_device())
-    point = xfer.executor.mark()
-    alloc.release(ptr, n, point)
-    assert torch.cuda.memory_allocated() == before
-
-
 def test_stash_takes_storages_whose_python_object_was_asked_for(stash_ops):
     # Once code asked a tensor for its untyped_storage(), PyTorch may keep that Python object
     # with the storage, holding it: the stash must not count it as a holder left out, or it
