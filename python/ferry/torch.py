@@ -961,10 +961,8 @@ def _native_module() -> Any:
     return _torch_native
 
 
-_native = _native_module()
-
 #: The stash's per-tensor work: ferry._torch_native, or its Python path (_PythonStashOps).
-_stash_ops: Any = _native or _PythonStashOps
+_stash_ops: Any = _native_module() or _PythonStashOps
 
 
 class Stash:
