@@ -107,13 +107,10 @@ DMA_MIN_BYTES = _ferry._TORCH_DMA_MIN_BYTES
 # of PyTorch's Python calls.
 _EXCHANGE = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
 _torch_to = _ferry._torch_to
+_torch_to_fast = _ferry._torch_to_fast
 _Tensor = torch.Tensor
 _get_device = torch._C._cuda_getDevice if torch.cuda.is_available() else None
 _raw_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
-# Per CUDA device index: (its Transfer, {target stream handle: its _TorchDestinations}), filled
-# by `to`'s general path and read by its one-tensor path; cleared when the engines close.
-_fast: dict[int, tuple[Any, dict[int, Any]]] = {}
-
 
 def _stream_handles(idx: int, target_stream: Any, wait_stream: Any) -> tuple[int, int]:
     """The native handles of the target and waiting streams of device `idx`, each the current
@@ -122,14 +119,6 @@ def _stream_handles(idx: int, target_stream: Any, wait_stream: Any) -> tuple[int
     return (current if target_stream is None else target_stream.cuda_stream,
             current if wait_stream is None else wait_stream.cuda_stream)
 
-
-def _fast_streams_ok(target_stream: Any, wait_stream: Any, idx: int) -> bool:
-    """Whether the streams are None or torch.cuda.Streams of device `idx` (anything else takes
-    the general path, which checks them and names what is wrong)."""
-    for st in (target_stream, wait_stream):
-        if st is not None and (not isinstance(st, torch.cuda.Stream) or st.device_index != idx):
-            return False
-    return True
 
 _STRIDED = torch.strided
 
@@ -229,7 +218,7 @@ def _close_engines() -> None:
         _engines.clear()
         _stash_engines.clear()
         _restoring.clear()
-        _fast.clear()
+        _ferry._torch_forget()
         _queues.clear()
     for xfer in stashes + [x for _, x in engines]:
         xfer.close()  # waits for its in-flight copies, which may still read held sources
@@ -487,22 +476,11 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
         nested, or requiring grad), before anything is allocated or copied.
     """
     if type(obj) is _Tensor and mode == "torch" and device == "cuda" and _get_device is not None:
-        # The commonest call, one tensor to the current device, without the structure walk:
-        # the engine and the target's destinations are those a first call set up (_fast).
-        idx = _get_device()
-        fast = _fast.get(idx)
-        if fast is not None:
-            dests = None
-            if target_stream is None and wait_stream is None:  # inline: the commonest streams
-                target = waiter = _raw_stream(idx)
-                dests = fast[1].get(target)
-            elif _fast_streams_ok(target_stream, wait_stream, idx):
-                target, waiter = _stream_handles(idx, target_stream, wait_stream)
-                dests = fast[1].get(target)
-            if dests is not None:
-                out = _torch_to(fast[0], _EXCHANGE, (obj,), dests, idx, target, waiter)
-                if out is not None:
-                    return out[0]
+        # The commonest call, one tensor to the current device, in one binding call, with the
+        # engine and destinations a first call of the general path registered for the target.
+        out = _torch_to_fast(obj, target_stream, wait_stream, -1 if _native_to else _get_device())
+        if out is not None:
+            return out
     if mode != "torch" and mode != "ferry":
         raise Error("invalid_argument", f"ferry.torch.to: mode {mode!r} is not 'torch' or 'ferry'")
     if target_stream is not None:
@@ -538,9 +516,7 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
             dests = _destinations(ordinal, target)
             out = _torch_to(xfer, _EXCHANGE, leaves, dests, ordinal, target, waiter)
             if backend == _ferry.Backend.cuda:
-                fast = _fast.setdefault(ordinal, (xfer, {}))
-                if fast[0] is xfer:
-                    fast[1][target] = dests
+                _ferry._torch_register(ordinal, xfer, target, dests)
         else:
             out = None
         if out is not None:
@@ -632,7 +608,8 @@ class _AllocationStream:
         # PyTorch's raw allocation is on the current device: the Python path sets it.
         self.destinations = _ferry._TorchDestinations(torch._C._cuda_cudaCachingAllocator_raw_alloc,
                                                       torch._C._cuda_cudaCachingAllocator_raw_delete,
-                                                      int(self.alloc.cuda_stream))
+                                                      int(self.alloc.cuda_stream), native=_native_to,
+                                                      stream_id=self.alloc.stream_id, device_index=device.index)
 
     def allocate(self, nbytes: int) -> tuple[int, _ferry.TimelinePoint | None]:
         """A device pointer to `nbytes` bytes and the point a writer must wait for (None: the
@@ -961,8 +938,15 @@ def _native_module() -> Any:
     return _torch_native
 
 
+_torch_native = _native_module()
 #: The stash's per-tensor work: ferry._torch_native, or its Python path (_PythonStashOps).
-_stash_ops: Any = _native_module() or _PythonStashOps
+_stash_ops: Any = _torch_native or _PythonStashOps
+# `to`'s binding glue: ferry._torch_native's entry points for the leaves, the destinations and
+# the results where it is built for this torch and CUDA is present, else DLPack's exchange API
+# and the caching allocator's Python functions.
+_native_to = _torch_native is not None and _get_device is not None and _EXCHANGE is not None
+_ferry._torch_setup(_torch_native.TO_API if _native_to else None, _EXCHANGE, torch.Tensor,
+                    torch.cuda.Stream if _get_device is not None else None)
 
 
 class Stash:

@@ -37,7 +37,11 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <span>
+#include <unordered_map>
 #include <vector>
+
+#include "torch_native_api.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -618,6 +622,11 @@ struct TorchDestinations {
     std::uint64_t end;
     ferry::TimelinePoint point;
   };
+  /// The caching allocator through ferry._torch_native's entry points, when set (no Python
+  /// call either way); else through raw_alloc and raw_delete.
+  const ferry_torch_native::Api* native = nullptr;
+  std::int64_t stream_id = 0;      ///< the idle stream as torch.cuda.Stream.stream_id names it
+  std::int32_t device_index = 0;   ///< its device
   PyKeep raw_alloc;   ///< (nbytes, stream) -> device pointer, on the current device
   PyKeep raw_delete;  ///< (pointer) -> None
   std::uintptr_t stream = 0;
@@ -628,7 +637,13 @@ struct TorchDestinations {
   /// With the GIL: a pointer to `nbytes` bytes and the point a writer must wait for (empty when
   /// no range it overlaps may still be in use).
   std::pair<std::uint64_t, ferry::TimelinePoint> allocate(std::uint64_t nbytes) {
-    const auto ptr = nb::cast<std::uint64_t>(raw_alloc.object(nbytes, stream));
+    std::uint64_t ptr = 0;
+    if (native != nullptr) {
+      ptr = native->allocate(nbytes, stream_id, device_index);
+      if (ptr == 0) throw nb::python_error();
+    } else {
+      ptr = nb::cast<std::uint64_t>(raw_alloc.object(nbytes, stream));
+    }
     const std::uint64_t end = ptr + nbytes;
     ferry::TimelinePoint wait;
     std::lock_guard<std::mutex> lock(mutex);
@@ -646,7 +661,7 @@ struct TorchDestinations {
   }
 
   /// From any thread: record `point` for the range, then hand the block back to the caching
-  /// allocator (which takes the GIL). An allocation failure of the record terminates: a block
+  /// allocator (raw_delete takes the GIL; the native entry point needs none). An allocation failure of the record terminates: a block
   /// handed back without its point could be overwritten under a read.
   void release(std::uint64_t ptr, std::uint64_t nbytes, const ferry::TimelinePoint& point) noexcept {
     if (!point.empty()) {
@@ -654,7 +669,11 @@ struct TorchDestinations {
       std::lock_guard<std::mutex> lock(mutex);
       freed.push_back({ptr, ptr + nbytes, point});
     }
-    call_reporting(raw_delete.object, ptr, "ferry.torch: handing a block back to PyTorch's caching allocator");
+    if (native != nullptr) {
+      native->free(ptr);
+    } else {
+      call_reporting(raw_delete.object, ptr, "ferry.torch: handing a block back to PyTorch's caching allocator");
+    }
   }
 };
 
@@ -749,7 +768,45 @@ struct TorchSource {
   std::uint64_t offset = 0;  ///< in the destination
   dl::DataType dtype{};
   std::vector<std::int64_t> shape;
+  std::int32_t scalar_type = 0;  ///< c10::ScalarType, when read through ferry._torch_native
 };
+
+/// ferry.torch.to's one-call path: ferry._torch_native's entry points (when set, for the
+/// running torch) and the types the one-tensor entry tells apart. Read and set with the GIL.
+struct TorchGlue {
+  const ferry_torch_native::Api* native = nullptr;
+  nb::object native_capsule;  ///< keeps `native` alive
+  nb::object exchange;        ///< torch.Tensor.__dlpack_c_exchange_api__
+  nb::object tensor_type;     ///< torch.Tensor: only it takes the one-tensor entry
+  nb::object stream_type;     ///< torch.cuda.Stream
+  /// Per CUDA device index: the Transfer and the destinations of each target stream handle,
+  /// registered by the general path's first call for that stream.
+  struct Engine {
+    nb::object transfer;
+    std::unordered_map<std::uintptr_t, std::shared_ptr<TorchDestinations>> destinations;
+  };
+  std::unordered_map<int, Engine> engines;
+};
+
+TorchGlue& torch_glue() {
+  static TorchGlue* glue = new TorchGlue;  // never destroyed: its objects die with the interpreter
+  return *glue;
+}
+
+bool torch_source_native(const ferry_torch_native::Api& api, nb::handle t, TorchSource& out) {
+  ferry_torch_native::Leaf leaf{};
+  if (api.read(t.ptr(), &leaf) == 0) return false;
+  out.tensor = t;
+  out.data = static_cast<const std::byte*>(leaf.data);
+  out.nbytes = leaf.nbytes;
+  out.shape.assign(leaf.shape, leaf.shape + leaf.ndim);
+  out.scalar_type = leaf.scalar_type;
+  return true;
+}
+
+/// A result tensor's share of the block, handed to ferry._torch_native's wrap as its
+/// storage's deleter context.
+void torch_block_unref(void* context) noexcept { delete static_cast<std::shared_ptr<TorchBlock>*>(context); }
 
 bool torch_source(const dl::ExchangeApi& api, nb::handle t, TorchSource& out) {
   dl::Tensor d{};
@@ -802,23 +859,31 @@ void torch_set_error(void* ctx, const char* kind, const char* message) {
 
 /// `ferry.torch.to` for a list of leaves in one call (see torch.py). Returns the device tensors,
 /// or None when a leaf is not one the fast path copies (the caller then takes the Python path).
-nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
+/// On a GPU, with ferry._torch_native's entry points set, the leaves are read, the destination
+/// taken and the results made through them (`native`); else through DLPack's exchange API.
+/// `leaves` are borrowed for the call.
+nb::object torch_to(PyTransfer& t, nb::handle capsule, std::span<const nb::handle> leaves,
                     const std::shared_ptr<TorchDestinations>& destinations,
-                    int device_index, nb::handle target_stream, nb::handle wait_stream) {
+                    int device_index, std::optional<std::uintptr_t> target_stream,
+                    std::optional<std::uintptr_t> wait_stream) {
   FERRY_PHASE_CLOCK(clock);
   const dl::ExchangeApi& api = exchange_api(capsule);
   const bool cpu = destinations == nullptr;
-  const std::size_t n = nb::len(leaves);
+  const ferry_torch_native::Api* native = cpu ? nullptr : torch_glue().native;
+  const std::size_t n = leaves.size();
   std::vector<TorchSource> sources(n);
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    if (!torch_source(api, leaves[i], sources[i])) return nb::none();
+    if (!(native != nullptr ? torch_source_native(*native, leaves[i], sources[i])
+                            : torch_source(api, leaves[i], sources[i]))) {
+      return nb::none();
+    }
     total = (total + kTorchAlignment - 1) / kTorchAlignment * kTorchAlignment;
     sources[i].offset = total;
     total += sources[i].nbytes;
   }
   if (total == 0) return nb::none();
-  FERRY_PHASE(clock, 0, "to: read the leaves (DLPack, requires_grad)");
+  FERRY_PHASE(clock, 0, "to: read the leaves");
   ferry::Transfer& x = t.get();
   ferry::Device& dev = t.device.device;
   const std::int32_t dl_type = cpu ? dl::kCPU : (dev.backend() == ferry::Backend::hip ? dl::kROCM : dl::kCUDA);
@@ -828,12 +893,22 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
   std::uintptr_t waiter = 0;
   if (!cpu) {
     void* current = nullptr;
-    if ((target_stream.is_none() || wait_stream.is_none()) &&
-        api.current_work_stream(dl_type, device_index, &current) != 0) {
-      throw nb::python_error();
+    if (!target_stream || !wait_stream) {
+      if (native != nullptr) {
+        std::int32_t index = 0;
+        std::uintptr_t handle = 0;
+        if (native->current(&index, &handle) != 0) throw nb::python_error();
+        if (index != device_index) {
+          invalid("ferry.torch.to: the current device is cuda:" + std::to_string(index) + ", not cuda:" +
+                  std::to_string(device_index));
+        }
+        current = reinterpret_cast<void*>(handle);
+      } else if (api.current_work_stream(dl_type, device_index, &current) != 0) {
+        throw nb::python_error();
+      }
     }
-    target = target_stream.is_none() ? reinterpret_cast<std::uintptr_t>(current) : native_stream(target_stream);
-    waiter = wait_stream.is_none() ? reinterpret_cast<std::uintptr_t>(current) : native_stream(wait_stream);
+    target = target_stream.value_or(reinterpret_cast<std::uintptr_t>(current));
+    waiter = wait_stream.value_or(reinterpret_cast<std::uintptr_t>(current));
   }
   const bool target_waits = cpu || target == waiter;
   // PyTorch names CUDA's legacy default stream 0; the backend adopts it as handle 1.
@@ -955,6 +1030,16 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
   nb::list out;
   for (std::size_t i = 0; i < n; ++i) {
     const TorchSource& s = sources[i];
+    if (native != nullptr) {
+      const ferry_torch_native::Leaf like{nullptr, s.nbytes, s.shape.data(), static_cast<std::int32_t>(s.shape.size()),
+                                          s.scalar_type};
+      // wrap calls the deleter, which drops this share, when it fails.
+      PyObject* obj = native->wrap(block->pointer + s.offset, device_index, &like,
+                                   new std::shared_ptr<TorchBlock>(block), torch_block_unref);
+      if (obj == nullptr) throw nb::python_error();
+      out.append(nb::steal(obj));
+      continue;
+    }
     auto* leaf = new TorchLeaf;
     leaf->block = block;
     const auto nd = static_cast<std::int32_t>(s.shape.size());
@@ -985,7 +1070,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, nb::sequence leaves,
     }
     out.append(nb::steal(static_cast<PyObject*>(obj)));
   }
-  FERRY_PHASE(clock, 9, "to: the result tensors (DLPack)");
+  FERRY_PHASE(clock, 9, "to: the result tensors");
   return out;
 }
 
@@ -1700,18 +1785,27 @@ NB_MODULE(_ferry, m) {
       "allocator blocks taken on an idle stream of ferry's, with the release point of each range "
       "ferry let go of that may still be in use on the target.")
       .def("__init__", [](PyTorchDestinations* self, nb::object raw_alloc, nb::object raw_delete,
-                          std::uintptr_t stream) {
+                          std::uintptr_t stream, bool native, std::int64_t stream_id, std::int32_t device_index) {
              if (!PyCallable_Check(raw_alloc.ptr()) || !PyCallable_Check(raw_delete.ptr())) {
                invalid("_TorchDestinations: raw_alloc and raw_delete must be callables");
              }
+             if (native && torch_glue().native == nullptr) {
+               invalid("_TorchDestinations: native=True, but _torch_setup set no ferry._torch_native entry points");
+             }
              auto s = std::make_shared<TorchDestinations>();
+             s->native = native ? torch_glue().native : nullptr;
+             s->stream_id = stream_id;
+             s->device_index = device_index;
              s->raw_alloc.object = std::move(raw_alloc);
              s->raw_delete.object = std::move(raw_delete);
              s->stream = stream;
              new (self) PyTorchDestinations{std::move(s)};
-           }, "raw_alloc"_a, "raw_delete"_a, "stream"_a,
+           }, "raw_alloc"_a, "raw_delete"_a, "stream"_a, "native"_a = false, "stream_id"_a = 0,
+           "device_index"_a = 0,
            "raw_alloc(nbytes, stream) -> pointer and raw_delete(pointer): the caching allocator's; "
-           "stream: the idle stream's handle.")
+           "stream: the idle stream's handle. native: take the blocks through the ferry._torch_native "
+           "entry points that _torch_setup set instead, on the stream that stream_id and device_index "
+           "(its torch.cuda.Stream's) name.")
       .def("allocate", [](PyTorchDestinations& d, std::uint64_t nbytes) {
              auto [ptr, wait] = d.s->allocate(nbytes);
              return std::make_pair(ptr, wait.empty() ? nb::none() : nb::cast(wait));
@@ -1727,14 +1821,108 @@ NB_MODULE(_ferry, m) {
            }, "Released ranges whose release point was not reached when last looked at.");
   m.def("_torch_to", [](PyTransfer& t, nb::handle capsule, nb::sequence leaves, PyTorchDestinations* d,
                         int device_index, nb::handle target_stream, nb::handle wait_stream) {
-          return torch_to(t, capsule, leaves, d == nullptr ? nullptr : d->s, device_index, target_stream,
-                          wait_stream);
+          std::vector<nb::handle> borrowed;
+          borrowed.reserve(nb::len(leaves));
+          for (nb::handle leaf : leaves) borrowed.push_back(leaf);
+          const auto handle = [](nb::handle st) {
+            return st.is_none() ? std::nullopt : std::optional<std::uintptr_t>(native_stream(st));
+          };
+          return torch_to(t, capsule, borrowed, d == nullptr ? nullptr : d->s, device_index, handle(target_stream),
+                          handle(wait_stream));
         }, "transfer"_a, "capsule"_a, "leaves"_a, "destinations"_a.none(), "device_index"_a,
         "target_stream"_a.none(), "wait_stream"_a.none(),
         "ferry.torch.to's one-call path: the leaves (CPU tensors) in one transfer, through the tensor "
         "type's DLPack exchange capsule. destinations None: ferry's host backend, waited for. "
         "target_stream / wait_stream None: the current stream. Returns the tensors, or None when a "
         "leaf is not a plain contiguous CPU tensor (the Python path then takes the call).");
+  m.def("_torch_setup", [](nb::object native, nb::object exchange, nb::object tensor_type, nb::object stream_type) {
+          TorchGlue& g = torch_glue();
+          const ferry_torch_native::Api* api = nullptr;
+          if (!native.is_none()) {
+            api = static_cast<const ferry_torch_native::Api*>(
+                PyCapsule_GetPointer(native.ptr(), ferry_torch_native::kTorchNativeApiName));
+            if (api == nullptr) throw nb::python_error();
+            if (api->version != ferry_torch_native::kTorchNativeApiVersion) {
+              throw Error(ErrorCode::unsupported, "ferry.torch: ferry._torch_native's entry points are version " +
+                                                      std::to_string(api->version) + ", not " +
+                                                      std::to_string(ferry_torch_native::kTorchNativeApiVersion));
+            }
+          }
+          g.native = api;
+          g.native_capsule = std::move(native);
+          g.exchange = std::move(exchange);
+          g.tensor_type = std::move(tensor_type);
+          g.stream_type = std::move(stream_type);
+          g.engines.clear();
+        }, "native"_a.none(), "exchange"_a.none(), "tensor_type"_a, "stream_type"_a.none(),
+        "Set ferry.torch.to's glue: ferry._torch_native's TO_API capsule (None: DLPack and the caching "
+        "allocator's Python functions), torch.Tensor's DLPack exchange capsule, torch.Tensor and "
+        "torch.cuda.Stream. Forgets the registered engines.");
+  m.def("_torch_register", [](int device_index, nb::object transfer, std::uintptr_t target, PyTorchDestinations& d) {
+          auto& engines = torch_glue().engines;
+          auto it = engines.find(device_index);
+          if (it == engines.end()) it = engines.emplace(device_index, TorchGlue::Engine{transfer, {}}).first;
+          if (it->second.transfer.is(transfer)) it->second.destinations.emplace(target, d.s);
+        }, "device_index"_a, "transfer"_a, "target"_a, "destinations"_a,
+        "Let _torch_to_fast take one-tensor calls to `target` (a stream handle) on the device with this "
+        "Transfer and destinations; the first Transfer registered for a device stays its one.");
+  m.def("_torch_forget", []() { torch_glue().engines.clear(); },
+        "Forget the registered engines (they are closing).");
+  m.def("_torch_to_fast", [](nb::handle obj, nb::handle target_stream, nb::handle wait_stream,
+                             int device_index) -> nb::object {
+          TorchGlue& g = torch_glue();
+          if (!g.tensor_type.is_valid() || !g.exchange.is_valid() ||
+              reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())) != g.tensor_type.ptr()) {
+            return nb::none();
+          }
+          std::uintptr_t current = 0;
+          const bool need_current = target_stream.is_none() || wait_stream.is_none();
+          if (g.native != nullptr) {
+            std::int32_t index = 0;
+            if (g.native->current(&index, &current) != 0) throw nb::python_error();
+            device_index = index;
+          } else if (need_current) {
+            void* c = nullptr;
+            if (exchange_api(g.exchange).current_work_stream(dl::kCUDA, device_index, &c) != 0) {
+              throw nb::python_error();
+            }
+            current = reinterpret_cast<std::uintptr_t>(c);
+          }
+          auto engine = g.engines.find(device_index);
+          if (engine == g.engines.end()) return nb::none();
+          // Streams other than torch.cuda.Streams of this device take the general path, which
+          // checks them and names what is wrong.
+          const auto handle = [&](nb::handle st, std::uintptr_t& out) {
+            if (st.is_none()) {
+              out = current;
+              return true;
+            }
+            if (!g.stream_type.is_valid() || PyObject_IsInstance(st.ptr(), g.stream_type.ptr()) != 1 ||
+                nb::cast<int>(st.attr("device_index")) != device_index) {
+              PyErr_Clear();
+              return false;
+            }
+            out = nb::cast<std::uintptr_t>(st.attr("cuda_stream"));
+            return true;
+          };
+          std::uintptr_t target = 0;
+          std::uintptr_t waiter = 0;
+          if (!handle(target_stream, target) || !handle(wait_stream, waiter)) return nb::none();
+          auto dests = engine->second.destinations.find(target);
+          if (dests == engine->second.destinations.end()) return nb::none();
+          // Owned for the call: another thread may forget the engines while this one copies.
+          const nb::object transfer = engine->second.transfer;
+          const std::shared_ptr<TorchDestinations> d = dests->second;
+          PyTransfer& t = nb::cast<PyTransfer&>(transfer);
+          const nb::handle leaves[1] = {obj};
+          nb::object out = torch_to(t, g.exchange, leaves, d, device_index, target, waiter);
+          if (out.is_none()) return out;
+          return nb::borrow(PyList_GET_ITEM(out.ptr(), 0));
+        }, "obj"_a, "target_stream"_a.none(), "wait_stream"_a.none(), "device_index"_a,
+        "ferry.torch.to of one torch.Tensor to the current CUDA device in one call, with an engine and "
+        "destinations registered for the target stream; device_index: the current device's (read "
+        "natively, and ignored, where _torch_setup set ferry._torch_native). None: not such a call "
+        "(the caller takes the general path).");
   m.def("_torch_hold", [](const ferry::TimelinePoint& point, std::vector<nb::object> tensors) {
           torch_held().hold(point, std::move(tensors));
         }, "point"_a, "tensors"_a, "Hold pinned sources until `point` is reached.");

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 //
-// ferry._torch_native: the per-tensor work of ferry.torch.stash and Stash.restore, in C++
-// against libtorch, for the PyTorch that the package was built with.
+// ferry._torch_native: the per-tensor work of ferry.torch.stash and Stash.restore, and
+// PyTorch's side of ferry.torch.to as C entry points (torch_native_api.h), in C++ against
+// libtorch, for the PyTorch that the package was built with.
 //
 // A stash of N tensors checks, groups, allocates and re-points N tensors. Done with PyTorch's
 // Python API, each tensor costs a dozen interpreter-level calls (a few microseconds), which
@@ -14,6 +15,11 @@
 // that the build found (meson defines it). ferry.torch uses the module only when the running
 // torch.__version__ is that one, and otherwise takes its Python path.
 //
+// ferry.torch.to's copies run in ferry._ferry, which reads each leaf, takes each destination
+// and hands each result back through this module's entry points (the TO_API capsule): a
+// direct call on the TensorImpl and on PyTorch's caching allocator instead of a round trip
+// through DLPack and the allocator's Python functions.
+//
 // Errors are raised as ferry.Error, and running out of device memory as torch.OutOfMemoryError
 // (set_error hands both classes in before any other call), as the Python path raises them.
 
@@ -22,11 +28,14 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <optional>
 #include <string>
@@ -34,6 +43,8 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+#include "torch_native_api.h"
 
 namespace {
 
@@ -394,6 +405,90 @@ PyObject* drop_blocks(PyObject*, PyObject* capsule) {
   Py_RETURN_NONE;
 }
 
+// ---------------------------------------------------------------------------------------------
+// ferry.torch.to's entry points (torch_native_api.h)
+
+int to_read(PyObject* obj, ferry_torch_native::Leaf* out) {
+  if (!THPVariable_Check(obj)) return 0;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (!t.defined() || t.device().type() != c10::DeviceType::CPU || t.layout() != c10::kStrided) return 0;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  // A Python dispatch mode or subclass, a functional or nested wrapper (no storage), and the
+  // bits a byte copy would lose are left to the Python path, which converts or names them.
+  if (impl->is_python_dispatch() || !impl->has_storage() || t.is_nested() || t.requires_grad() || t.is_conj() ||
+      t.is_neg() || c10::isQIntType(t.scalar_type()) || !t.is_contiguous()) {
+    return 0;
+  }
+  out->data = t.const_data_ptr();
+  out->nbytes = static_cast<std::uint64_t>(t.numel()) * t.element_size();
+  out->shape = t.sizes().data();
+  out->ndim = static_cast<std::int32_t>(t.dim());
+  out->scalar_type = static_cast<std::int32_t>(t.scalar_type());
+  return 1;
+}
+
+int to_current(std::int32_t* device_index, std::uintptr_t* stream) {
+  try {
+    const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    const c10::Device d = impl.getDevice();
+    *device_index = d.index();
+    *stream = reinterpret_cast<std::uintptr_t>(impl.getStream(d).native_handle());
+    return 0;
+  } catch (...) {
+    raise_current("ferry.torch.to");
+    return -1;
+  }
+}
+
+// The caching allocator takes the current stream of the current device: the guard sets both.
+std::uint64_t to_allocate(std::uint64_t nbytes, std::int64_t stream_id, std::int32_t device_index) {
+  try {
+    const c10::Stream s = c10::Stream::unpack3(stream_id, static_cast<c10::DeviceIndex>(device_index),
+                                                c10::DeviceType::CUDA);
+    c10::StreamGuard guard(s);
+    void* p = c10::GetAllocator(c10::DeviceType::CUDA)->raw_allocate(nbytes);
+    if (p == nullptr) {
+      fail("out_of_memory", "ferry.torch.to: PyTorch's caching allocator returned no memory for " +
+                                std::to_string(nbytes) + " bytes");
+      return 0;
+    }
+    return reinterpret_cast<std::uint64_t>(p);
+  } catch (...) {
+    raise_current("ferry.torch.to");
+    return 0;
+  }
+}
+
+void to_free(std::uint64_t pointer) {
+  try {
+    c10::GetAllocator(c10::DeviceType::CUDA)->raw_deallocate(reinterpret_cast<void*>(pointer));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferry.torch: handing a block back to PyTorch's caching allocator failed: %s\n", e.what());
+  }
+}
+
+PyObject* to_wrap(std::uint64_t pointer, std::int32_t device_index, const ferry_torch_native::Leaf* like,
+                  void* context, void (*deleter)(void*)) {
+  const c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index));
+  const auto dtype = static_cast<c10::ScalarType>(like->scalar_type);
+  c10::DataPtr data(reinterpret_cast<void*>(pointer), context, deleter, device);
+  try {
+    c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<int64_t>(like->nbytes), std::move(data),
+                         nullptr, false);
+    auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CUDA),
+                                                      caffe2::TypeMeta::fromScalarType(dtype));
+    impl->set_sizes_contiguous(c10::IntArrayRef(like->shape, static_cast<std::size_t>(like->ndim)));
+    return THPVariable_Wrap(at::Tensor(std::move(impl)));
+  } catch (...) {
+    // `data`, or the storage that took it, has called the deleter on the way out.
+    raise_current("ferry.torch.to");
+    return nullptr;
+  }
+}
+
+const ferry_torch_native::Api kToApi{ferry_torch_native::kTorchNativeApiVersion, to_read, to_current, to_allocate,
+                                     to_free, to_wrap};
+
 PyObject* set_error(PyObject*, PyObject* args) {
   PyObject* error = nullptr;
   PyObject* oom = nullptr;
@@ -430,6 +525,13 @@ PyModuleDef module = {
 PyMODINIT_FUNC PyInit__torch_native() {
   PyObject* m = PyModule_Create(&module);
   if (m == nullptr) return nullptr;
+  PyObject* api = PyCapsule_New(const_cast<ferry_torch_native::Api*>(&kToApi), ferry_torch_native::kTorchNativeApiName,
+                                nullptr);
+  if (api == nullptr || PyModule_AddObject(m, "TO_API", api) != 0) {
+    Py_XDECREF(api);
+    Py_DECREF(m);
+    return nullptr;
+  }
   if (PyModule_AddStringConstant(m, "TORCH_VERSION", FERRY_TORCH_VERSION) != 0) {
     Py_DECREF(m);
     return nullptr;

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """Where the host time of one ``ferry.torch.to`` call of a pinned tensor goes, on CUDA: the
-whole call (its result dropped at once, or kept), the binding call alone, and each part the
-binding does, timed alone, beside ``Tensor.to(non_blocking=True)``.
+whole call (its result dropped at once, or kept), the binding call alone (the general one and
+the one-tensor entry), and each part the binding does, timed alone, beside
+``Tensor.to(non_blocking=True)``. It names the glue in use (ferry._torch_native's entry points,
+or DLPack and the allocator's Python functions; ``FERRY_TORCH_NATIVE=0`` picks the latter).
 
     PYTHONPATH=build/python python3 tools/python/call_breakdown.py [BYTES]   (default 64 MiB)
 
@@ -26,6 +28,7 @@ N = int(sys.argv[1]) if len(sys.argv) > 1 else 64 << 20
 t = torch.empty(N, dtype=torch.uint8).pin_memory()
 small = torch.arange(30, dtype=torch.float32).pin_memory()
 dev, xfer = ft.engine(_ferry.Backend.cuda, 0)
+print(f"torch {torch.__version__}, glue: {'ferry._torch_native' if ft._native_to else 'DLPack'}")
 h = torch._C._cuda_getCurrentRawStream(0)
 dest = ft._destinations(0, h)
 alloc_stream = ft._allocation_stream_of(0, h).alloc.cuda_stream
@@ -52,6 +55,7 @@ rows = [
     ("ft.to small, dropped", lambda: ft.to(small, "cuda")),
     ("_torch_to big, dropped", lambda: _ferry._torch_to(xfer, ft._EXCHANGE, [t], dest, 0, h, h)),
     ("_torch_to big, kept", lambda: keep.append(_ferry._torch_to(xfer, ft._EXCHANGE, [t], dest, 0, h, h))),
+    ("_torch_to_fast big, dropped", lambda: _ferry._torch_to_fast(t, None, None, -1 if ft._native_to else 0)),
     ("Tensor.to big, dropped", lambda: t.to("cuda", non_blocking=True)),
     ("Tensor.to small, dropped", lambda: small.to("cuda", non_blocking=True)),
     ("host_pool.adopt", lambda: dev.host_pool.adopt(t.data_ptr(), N)),
@@ -76,7 +80,7 @@ for name, fn in rows:
     print(f"{name:34} {med(fn):8.2f} us", flush=True)
 raw_delete(ptr)
 if hasattr(_ferry, "_torch_phases"):
-    for name, fn in rows[3:5]:
+    for name, fn in rows[3:6]:
         _ferry._torch_phases()  # reset: the sums below are this timing's, its warm-up included
         med(fn)
         print(f"-- the binding's parts, {name} (mean per call)")

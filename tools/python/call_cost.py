@@ -94,7 +94,8 @@ def main(argv=None) -> int:
 
     rows = []
     print(f"ferry.torch.to host time on {device} ({'pinned' if args.pinned else 'pageable'} sources, "
-          f"median of {args.calls} calls), torch {torch.__version__}")
+          f"median of {args.calls} calls), torch {torch.__version__}, "
+          f"glue: {'ferry._torch_native' if ft._native_to else 'DLPack'}")
     print(f"{'leaves':>6} {'way':24} {'us/call':>9} {'us/leaf':>8}")
     for n in counts:
         obj = structure(torch, n, args.pinned)
