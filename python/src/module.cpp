@@ -38,6 +38,7 @@
 #include <string>
 #include <utility>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -137,11 +138,14 @@ struct PyDevice {
   std::shared_ptr<std::map<std::uintptr_t, ferry::Queue>> adopted =
       std::make_shared<std::map<std::uintptr_t, ferry::Queue>>();
 
-  ferry::Queue adopt(std::uintptr_t handle, ferry::QueueRole role, const std::string& name) {
+  /// `name` is read only when the stream is adopted for the first time: a hot path passes a
+  /// literal and builds no string.
+  ferry::Queue adopt(std::uintptr_t handle, ferry::QueueRole role, std::string_view name) {
     std::lock_guard<std::mutex> lock(*mutex);
     auto it = adopted->find(handle);
     if (it != adopted->end() && it->second.role() == role) return it->second;
-    ferry::Queue q = device.adopt_queue(role, ferry::NativeQueue{.handle = reinterpret_cast<void*>(handle)}, name);
+    ferry::Queue q = device.adopt_queue(role, ferry::NativeQueue{.handle = reinterpret_cast<void*>(handle)},
+                                        std::string(name));
     (*adopted)[handle] = q;
     return q;
   }
@@ -1390,7 +1394,7 @@ NB_MODULE(_ferry, m) {
              // PyTorch's default stream reports handle 0: on CUDA that is the legacy default
              // stream, which the backend adopts by its own name.
              if (handle == 0 && d.device.backend() == ferry::Backend::cuda) handle = 1;  // cudaStreamLegacy
-             return d.adopt(handle, role, name.empty() ? std::string("adopted") : name);
+             return d.adopt(handle, role, name.empty() ? std::string_view("adopted") : std::string_view(name));
            }, "stream"_a, "role"_a = ferry::QueueRole::compute, "name"_a = "", nb::keep_alive<0, 2>(),
            "Adopt an engine's stream (an int cudaStream_t/hipStream_t, an object with "
            "__cuda_stream__ such as torch.cuda.Stream). ferry never destroys it; keep it alive "
