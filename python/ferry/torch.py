@@ -944,9 +944,20 @@ _stash_ops: Any = _torch_native or _PythonStashOps
 # `to`'s binding glue: ferry._torch_native's entry points for the leaves, the destinations and
 # the results where it is built for this torch and CUDA is present, else DLPack's exchange API
 # and the caching allocator's Python functions.
-_native_to = _torch_native is not None and _get_device is not None and _EXCHANGE is not None
-_ferry._torch_setup(_torch_native.TO_API if _native_to else None, _EXCHANGE, torch.Tensor,
-                    torch.cuda.Stream if _get_device is not None else None)
+def _use_to_glue(native: bool) -> None:
+    """Set `to`'s glue: ferry._torch_native's entry points (`native`, where they can serve)
+    or DLPack's. The destinations made so far are forgotten, not freed: each takes and hands
+    back its blocks through the glue it was made with, on an allocation stream of its own."""
+    global _native_to
+    with _lock:
+        _native_to = native and _torch_native is not None and _get_device is not None and _EXCHANGE is not None
+        _alloc_streams.clear()
+        _ferry._torch_setup(_torch_native.TO_API if _native_to else None, _EXCHANGE, torch.Tensor,
+                            torch.cuda.Stream if _get_device is not None else None)
+
+
+_native_to = False
+_use_to_glue(True)
 
 
 class Stash:

@@ -59,7 +59,7 @@ def as_bytes(t):
 
 @pytest.mark.parametrize("mode", ["torch", "ferry"])
 @pytest.mark.parametrize("seed", range(8))
-def test_random_structures_round_trip_byte_for_byte(mode, seed):
+def test_random_structures_round_trip_byte_for_byte(mode, seed, to_glue):
     rng = random.Random(seed)
     obj = random_structure(rng)
     r = ft.to(obj, "cuda", mode=mode)
@@ -71,7 +71,7 @@ def test_random_structures_round_trip_byte_for_byte(mode, seed):
         assert torch.equal(as_bytes(d).cpu(), as_bytes(s))
 
 
-def test_the_target_stream_never_reads_stale_data():
+def test_the_target_stream_never_reads_stale_data(to_glue):
     side = torch.cuda.Stream()
     for trial in range(5):
         src = torch.randint(0, 1 << 30, (64 << 20,), dtype=torch.int32)  # 256 MiB, pageable
@@ -83,7 +83,7 @@ def test_the_target_stream_never_reads_stale_data():
 
 
 @pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_a_reused_block_is_not_overwritten_while_earlier_work_reads_it(mode):
+def test_a_reused_block_is_not_overwritten_while_earlier_work_reads_it(mode, to_glue):
     # The next call's destination is the block of a result dropped while the target stream
     # still has to read it: the copy must wait for that read.
     stream = torch.cuda.Stream()
@@ -104,7 +104,7 @@ def test_a_reused_block_is_not_overwritten_while_earlier_work_reads_it(mode):
 
 
 @pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_the_copy_overlaps_the_compute_queued_on_the_target(mode):
+def test_the_copy_overlaps_the_compute_queued_on_the_target(mode, to_glue):
     # Both modes take a block whose free point ferry knows, so the copy does not wait for the
     # target stream's compute queued before the call.
     stream = torch.cuda.Stream()
@@ -122,7 +122,7 @@ def test_the_copy_overlaps_the_compute_queued_on_the_target(mode):
     assert torch.equal(r["a"].cpu(), pinned) and torch.equal(r["b"].cpu(), pageable)
 
 
-def test_pytorch_running_out_of_memory_takes_the_idle_destinations():
+def test_pytorch_running_out_of_memory_takes_the_idle_destinations(to_glue):
     # mode="torch" draws its destinations from PyTorch's caching allocator: once dropped they
     # are PyTorch's cached memory, which an allocation that would otherwise fail takes back.
     torch.cuda.synchronize()
@@ -146,7 +146,7 @@ def test_pytorch_running_out_of_memory_takes_the_idle_destinations():
     torch.cuda.empty_cache()
 
 
-def test_default_target_is_the_current_stream_and_the_host_is_not_synchronized():
+def test_default_target_is_the_current_stream_and_the_host_is_not_synchronized(to_glue):
     src = torch.ones(16 << 20, dtype=torch.float32)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
@@ -160,7 +160,7 @@ def test_default_target_is_the_current_stream_and_the_host_is_not_synchronized()
 
 
 @pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_the_default_stream_as_target_is_not_synchronized_on_the_host(mode):
+def test_the_default_stream_as_target_is_not_synchronized_on_the_host(mode, to_glue):
     # PyTorch's default stream has handle 0, which DLPack calls 1 (the legacy default stream):
     # both modes order it on the device, so the call returns while it still sleeps.
     src = torch.ones(16 << 20, dtype=torch.float32)
@@ -214,7 +214,7 @@ def test_dlpack_to_torch_orders_the_consumer_stream():
 
 
 @pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_pinned_sources_are_copied_directly_and_held_until_their_copy_completes(mode):
+def test_pinned_sources_are_copied_directly_and_held_until_their_copy_completes(mode, to_glue):
     # The copy waits behind ~0.2 s of work on the target stream, so it is still ahead when the
     # caller drops the source; a pinned block freed then would be handed to the next
     # pin_memory() and overwritten before the DMA read it.
@@ -236,7 +236,7 @@ def test_pinned_sources_are_copied_directly_and_held_until_their_copy_completes(
     assert ft.held_sources() == 0
 
 
-def test_small_pinned_sources_are_staged_and_may_change_once_the_call_returns():
+def test_small_pinned_sources_are_staged_and_may_change_once_the_call_returns(to_glue):
     ft.synchronize()
     s = torch.cuda.Stream()
     small = torch.arange(1000, dtype=torch.int32).pin_memory()
@@ -263,7 +263,7 @@ def test_pinned_memory_of_another_kind_is_refused_by_the_core():
 
 
 @pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_repeated_calls_adopt_each_target_stream_once(mode):
+def test_repeated_calls_adopt_each_target_stream_once(mode, to_glue):
     x = torch.arange(4096, dtype=torch.float32)
     side = torch.cuda.Stream()
     ft.to(x, "cuda", mode=mode)
@@ -283,7 +283,7 @@ SEED_BYTES = 1 << 30  # a copy long enough (about 20 ms) that its completion can
 
 
 @pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_under_a_side_stream_the_side_waits_and_the_target_does_not(mode):
+def test_under_a_side_stream_the_side_waits_and_the_target_does_not(mode, to_glue):
     main, side = torch.cuda.Stream(), torch.cuda.Stream()
     src = torch.randint(0, 1 << 30, (SEED_BYTES // 4,), dtype=torch.int32).pin_memory()
     with torch.cuda.stream(side):
@@ -302,7 +302,7 @@ def test_under_a_side_stream_the_side_waits_and_the_target_does_not(mode):
 
 
 @pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_an_explicit_wait_stream_is_the_one_that_waits(mode):
+def test_an_explicit_wait_stream_is_the_one_that_waits(mode, to_glue):
     main, side = torch.cuda.Stream(), torch.cuda.Stream()
     src = torch.randint(0, 1 << 30, (SEED_BYTES // 4,), dtype=torch.int32).pin_memory()
     with torch.cuda.stream(side):
@@ -316,7 +316,7 @@ def test_an_explicit_wait_stream_is_the_one_that_waits(mode):
 
 @pytest.mark.parametrize("source", ["pinned", "pageable"])
 @pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_a_result_dropped_at_once_is_never_reused_under_its_copy(mode, source):
+def test_a_result_dropped_at_once_is_never_reused_under_its_copy(mode, source, to_glue):
     # Dropped before anyone waits, the block is freed in main's order at once: main's next
     # allocation must not get it while the copy still writes it.
     main, side = torch.cuda.Stream(), torch.cuda.Stream()
