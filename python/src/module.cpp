@@ -665,8 +665,9 @@ struct TorchDestinations {
   }
 
   /// From any thread: record `point` for the range, then hand the block back to the caching
-  /// allocator (raw_delete takes the GIL; the native entry point needs none). An allocation failure of the record terminates: a block
-  /// handed back without its point could be overwritten under a read.
+  /// allocator (raw_delete takes the GIL; the native entry point needs none). An allocation
+  /// failure of the record terminates: a block handed back without its point could be
+  /// overwritten under a read.
   void release(std::uint64_t ptr, std::uint64_t nbytes, const ferry::TimelinePoint& point) noexcept {
     if (!point.empty()) {
       // Reached points are dropped by the next allocation, which asks anyway.
