@@ -88,7 +88,17 @@ from torch.overrides import TorchFunctionMode
 from . import _ferry
 from ._error import Error
 
-__all__ = ["to", "stash", "Stash", "engine", "synchronize", "held_sources", "ALIGNMENT", "DMA_MIN_BYTES"]
+__all__ = ["to", "stash", "Stash", "engine", "synchronize", "held_sources", "ALIGNMENT", "DMA_MIN_BYTES",
+           "RECORD_EVENTS"]
+
+#: Whether the devices that ferry.torch opens record pool events and queue activity for
+#: their snapshots (``DeviceOptions::record_events``), read when an engine opens: set it
+#: before the first call. Off by default: every ``to`` call would log a few events, costing
+#: host time on each call and host memory that grows with the run up to the logs' bounds
+#: (millions of events). Turn it on to read ferry's side of a run in
+#: ``engine(...)[0].pool.snapshot()``; PyTorch's own snapshots show ``mode="torch"``'s memory
+#: either way.
+RECORD_EVENTS = False
 
 #: Offset alignment of every leaf inside the structure's allocation, in bytes. It is also
 #: the core's padding limit (UploadOptions::kPaddingLimit): with every leaf aligned to it, a
@@ -133,7 +143,7 @@ def engine(backend: _ferry.Backend, ordinal: int = 0) -> tuple[_ferry.Device, _f
     with _lock:
         e = _engines.get(key)
         if e is None:
-            dev = _ferry.Device.open(backend, ordinal)
+            dev = _ferry.Device.open(backend, ordinal, record_events=bool(RECORD_EVENTS))
             e = (dev, _ferry.Transfer(dev))
             _engines[key] = e
         return e

@@ -409,3 +409,17 @@ def test_stash_uses_the_native_module_where_it_is_built_for_this_torch():
     out = subprocess.run([sys.executable, "-c", "import ferry.torch as ft; print(ft._stash_ops.__name__)"],
                          env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "_PythonStashOps"
+
+
+@pytest.mark.parametrize("record", [False, True])
+def test_record_events_decides_whether_the_engine_logs_each_call(record, monkeypatch):
+    # Off by default: a log entry per call costs host time and memory that grows with the run.
+    import json
+    ft._close_engines()
+    monkeypatch.setattr(ft, "RECORD_EVENTS", record)
+    try:
+        ft.to(torch.ones(1000), "cpu")
+        snap = json.loads(ft.engine(ferry.Backend.host)[0].pool.snapshot().to_json())
+        assert (len(snap["activity"]) > 0) == record, snap["activity"]
+    finally:
+        ft._close_engines()

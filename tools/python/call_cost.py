@@ -4,7 +4,7 @@
 ``Tensor.to(non_blocking=True)`` of the same leaves.
 
     PYTHONPATH=build/python python3 tools/python/call_cost.py [--device cuda|cpu] [--leaves 1,16,67]
-        [--calls 300] [--pinned] [--big 64M] [--json FILE]
+        [--calls 300] [--pinned] [--big 64M] [--record-events] [--json FILE]
 
 Each structure is a dict of ``--leaves`` small tensors (alternately float32 and int64, 3 to
 70 elements: TorchRec's many small per-feature tensors), pageable unless ``--pinned``. Every
@@ -68,10 +68,13 @@ def main(argv=None) -> int:
     ap.add_argument("--pinned", action="store_true", help="pinned sources (CUDA only)")
     ap.add_argument("--big", default="64M", help="size of the one large pinned tensor (CUDA, --pinned); 0 skips it")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
+    ap.add_argument("--record-events", action="store_true",
+                    help="ferry.torch's device records pool events and queue activity (ft.RECORD_EVENTS)")
     args = ap.parse_args(argv)
 
     import torch
     import ferry.torch as ft
+    ft.RECORD_EVENTS = args.record_events
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.pinned and device != "cuda":
@@ -95,7 +98,8 @@ def main(argv=None) -> int:
     rows = []
     print(f"ferry.torch.to host time on {device} ({'pinned' if args.pinned else 'pageable'} sources, "
           f"median of {args.calls} calls), torch {torch.__version__}, "
-          f"glue: {'ferry._torch_native' if ft._native_to else 'DLPack'}")
+          f"glue: {'ferry._torch_native' if ft._native_to else 'DLPack'}, "
+          f"events {'recorded' if args.record_events else 'not recorded'}")
     print(f"{'leaves':>6} {'way':24} {'us/call':>9} {'us/leaf':>8}")
     for n in counts:
         obj = structure(torch, n, args.pinned)

@@ -1448,6 +1448,8 @@ def main(argv=None):
     if any(s in FERRY_STRATEGIES for s in args.strategies):
         try:
             import ferry.torch as ft
+            # ferry's pool snapshots of the ferry strategies hold its events.
+            ft.RECORD_EVENTS = args.snapshot_steps > 0
         except ImportError as e:
             print(f"seed_study: cannot import ferry.torch ({e}): build with -Dpython=enabled and set "
                   f"PYTHONPATH=<build>/python, or leave the ferry strategies out (--strategies)", file=sys.stderr)
