@@ -8,9 +8,9 @@
 
 Each structure is a dict of ``--leaves`` small tensors (alternately float32 and int64, 3 to
 70 elements: TorchRec's many small per-feature tensors), pageable unless ``--pinned``. Every
-call is host-timed on its own after a warm-up; the median is printed. On CUDA the target is
-the current stream and the GPU is synchronized every 64 calls, outside the timing, so that
-queues never fill; on the CPU (ferry's host backend) each call also waits for its copy, as
+call is host-timed on its own after a warm-up, the ways of one structure in turns within one
+loop; the median is printed. On CUDA the target is the current stream and the GPU is
+synchronized every 64 calls, outside the timing, so that queues never fill; on the CPU (ferry's host backend) each call also waits for its copy, as
 ``ferry.torch.to(..., "cpu")`` does. The torch row moves each leaf with
 ``t.to(device, non_blocking=True)``: the glue a structure-aware copy has to beat. On the CPU
 that row is no reference (a CPU tensor's ``.to("cpu")`` returns the tensor itself); there the
@@ -20,7 +20,9 @@ ferry rows measure ferry.torch's glue and the host backend's copy.
 seed's batch, in two orders: on the current stream (``ft.to(t, "cuda")`` beside
 ``t.to("cuda", non_blocking=True)``), and the seed's (under ``with torch.cuda.stream(side):``,
 ``ft.to(t, "cuda", target_stream=main)`` beside PyTorch's side-stream copy with
-``record_stream(main)``). Each result is dropped at once.
+``record_stream(main)``). Each result is dropped at once. The two ways of an order are timed
+in turns within one loop, and their ratio printed: the host's speed drifts by more than the
+difference between them.
 """
 import argparse
 import json
@@ -45,19 +47,25 @@ def parse_size(text: str) -> int:
     return int(t)
 
 
-def median_us(fn, calls: int, sync) -> float:
+def paired_medians_us(fns, calls: int, sync) -> list:
+    """The median host time of each of `fns`, timed in turns within one loop (call i runs
+    them in rotated order), so that every way sees the same host: its speed drifts between
+    and within runs by more than the differences measured here."""
     for _ in range(min(50, calls)):
-        fn()
+        for fn in fns:
+            fn()
     sync()
-    times = []
+    times = [[] for _ in fns]
     for i in range(calls):
         if i and i % 64 == 0:
             sync()  # untimed: queues never fill up
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+        for j in range(len(fns)):
+            k = (i + j) % len(fns)
+            t0 = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - t0)
     sync()
-    return statistics.median(times) * 1e6
+    return [statistics.median(ts) * 1e6 for ts in times]
 
 
 def main(argv=None) -> int:
@@ -105,8 +113,7 @@ def main(argv=None) -> int:
         obj = structure(torch, n, args.pinned)
         ways = [(f"ferry.torch mode={m}", (lambda m=m: ft.to(obj, device, mode=m))) for m in ("torch", "ferry")]
         ways.append(("torch .to per leaf", lambda: {k: v.to(device, non_blocking=True) for k, v in obj.items()}))
-        for name, fn in ways:
-            us = median_us(fn, args.calls, sync)
+        for (name, _), us in zip(ways, paired_medians_us([fn for _, fn in ways], args.calls, sync)):
             rows.append({"device": device, "pinned": args.pinned, "leaves": n, "way": name,
                          "host_us_per_call": us, "host_us_per_leaf": us / n})
             print(f"{n:6d} {name:24} {us:9.1f} {us / n:8.2f}")
@@ -124,16 +131,19 @@ def main(argv=None) -> int:
             with torch.cuda.stream(side):
                 ft.to(t, device, target_stream=main_stream)
 
-        ways = [("current stream", "ferry.torch mode=torch", lambda: ft.to(t, device)),
-                ("current stream", "torch .to", lambda: t.to(device, non_blocking=True)),
-                ("seed order", "ferry.torch mode=torch", ferry_side),
-                ("seed order", "torch .to + record_stream", torch_side)]
-        print(f"one pinned tensor of {big / (1 << 20):.0f} MiB, result dropped at once")
-        for order, name, fn in ways:
-            us = median_us(fn, args.calls, sync)
-            rows.append({"device": device, "pinned": True, "leaves": 1, "bytes": big, "order": order, "way": name,
-                         "host_us_per_call": us, "host_us_per_leaf": us})
-            print(f"{order:>14} {name:26} {us:9.1f}")
+        pairs = [("current stream", (("ferry.torch mode=torch", lambda: ft.to(t, device)),
+                                     ("torch .to", lambda: t.to(device, non_blocking=True)))),
+                 ("seed order", (("ferry.torch mode=torch", ferry_side),
+                                 ("torch .to + record_stream", torch_side)))]
+        print(f"one pinned tensor of {big / (1 << 20):.0f} MiB, result dropped at once; each order's two "
+              "ways timed in turns")
+        for order, ways in pairs:
+            meds = paired_medians_us([fn for _, fn in ways], args.calls, sync)
+            for (name, _), us in zip(ways, meds):
+                rows.append({"device": device, "pinned": True, "leaves": 1, "bytes": big, "order": order,
+                             "way": name, "host_us_per_call": us, "host_us_per_leaf": us})
+                print(f"{order:>14} {name:26} {us:9.1f}")
+            print(f"{order:>14} {'ferry / torch':26} {meds[0] / meds[1]:9.2f}")
         ft.synchronize()
     if device == "cpu":
         print("(on the CPU, torch's .to of a CPU tensor returns it unchanged: no reference)")
