@@ -724,37 +724,50 @@ void torch_leaf_deleter(dl::ManagedTensorVersioned* self) noexcept {
 /// completes and let go of once it is reached. One executor's copies complete in order, so
 /// entries are let go of oldest first, up to the first point not reached.
 struct TorchHeld {
+  /// The sources of one call: the first inline, since most calls hold one.
+  struct Entry {
+    ferry::TimelinePoint point;
+    nb::object first;
+    std::vector<nb::object> rest;
+  };
   std::mutex mutex;
-  std::deque<std::pair<ferry::TimelinePoint, std::vector<nb::object>>> entries;
+  std::deque<Entry> entries;
   ThrottledReached reached;  ///< under `mutex`
 
-  // Every method runs with the GIL: dropping the tensors decrements their references.
+  // Every method runs with the GIL: holding and dropping the tensors changes their references.
   void release_reached() {
     std::lock_guard<std::mutex> lock(mutex);
     release_reached_locked();
   }
-  void hold(ferry::TimelinePoint point, std::vector<nb::object> tensors) {
+  /// Hold the `n` (at least one) tensors `at(0)` ... `at(n - 1)` until `point` is reached.
+  template <class At>
+  void hold(ferry::TimelinePoint point, std::size_t n, At&& at) {
+    Entry e{std::move(point), nb::borrow(at(0)), {}};
+    if (n > 1) {
+      e.rest.reserve(n - 1);
+      for (std::size_t i = 1; i < n; ++i) e.rest.push_back(nb::borrow(at(i)));
+    }
     std::lock_guard<std::mutex> lock(mutex);
     release_reached_locked();
-    entries.emplace_back(std::move(point), std::move(tensors));
+    entries.push_back(std::move(e));
   }
   std::size_t count() {
     std::lock_guard<std::mutex> lock(mutex);
     std::size_t n = 0;
-    for (const auto& e : entries) n += e.second.size();
+    for (const auto& e : entries) n += 1 + e.rest.size();
     return n;
   }
   /// Let go of everything (after every copy completed); the tensors are dropped outside the
   /// mutex.
   void clear() {
-    std::deque<std::pair<ferry::TimelinePoint, std::vector<nb::object>>> gone;
+    std::deque<Entry> gone;
     std::lock_guard<std::mutex> lock(mutex);
     gone.swap(entries);
   }
 
  private:
   void release_reached_locked() {
-    while (!entries.empty() && reached(entries.front().first)) entries.pop_front();
+    while (!entries.empty() && reached(entries.front().point)) entries.pop_front();
   }
 };
 
@@ -772,8 +785,27 @@ struct TorchSource {
   std::uint64_t nbytes = 0;
   std::uint64_t offset = 0;  ///< in the destination
   dl::DataType dtype{};
-  std::vector<std::int64_t> shape;
+  /// A copy (the call may let other threads run, which may resize the tensor): in
+  /// `shape_inline` up to its size, which holds nearly every tensor's, else in `shape_copy`.
+  std::span<const std::int64_t> shape;
+  std::int64_t shape_inline[6];
+  std::vector<std::int64_t> shape_copy;
   std::int32_t scalar_type = 0;  ///< c10::ScalarType, when read through ferry._torch_native
+
+  TorchSource() = default;
+  TorchSource(const TorchSource&) = delete;  // `shape` may point into the object itself
+  TorchSource& operator=(const TorchSource&) = delete;
+
+  void set_shape(const std::int64_t* dims, std::int32_t ndim) {
+    const auto n = static_cast<std::size_t>(ndim);
+    if (n <= std::size(shape_inline)) {
+      std::copy_n(dims, n, shape_inline);
+      shape = {shape_inline, n};
+    } else {
+      shape_copy.assign(dims, dims + n);
+      shape = shape_copy;
+    }
+  }
 };
 
 /// ferry.torch.to's one-call path: ferry._torch_native's entry points (when set, for the
@@ -804,7 +836,7 @@ bool torch_source_native(const ferry_torch_native::Api& api, nb::handle t, Torch
   out.tensor = t;
   out.data = static_cast<const std::byte*>(leaf.data);
   out.nbytes = leaf.nbytes;
-  out.shape.assign(leaf.shape, leaf.shape + leaf.ndim);
+  out.set_shape(leaf.shape, leaf.ndim);
   out.scalar_type = leaf.scalar_type;
   return true;
 }
@@ -854,7 +886,7 @@ bool torch_source(const dl::ExchangeApi& api, nb::handle t, TorchSource& out) {
   out.data = static_cast<const std::byte*>(d.data) + d.byte_offset;
   out.nbytes = numel * d.dtype.bits / 8 * d.dtype.lanes;
   out.dtype = d.dtype;
-  out.shape.assign(d.shape, d.shape + d.ndim);
+  out.set_shape(d.shape, d.ndim);
   return true;
 }
 
@@ -974,7 +1006,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, std::span<const nb::handl
   }
   FERRY_PHASE(clock, 4, "to: HostPool::adopt of pinned sources");
   ferry::TimelinePoint last;
-  std::vector<nb::object> held;
+  const auto pinned_tensor = [&](std::size_t k) { return sources[pinned[k].first].tensor; };
   {
     // Copies from pinned memory only enqueue DMA and never wait on the host, so they keep the
     // GIL (releasing and taking it back costs a share of a one-tensor call); a staged copy
@@ -1009,10 +1041,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, std::span<const nb::handl
       // The copies enqueued so far still read their pinned sources: hold them until every
       // copy enqueued on the executor completes.
       nogil.reset();
-      if (!pinned.empty()) {
-        for (const auto& p : pinned) held.push_back(nb::borrow(sources[p.first].tensor));
-        torch_held().hold(x.executor().mark(), std::move(held));
-      }
+      if (!pinned.empty()) torch_held().hold(x.executor().mark(), pinned.size(), pinned_tensor);
       std::rethrow_exception(failed);
     }
     FERRY_PHASE(clock, 6, "to: Transfer::upload_into");
@@ -1025,11 +1054,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, std::span<const nb::handl
     }
   }
   FERRY_PHASE(clock, 7, "to: the waiting stream's wait, take the GIL");
-  if (!pinned.empty() && !cpu) {
-    held.reserve(pinned.size());
-    for (const auto& p : pinned) held.push_back(nb::borrow(sources[p.first].tensor));
-    torch_held().hold(last, std::move(held));
-  }
+  if (!pinned.empty() && !cpu) torch_held().hold(last, pinned.size(), pinned_tensor);
 
   FERRY_PHASE(clock, 8, "to: hold the pinned sources");
   nb::list out;
@@ -1929,7 +1954,9 @@ NB_MODULE(_ferry, m) {
         "natively, and ignored, where _torch_setup set ferry._torch_native). None: not such a call "
         "(the caller takes the general path).");
   m.def("_torch_hold", [](const ferry::TimelinePoint& point, std::vector<nb::object> tensors) {
-          torch_held().hold(point, std::move(tensors));
+          if (!tensors.empty()) {
+            torch_held().hold(point, tensors.size(), [&](std::size_t i) -> nb::handle { return tensors[i]; });
+          }
         }, "point"_a, "tensors"_a, "Hold pinned sources until `point` is reached.");
   m.def("_torch_release_reached", []() { torch_held().release_reached(); },
         "Let go of the held sources whose copies completed.");

@@ -32,6 +32,11 @@
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#if FERRY_TORCH_CUDA_ALLOCATOR
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
@@ -440,13 +445,26 @@ int to_current(std::int32_t* device_index, std::uintptr_t* stream) {
   }
 }
 
-// The caching allocator takes the current stream of the current device: the guard sets both.
+// The caching allocator's generic entry point takes the current stream of the current device,
+// which a guard sets and restores around it. Where this module is built against torch's CUDA
+// allocator, its stream-taking entry point needs neither when the stream's device is current
+// (ferry.torch.to's own case): the guard's device and stream exchanges cost more host time
+// than the allocation.
 std::uint64_t to_allocate(std::uint64_t nbytes, std::int64_t stream_id, std::int32_t device_index) {
   try {
-    const c10::Stream s = c10::Stream::unpack3(stream_id, static_cast<c10::DeviceIndex>(device_index),
-                                                c10::DeviceType::CUDA);
-    c10::StreamGuard guard(s);
-    void* p = c10::GetAllocator(c10::DeviceType::CUDA)->raw_allocate(nbytes);
+    const auto device = static_cast<c10::DeviceIndex>(device_index);
+    void* p = nullptr;
+#if FERRY_TORCH_CUDA_ALLOCATOR
+    if (c10::cuda::current_device() == device) {
+      const c10::cuda::CUDAStream s = c10::cuda::CUDAStream::unpack3(stream_id, device, c10::DeviceType::CUDA);
+      p = c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(nbytes, s.stream());
+    } else
+#endif
+    {
+      const c10::Stream s = c10::Stream::unpack3(stream_id, device, c10::DeviceType::CUDA);
+      c10::StreamGuard guard(s);
+      p = c10::GetAllocator(c10::DeviceType::CUDA)->raw_allocate(nbytes);
+    }
     if (p == nullptr) {
       fail("out_of_memory", "ferry.torch.to: PyTorch's caching allocator returned no memory for " +
                                 std::to_string(nbytes) + " bytes");
