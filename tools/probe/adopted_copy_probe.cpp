@@ -295,6 +295,46 @@ int run(int argc, char** argv) {
   }, dev_sync));
   print(prims);
 
+  // The driver calls of the two ways to move one pinned batch for the stream that uses it,
+  // timed in turns within one loop so that both see the same queue depth and host speed:
+  // PyTorch's Tensor.to(non_blocking=True) copies in the target's order and records an
+  // event for its host block; an ordered copy on a side stream (ferry's upload into memory
+  // the target frees) waits for the block's last release on the target, copies, records
+  // its completion, makes the target wait for it, and records the next release on the target.
+  {
+    cudaEvent_t done = nullptr, released = nullptr, host_block = nullptr;
+    for (cudaEvent_t* e : {&done, &released, &host_block}) {
+      check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    std::vector<Row> pair{{"in order: memcpy + record (Tensor.to's calls)", {}},
+                          {"ordered side copy: wait + memcpy + record + wait + record", {}}};
+    const std::function<void()> ways[2] = {
+        [&] {
+          check(cudaMemcpyAsync(dptr, hptr, bytes, cudaMemcpyHostToDevice, target), "cudaMemcpyAsync");
+          check(cudaEventRecord(host_block, target), "record");
+        },
+        [&] {
+          check(cudaStreamWaitEvent(side, released, 0), "wait");
+          check(cudaMemcpyAsync(dptr, hptr, bytes, cudaMemcpyHostToDevice, side), "cudaMemcpyAsync");
+          check(cudaEventRecord(done, side), "record");
+          check(cudaStreamWaitEvent(target, done, 0), "wait");
+          check(cudaEventRecord(released, target), "record");
+        }};
+    for (int i = -32; i < calls; ++i) {
+      if (i % every == 0) dev_sync();
+      for (int j = 0; j < 2; ++j) {
+        const int k = (i + j + 64) % 2;
+        const auto t0 = clock_type::now();
+        ways[k]();
+        const auto t1 = clock_type::now();
+        if (i >= 0) pair[static_cast<std::size_t>(k)].samples.push_back(us(t0, t1));
+      }
+    }
+    dev_sync();
+    print(pair);
+    for (cudaEvent_t e : {done, released, host_block}) check(cudaEventDestroy(e), "cudaEventDestroy");
+  }
+
   for (const bool record_events : {false, true}) {
     for (const bool chained : {false, true}) {
       ferry_steps(Backend::cuda, NativeQueue{.handle = target}, dptr, hptr, bytes, record_events, chained, calls, every);
