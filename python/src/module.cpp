@@ -27,6 +27,7 @@
 #include <ferry/ferry.hpp>
 
 #include <atomic>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -131,12 +132,45 @@ class Buffer {
 /// A device and what the bindings remember of it: the ordinal it was opened with (DLPack
 /// names it) and the queues adopted for native streams, one per handle, so that adopting the
 /// same stream again (every ferry.torch.to call, every __dlpack__(stream=...)) costs a lookup.
+/// The pinned sources of ferry.torch.to adopted lately, by address and size: a training loop
+/// moves batches from the few blocks PyTorch's pinned allocator recycles, and adopting a range
+/// again asks the driver whether it is page-locked on every call. Only ranges whose storage
+/// PyTorch's pinned allocator holds at the call are looked up (ferry._torch_native's `read`
+/// tells), so a hit is page-locked memory: the address may have been freed and allocated
+/// again since, but only by that allocator, which hands out nothing else. An adopted range
+/// owns nothing, so an entry outliving its memory holds no resource.
+struct PinnedSources {
+  static constexpr std::size_t kEntries = 8;
+  /// Shared with the calls using it: another thread's miss may replace the entry meanwhile.
+  using Buffer = std::shared_ptr<const ferry::HostBuffer>;
+  struct Entry {
+    const void* data = nullptr;
+    std::uint64_t nbytes = 0;
+    Buffer buffer;
+  };
+  std::mutex mutex;
+  std::array<Entry, kEntries> entries;
+  std::size_t next = 0;  ///< the entry a miss replaces (round robin)
+
+  Buffer adopt(ferry::Device& device, const void* data, std::uint64_t nbytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const Entry& e : entries) {
+      if (e.data == data && e.nbytes == nbytes) return e.buffer;
+    }
+    auto b = std::make_shared<const ferry::HostBuffer>(device.host_pool().adopt(const_cast<void*>(data), nbytes));
+    entries[next] = {data, nbytes, b};
+    next = (next + 1) % kEntries;
+    return b;
+  }
+};
+
 struct PyDevice {
   ferry::Device device;
   int ordinal = 0;
   std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>();
   std::shared_ptr<std::map<std::uintptr_t, ferry::Queue>> adopted =
       std::make_shared<std::map<std::uintptr_t, ferry::Queue>>();
+  std::shared_ptr<PinnedSources> pinned_sources = std::make_shared<PinnedSources>();
 
   /// `name` is read only when the stream is adopted for the first time: a hot path passes a
   /// literal and builds no string.
@@ -791,6 +825,7 @@ struct TorchSource {
   std::int64_t shape_inline[6];
   std::vector<std::int64_t> shape_copy;
   std::int32_t scalar_type = 0;  ///< c10::ScalarType, when read through ferry._torch_native
+  bool pinned_by_torch = false;  ///< PyTorch's pinned allocator holds the storage (native read)
 
   TorchSource() = default;
   TorchSource(const TorchSource&) = delete;  // `shape` may point into the object itself
@@ -838,6 +873,7 @@ bool torch_source_native(const ferry_torch_native::Api& api, nb::handle t, Torch
   out.nbytes = leaf.nbytes;
   out.set_shape(leaf.shape, leaf.ndim);
   out.scalar_type = leaf.scalar_type;
+  out.pinned_by_torch = leaf.pinned_by_torch != 0;
   return true;
 }
 
@@ -987,7 +1023,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, std::span<const nb::handl
   FERRY_PHASE(clock, 3, "to: Device::adopt_memory");
 
   // Pinned sources go by DMA from their own memory; the rest in one staged stream.
-  std::vector<std::pair<std::size_t, ferry::HostBuffer>> pinned;
+  std::vector<std::pair<std::size_t, PinnedSources::Buffer>> pinned;
   std::vector<ferry::HostView> staged;
   std::vector<std::uint64_t> staged_offsets;
   for (std::size_t i = 0; i < n; ++i) {
@@ -995,7 +1031,9 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, std::span<const nb::handl
     if (s.nbytes == 0) continue;
     if (s.nbytes >= kTorchDmaMinBytes) {
       try {
-        pinned.emplace_back(i, dev.host_pool().adopt(const_cast<std::byte*>(s.data), s.nbytes));
+        pinned.emplace_back(i, s.pinned_by_torch ? t.device.pinned_sources->adopt(dev, s.data, s.nbytes)
+                                                 : std::make_shared<const ferry::HostBuffer>(dev.host_pool().adopt(
+                                                       const_cast<std::byte*>(s.data), s.nbytes)));
         continue;
       } catch (const Error& e) {
         if (e.code() != ErrorCode::invalid_argument) throw;  // pageable memory: staged
@@ -1023,7 +1061,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, std::span<const nb::handl
         o.owner_waits = target_waits && staged.empty() && k + 1 == pinned.size();
         o.destination_unused = true;
         const TorchSource& s = sources[pinned[k].first];
-        last = x.upload_into(pinned[k].second, 0, s.nbytes, block->buffer, s.offset, std::move(o));
+        last = x.upload_into(*pinned[k].second, 0, s.nbytes, block->buffer, s.offset, std::move(o));
       }
       if (!staged.empty()) {
         ferry::UploadOptions o;
@@ -1062,7 +1100,7 @@ nb::object torch_to(PyTransfer& t, nb::handle capsule, std::span<const nb::handl
     const TorchSource& s = sources[i];
     if (native != nullptr) {
       const ferry_torch_native::Leaf like{nullptr, s.nbytes, s.shape.data(), static_cast<std::int32_t>(s.shape.size()),
-                                          s.scalar_type};
+                                          s.scalar_type, 0};
       // wrap calls the deleter, which drops this share, when it fails.
       PyObject* obj = native->wrap(block->pointer + s.offset, device_index, &like,
                                    new std::shared_ptr<TorchBlock>(block), torch_block_unref);

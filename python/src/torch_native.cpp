@@ -31,6 +31,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #if FERRY_TORCH_CUDA_ALLOCATOR
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -413,6 +414,20 @@ PyObject* drop_blocks(PyObject*, PyObject* capsule) {
 // ---------------------------------------------------------------------------------------------
 // ferry.torch.to's entry points (torch_native_api.h)
 
+// PyTorch's pinned-memory allocator for CUDA (its caching host allocator, which only hands out
+// page-locked memory), or nullptr where this torch has none. Asked once: the allocator is a
+// process-wide object.
+const c10::Allocator* torch_pinned_allocator() {
+  static const c10::Allocator* const allocator = []() -> const c10::Allocator* {
+    try {
+      return at::detail::getCUDAHooks().getPinnedMemoryAllocator();
+    } catch (...) {
+      return nullptr;
+    }
+  }();
+  return allocator;
+}
+
 int to_read(PyObject* obj, ferry_torch_native::Leaf* out) {
   if (!THPVariable_Check(obj)) return 0;
   const at::Tensor& t = THPVariable_Unpack(obj);
@@ -429,6 +444,8 @@ int to_read(PyObject* obj, ferry_torch_native::Leaf* out) {
   out->shape = t.sizes().data();
   out->ndim = static_cast<std::int32_t>(t.dim());
   out->scalar_type = static_cast<std::int32_t>(t.scalar_type());
+  const c10::Allocator* pinned = torch_pinned_allocator();
+  out->pinned_by_torch = pinned != nullptr && impl->storage().unsafeGetStorageImpl()->allocator() == pinned ? 1 : 0;
   return 1;
 }
 

@@ -12,7 +12,7 @@
 namespace ferry_torch_native {
 
 inline constexpr const char* kTorchNativeApiName = "ferry._torch_native.to_api";
-inline constexpr std::uint32_t kTorchNativeApiVersion = 1;
+inline constexpr std::uint32_t kTorchNativeApiVersion = 2;
 
 /// A plain CPU tensor as `read` found it. `shape` points into the tensor: valid while the
 /// tensor lives and keeps its shape.
@@ -22,6 +22,9 @@ struct Leaf {
   const std::int64_t* shape;
   std::int32_t ndim;
   std::int32_t scalar_type;  ///< c10::ScalarType
+  /// 1 when PyTorch's pinned-memory allocator for CUDA allocated the tensor's storage (then
+  /// the whole storage is page-locked for as long as it lives), 0 otherwise.
+  std::int32_t pinned_by_torch;
 };
 
 struct Api {

@@ -236,6 +236,21 @@ def test_pinned_sources_are_copied_directly_and_held_until_their_copy_completes(
     assert ft.held_sources() == 0
 
 
+def test_pinned_sources_at_one_address_are_copied_by_their_own_length(to_glue):
+    # Views of one pinned storage start at its first byte: each call copies its own view,
+    # whatever length an earlier call from that address copied.
+    base = torch.arange(1 << 20, dtype=torch.int32).pin_memory()
+    for n in (1 << 18, 1 << 20, 1 << 19):
+        assert base[:n].nbytes >= ft.DMA_MIN_BYTES
+        r = ft.to(base[:n], "cuda")
+        assert r.shape == (n,) and torch.equal(r.cpu(), base[:n])
+    # A block pinned again after its storage died may sit at the same address: its own bytes
+    # are copied.
+    del base, r
+    again = torch.full((1 << 20,), 7, dtype=torch.int32).pin_memory()
+    assert torch.equal(ft.to(again, "cuda").cpu(), again)
+
+
 def test_small_pinned_sources_are_staged_and_may_change_once_the_call_returns(to_glue):
     ft.synchronize()
     s = torch.cuda.Stream()
