@@ -6,15 +6,15 @@
     PYTHONPATH=build/python python3 tools/python/call_cost.py [--device cuda|cpu] [--leaves 1,16,67]
         [--calls 300] [--pinned] [--big 64M] [--record-events] [--json FILE]
 
-Each structure is a dict of ``--leaves`` small tensors (alternately float32 and int64, 3 to
-70 elements: TorchRec's many small per-feature tensors), pageable unless ``--pinned``. Every
-call is host-timed on its own after a warm-up, the ways of one structure in turns within one
-loop; the median is printed. On CUDA the target is the current stream and the GPU is
-synchronized every 64 calls, outside the timing, so that queues never fill; on the CPU (ferry's host backend) each call also waits for its copy, as
-``ferry.torch.to(..., "cpu")`` does. The torch row moves each leaf with
-``t.to(device, non_blocking=True)``: the glue a structure-aware copy has to beat. On the CPU
-that row is no reference (a CPU tensor's ``.to("cpu")`` returns the tensor itself); there the
-ferry rows measure ferry.torch's glue and the host backend's copy.
+Each structure is a dict of ``--leaves`` small tensors (alternately float32 and int64, 3 to 70
+elements: TorchRec's many small per-feature tensors), pageable unless ``--pinned``. Every call
+is host-timed on its own after a warm-up, the ways of one structure in turns within one loop;
+the median is printed. On CUDA the target is the current stream and the GPU is synchronized
+every 64 calls, outside the timing, so that queues never fill; on the CPU (ferry's host
+backend) each call also waits for its copy, as ``ferry.torch.to(..., "cpu")`` does. The torch
+row moves each leaf with ``t.to(device, non_blocking=True)``: the glue a structure-aware copy
+has to beat. On the CPU that row is no reference (a CPU tensor's ``.to("cpu")`` returns the
+tensor itself); there the ferry rows measure ferry.torch's glue and the host backend's copy.
 
 ``--big SIZE`` (CUDA with ``--pinned``; 0 skips it) adds one pinned tensor of SIZE bytes, the
 seed's batch, in two orders: on the current stream (``ft.to(t, "cuda")`` beside
