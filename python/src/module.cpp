@@ -129,9 +129,6 @@ class Buffer {
 // ---------------------------------------------------------------------------------------------
 // Handles
 
-/// A device and what the bindings remember of it: the ordinal it was opened with (DLPack
-/// names it) and the queues adopted for native streams, one per handle, so that adopting the
-/// same stream again (every ferry.torch.to call, every __dlpack__(stream=...)) costs a lookup.
 /// The pinned sources of ferry.torch.to adopted lately, by address and size: a training loop
 /// moves batches from the few blocks PyTorch's pinned allocator recycles, and adopting a range
 /// again asks the driver whether it is page-locked on every call. Only ranges whose storage
@@ -164,6 +161,10 @@ struct PinnedSources {
   }
 };
 
+/// A device and what the bindings remember of it: the ordinal it was opened with (DLPack
+/// names it), the queues adopted for native streams, one per handle, so that adopting the
+/// same stream again (every ferry.torch.to call, every __dlpack__(stream=...)) costs a lookup,
+/// and the pinned sources ferry.torch.to adopted lately.
 struct PyDevice {
   ferry::Device device;
   int ordinal = 0;

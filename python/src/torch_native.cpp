@@ -26,12 +26,12 @@
 #include <Python.h>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #if FERRY_TORCH_CUDA_ALLOCATOR
 #include <c10/cuda/CUDACachingAllocator.h>
