@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/ferry.hpp"
@@ -45,19 +46,32 @@ void print(const std::vector<Row>& rows) {
   }
 }
 
+/// Time each of `ways` `calls` times after a warm-up, in turns within one loop (call i runs
+/// them in rotated order), so that all see the same queue depth and host speed; `sync` runs
+/// every `every` calls, outside the timing.
+std::vector<Row> time_in_turns(const std::vector<std::pair<std::string, std::function<void()>>>& ways, int calls,
+                               int every, const std::function<void()>& sync) {
+  std::vector<Row> rows;
+  for (const auto& w : ways) rows.push_back({w.first, {}});
+  const int n = static_cast<int>(ways.size());
+  for (int i = -32; i < calls; ++i) {
+    if (i % every == 0) sync();
+    for (int j = 0; j < n; ++j) {
+      const auto k = static_cast<std::size_t>((i % n + n + j) % n);
+      const auto t0 = clock_type::now();
+      ways[k].second();
+      const auto t1 = clock_type::now();
+      if (i >= 0) rows[k].samples.push_back(us(t0, t1));
+    }
+  }
+  sync();
+  return rows;
+}
+
 /// Time `fn` alone `calls` times after a warm-up; `sync` runs every `every` calls, outside the timing.
 Row time_alone(const std::string& name, int calls, int every, const std::function<void()>& fn,
                const std::function<void()>& sync) {
-  Row r{name, {}};
-  for (int i = -32; i < calls; ++i) {
-    if (i % every == 0) sync();
-    const auto t0 = clock_type::now();
-    fn();
-    const auto t1 = clock_type::now();
-    if (i >= 0) r.samples.push_back(us(t0, t1));
-  }
-  sync();
-  return r;
+  return time_in_turns({{name, fn}}, calls, every, sync).front();
 }
 
 /// The five steps in ferry.torch's order, each timed; `chained`: each adoption is ready after
@@ -306,32 +320,21 @@ int run(int argc, char** argv) {
     for (cudaEvent_t* e : {&done, &released, &host_block}) {
       check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
     }
-    std::vector<Row> pair{{"in order: memcpy + record (Tensor.to's calls)", {}},
-                          {"ordered side copy: wait + memcpy + record + wait + record", {}}};
-    const std::function<void()> ways[2] = {
-        [&] {
-          check(cudaMemcpyAsync(dptr, hptr, bytes, cudaMemcpyHostToDevice, target), "cudaMemcpyAsync");
-          check(cudaEventRecord(host_block, target), "record");
-        },
-        [&] {
-          check(cudaStreamWaitEvent(side, released, 0), "wait");
-          check(cudaMemcpyAsync(dptr, hptr, bytes, cudaMemcpyHostToDevice, side), "cudaMemcpyAsync");
-          check(cudaEventRecord(done, side), "record");
-          check(cudaStreamWaitEvent(target, done, 0), "wait");
-          check(cudaEventRecord(released, target), "record");
-        }};
-    for (int i = -32; i < calls; ++i) {
-      if (i % every == 0) dev_sync();
-      for (int j = 0; j < 2; ++j) {
-        const int k = (i + j + 64) % 2;
-        const auto t0 = clock_type::now();
-        ways[k]();
-        const auto t1 = clock_type::now();
-        if (i >= 0) pair[static_cast<std::size_t>(k)].samples.push_back(us(t0, t1));
-      }
-    }
-    dev_sync();
-    print(pair);
+    print(time_in_turns(
+        {{"in order: memcpy + record (Tensor.to's calls)",
+          [&] {
+            check(cudaMemcpyAsync(dptr, hptr, bytes, cudaMemcpyHostToDevice, target), "cudaMemcpyAsync");
+            check(cudaEventRecord(host_block, target), "record");
+          }},
+         {"ordered side copy: wait + memcpy + record + wait + record",
+          [&] {
+            check(cudaStreamWaitEvent(side, released, 0), "wait");
+            check(cudaMemcpyAsync(dptr, hptr, bytes, cudaMemcpyHostToDevice, side), "cudaMemcpyAsync");
+            check(cudaEventRecord(done, side), "record");
+            check(cudaStreamWaitEvent(target, done, 0), "wait");
+            check(cudaEventRecord(released, target), "record");
+          }}},
+        calls, every, dev_sync));
     for (cudaEvent_t e : {done, released, host_block}) check(cudaEventDestroy(e), "cudaEventDestroy");
   }
 
