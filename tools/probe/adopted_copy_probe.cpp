@@ -3,9 +3,11 @@
 // an upload from an engine's pinned memory into an engine's device memory on CUDA, in the
 // order ferry.torch's binding takes them (HostPool::adopt, Device::adopt_memory,
 // Transfer::upload_into, DeviceBuffer::release, the HostBuffer's drop), beside the CUDA
-// primitives those steps issue, timed alone in the same run.
+// primitives those steps issue, timed alone in the same run, and the ordered copy's five
+// stream operations through the runtime and through the driver, timed in turns.
 //
 //   ferry-probe-adopted-copy [--calls N (2000)] [--size SIZE (64M)] [--sync-every N (32)] [--null]
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -29,6 +31,35 @@ using clock_type = std::chrono::steady_clock;
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
+
+/// The driver entry points the ordered side copy needs, through the runtime's lookup (no link
+/// against libcuda): the same sequence without the runtime's per-call layer.
+struct DriverCalls {
+  decltype(&cuStreamWaitEvent) wait = nullptr;
+  decltype(&cuMemcpyHtoDAsync) copy = nullptr;
+  decltype(&cuEventRecord) record = nullptr;
+  decltype(&cuCtxGetCurrent) current = nullptr;
+  decltype(&cuPointerGetAttributes) attributes = nullptr;
+
+  DriverCalls() {
+    lookup("cuCtxGetCurrent", current);
+    lookup("cuPointerGetAttributes", attributes);
+    lookup("cuStreamWaitEvent", wait);
+    lookup("cuMemcpyHtoDAsync", copy);
+    lookup("cuEventRecord", record);
+  }
+  template <class F>
+  static void lookup(const char* symbol, F& out) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    check(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status), symbol);
+    if (status != cudaDriverEntryPointSuccess || p == nullptr) throw std::runtime_error(std::string("no ") + symbol);
+    out = reinterpret_cast<F>(p);
+  }
+  static void ok(CUresult r, const char* what) {
+    if (r != CUDA_SUCCESS) throw std::runtime_error(std::string(what) + " failed: " + std::to_string(r));
+  }
+};
 
 double us(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
@@ -292,6 +323,21 @@ int run(int argc, char** argv) {
     cudaPointerAttributes a{};
     check(cudaPointerGetAttributes(&a, hptr), "cudaPointerGetAttributes");
   }, dev_sync));
+  const DriverCalls driver;
+  prims.push_back(time_alone("cuCtxGetCurrent", calls, every, [&] {
+    CUcontext c = nullptr;
+    DriverCalls::ok(driver.current(&c), "cuCtxGetCurrent");
+  }, dev_sync));
+  prims.push_back(time_alone("cuPointerGetAttributes (device; ferry's five attributes)", calls, every, [&] {
+    unsigned int type = 0, managed = 0;
+    int ordinal = -1;
+    std::uint64_t start = 0, size = 0;
+    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+                                   CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
+    void* data[] = {&type, &managed, &ordinal, &start, &size};
+    DriverCalls::ok(driver.attributes(5, which, data, reinterpret_cast<CUdeviceptr>(dptr)), "cuPointerGetAttributes");
+  }, dev_sync));
   prims.push_back(time_alone("cudaEventRecord", calls, every, [&] { check(cudaEventRecord(ev, target), "record"); },
                              dev_sync));
   prims.push_back(time_alone("cudaStreamWaitEvent", calls, every,
@@ -333,6 +379,14 @@ int run(int argc, char** argv) {
             check(cudaEventRecord(done, side), "record");
             check(cudaStreamWaitEvent(target, done, 0), "wait");
             check(cudaEventRecord(released, target), "record");
+          }},
+         {"ordered side copy, driver API: the same five calls",
+          [&] {
+            DriverCalls::ok(driver.wait(side, released, 0), "cuStreamWaitEvent");
+            DriverCalls::ok(driver.copy(reinterpret_cast<CUdeviceptr>(dptr), hptr, bytes, side), "cuMemcpyHtoDAsync");
+            DriverCalls::ok(driver.record(done, side), "cuEventRecord");
+            DriverCalls::ok(driver.wait(target, done, 0), "cuStreamWaitEvent");
+            DriverCalls::ok(driver.record(released, target), "cuEventRecord");
           }}},
         calls, every, dev_sync));
     for (cudaEvent_t e : {done, released, host_block}) check(cudaEventDestroy(e), "cudaEventDestroy");
