@@ -293,7 +293,7 @@ class Semaphore final : public GpuSemaphore {
       spare_.pop_back();
     }
     try {
-      FERRY_GPU_CHECK(cudaEventRecord(event, stream));
+      vendor::record_event(event, stream);
     } catch (...) {
       spare_.push_back(event);
       throw;
@@ -308,7 +308,7 @@ class Semaphore final : public GpuSemaphore {
     const auto it = std::lower_bound(pending_.begin(), pending_.end(), value,
                                      [](const Pending& p, std::uint64_t v) { return p.value < v; });
     if (it != pending_.end()) {  // possibly complete already: then the wait costs nothing
-      FERRY_GPU_CHECK(cudaStreamWaitEvent(stream, it->event, 0));
+      vendor::stream_wait_event(stream, it->event);
       return;
     }
     if (value_locked() >= value) return;  // reached by a host signal
@@ -352,10 +352,7 @@ class Semaphore final : public GpuSemaphore {
     retire_at_ = pending_.size() + kRetireBatch;  // what is left now, plus a batch
     if (pending_.empty()) return;
     const auto complete = [&](std::size_t i) {
-      const cudaError_t e = cudaEventQuery(pending_[i].event);
-      if (e == cudaErrorNotReady) return false;
-      FERRY_GPU_CHECK(e);
-      return true;
+      return vendor::event_complete(pending_[i].event);
     };
     std::size_t done = 0;  // pending_[0, done) complete, pending_[not_done, ...) not
     std::size_t not_done = pending_.size();
@@ -637,27 +634,27 @@ class Queue final : public BackendQueue {
 
   void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) override {
     ContextGuard guard(*core_);
-    FERRY_GPU_CHECK(cudaMemcpyAsync(device_ptr(dst), host_ptr(src), bytes, cudaMemcpyHostToDevice, stream_));
+    vendor::copy_h2d_async(device_ptr(dst), host_ptr(src), bytes, stream_);
   }
 
   void copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) override {
     ContextGuard guard(*core_);
-    FERRY_GPU_CHECK(cudaMemcpyAsync(host_ptr(dst), device_ptr(src), bytes, cudaMemcpyDeviceToHost, stream_));
+    vendor::copy_d2h_async(host_ptr(dst), device_ptr(src), bytes, stream_);
   }
 
   void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) override {
     ContextGuard guard(*core_);
-    FERRY_GPU_CHECK(cudaMemcpyAsync(device_ptr(dst), device_ptr(src), bytes, cudaMemcpyDeviceToDevice, stream_));
+    vendor::copy_d2d_async(device_ptr(dst), device_ptr(src), bytes, stream_);
   }
 
 #if FERRY_GPU_HAS_BATCH_COPY
   void copy_h2d_many(std::span<const HostDeviceCopy> copies) override { copy_many(copies, true); }
   void copy_d2h_many(std::span<const HostDeviceCopy> copies) override { copy_many(copies, false); }
 
-  /// One cudaMemcpyBatchAsync for the whole batch: one driver call, where a loop of
-  /// cudaMemcpyAsync pays the runtime's per-call cost for each copy. Stream-ordered source
-  /// access keeps the batch's ordering that of single copies on this stream. The legacy
-  /// default stream, which the batch call refuses, and a single copy take cudaMemcpyAsync.
+  /// One cudaMemcpyBatchAsync for the whole batch: one driver call, where a loop of single
+  /// copies pays the per-call cost for each copy. Stream-ordered source access keeps the
+  /// batch's ordering that of single copies on this stream. The legacy default stream, which
+  /// the batch call refuses, and a single copy take the single-copy path.
   void copy_many(std::span<const HostDeviceCopy> copies, bool to_device) {
     if (copies.empty()) return;
     if (copies.size() == 1 || stream_ == nullptr || stream_ == cudaStreamLegacy || stream_ == cudaStreamPerThread) {

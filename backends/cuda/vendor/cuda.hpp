@@ -80,6 +80,12 @@ struct Driver {
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
   PFN_cuPointerGetAttributes_v7000 cuPointerGetAttributes = nullptr;
+  PFN_cuMemcpyHtoDAsync_v3020 cuMemcpyHtoDAsync = nullptr;
+  PFN_cuMemcpyDtoHAsync_v3020 cuMemcpyDtoHAsync = nullptr;
+  PFN_cuMemcpyDtoDAsync_v3020 cuMemcpyDtoDAsync = nullptr;
+  PFN_cuEventRecord_v2000 cuEventRecord = nullptr;
+  PFN_cuEventQuery_v2000 cuEventQuery = nullptr;
+  PFN_cuStreamWaitEvent_v3020 cuStreamWaitEvent = nullptr;
 };
 
 inline std::string describe_driver(CUresult r);
@@ -138,6 +144,12 @@ inline const Driver& driver() {
     load_entry_point("cuCtxGetCurrent", t.cuCtxGetCurrent);
     load_entry_point("cuCtxSetCurrent", t.cuCtxSetCurrent);
     load_entry_point("cuPointerGetAttributes", t.cuPointerGetAttributes);
+    load_entry_point("cuMemcpyHtoDAsync", t.cuMemcpyHtoDAsync);
+    load_entry_point("cuMemcpyDtoHAsync", t.cuMemcpyDtoHAsync);
+    load_entry_point("cuMemcpyDtoDAsync", t.cuMemcpyDtoDAsync);
+    load_entry_point("cuEventRecord", t.cuEventRecord);
+    load_entry_point("cuEventQuery", t.cuEventQuery);
+    load_entry_point("cuStreamWaitEvent", t.cuStreamWaitEvent);
     d = t;
   });
   return d;
@@ -237,6 +249,46 @@ inline void wait_value64_geq(cudaStream_t s, void* dev_ptr, std::uint64_t value)
   FERRY_CU_CHECK(driver().cuStreamWaitValue64(reinterpret_cast<CUstream>(s),
                                               reinterpret_cast<CUdeviceptr>(dev_ptr), value,
                                               CU_STREAM_WAIT_VALUE_GEQ));
+}
+
+// The stream operations of every copy and hand-off, called on the driver directly: the
+// runtime's entry points add their own per-call layer (lazy initialization, context and
+// stream checks, the last-error slot) to each, and an ordered copy makes five of them. The
+// caller has bound the stream's context (ContextGuard), which is all the driver needs. Stream
+// handles mean the same in both APIs (the legacy and per-thread default streams included).
+
+/// Enqueue a copy of `bytes` from host memory to device memory on `s`.
+inline void copy_h2d_async(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
+  FERRY_CU_CHECK(driver().cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst), src, bytes, reinterpret_cast<CUstream>(s)));
+}
+
+/// Enqueue a copy of `bytes` from device memory to host memory on `s`.
+inline void copy_d2h_async(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
+  FERRY_CU_CHECK(driver().cuMemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), bytes, reinterpret_cast<CUstream>(s)));
+}
+
+/// Enqueue a copy of `bytes` between two device ranges on `s`.
+inline void copy_d2d_async(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
+  FERRY_CU_CHECK(driver().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
+                                            bytes, reinterpret_cast<CUstream>(s)));
+}
+
+/// Record `e` after the work enqueued on `s` so far.
+inline void record_event(cudaEvent_t e, cudaStream_t s) {
+  FERRY_CU_CHECK(driver().cuEventRecord(reinterpret_cast<CUevent>(e), reinterpret_cast<CUstream>(s)));
+}
+
+/// Later work of `s` waits for the last record of `e`.
+inline void stream_wait_event(cudaStream_t s, cudaEvent_t e) {
+  FERRY_CU_CHECK(driver().cuStreamWaitEvent(reinterpret_cast<CUstream>(s), reinterpret_cast<CUevent>(e), 0));
+}
+
+/// Whether the work before the last record of `e` is complete; a device error throws.
+inline bool event_complete(cudaEvent_t e) {
+  const CUresult r = driver().cuEventQuery(reinterpret_cast<CUevent>(e));
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  FERRY_CU_CHECK(r);
+  return true;
 }
 
 /// True for handles that name an implicit stream rather than a stream object.

@@ -168,6 +168,27 @@ inline void wait_value64_geq(hipStream_t s, void* dev_ptr, std::uint64_t value) 
   FERRY_HIP_CHECK(hipStreamWaitValue64(s, dev_ptr, value, hipStreamWaitValueGte, ~std::uint64_t{0}));
 }
 
+// The stream operations of every copy and hand-off (the CUDA shim calls its driver for
+// these; HIP's runtime is its only API).
+inline void copy_h2d_async(void* dst, const void* src, std::size_t bytes, hipStream_t s) {
+  FERRY_HIP_CHECK(hipMemcpyAsync(dst, src, bytes, hipMemcpyHostToDevice, s));
+}
+inline void copy_d2h_async(void* dst, const void* src, std::size_t bytes, hipStream_t s) {
+  FERRY_HIP_CHECK(hipMemcpyAsync(dst, src, bytes, hipMemcpyDeviceToHost, s));
+}
+inline void copy_d2d_async(void* dst, const void* src, std::size_t bytes, hipStream_t s) {
+  FERRY_HIP_CHECK(hipMemcpyAsync(dst, src, bytes, hipMemcpyDeviceToDevice, s));
+}
+inline void record_event(hipEvent_t e, hipStream_t s) { FERRY_HIP_CHECK(hipEventRecord(e, s)); }
+inline void stream_wait_event(hipStream_t s, hipEvent_t e) { FERRY_HIP_CHECK(hipStreamWaitEvent(s, e, 0)); }
+/// Whether the work before the last record of `e` is complete; a device error throws.
+inline bool event_complete(hipEvent_t e) {
+  const hipError_t r = hipEventQuery(e);
+  if (r == hipErrorNotReady) return false;
+  FERRY_HIP_CHECK(r);
+  return true;
+}
+
 inline bool is_implicit_stream(hipStream_t s) { return s == nullptr || s == hipStreamPerThread; }
 inline bool is_legacy_stream(hipStream_t /*s*/) { return false; }
 
