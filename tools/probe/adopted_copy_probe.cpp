@@ -154,6 +154,41 @@ void ferry_steps(Backend backend, NativeQueue target, void* dptr, void* hptr, st
   print(more);
 }
 
+/// What a per-call adoption costs beside one long-lived adoption of the range, both on the
+/// null backend: adopt + upload_into + release, against upload_into into the long-lived
+/// adoption with the range's last release point as a wait and Queue::mark as its release
+/// (what a core entry point copying into unadopted memory would do), timed in turns.
+void adoption_share(void* dptr, void* hptr, std::uint64_t bytes, int calls, int every) {
+  Device dev = Device::open({.backend = Backend::null, .record_events = false});
+  Queue owner = dev.adopt_queue(QueueRole::compute, NativeQueue{.handle = dptr}, "probe target");
+  Transfer xfer(dev);
+  HostBuffer hb = dev.host_pool().adopt(hptr, bytes);
+  const NativeMemory range{.pointer = reinterpret_cast<std::uint64_t>(dptr)};
+  DeviceBuffer kept = dev.adopt_memory(range, bytes, owner, {});
+  TimelinePoint released_per_call, released_kept;
+  const auto sync = [&] {
+    owner.synchronize(std::chrono::minutes(1));
+    xfer.synchronize(std::chrono::minutes(1));
+  };
+  std::printf("-- a per-call adoption beside one long-lived adoption, null backend\n");
+  print(time_in_turns(
+      {{"adopt_memory + upload_into + release",
+        [&] {
+          DeviceBuffer b = dev.adopt_memory(range, bytes, owner, AdoptOptions{.ready_after = released_per_call});
+          (void)xfer.upload_into(hb, 0, bytes, b, 0,
+                                 UploadOptions{.mode = CopyMode::preallocated, .destination_unused = true});
+          released_per_call = b.release();
+        }},
+       {"upload_into (long-lived adoption, wait) + Queue::mark",
+        [&] {
+          UploadOptions o{.mode = CopyMode::preallocated, .destination_unused = true};
+          if (!released_kept.empty()) o.wait.push_back(released_kept);
+          (void)xfer.upload_into(hb, 0, bytes, kept, 0, std::move(o));
+          released_kept = owner.mark();
+        }}},
+      calls, every, sync));
+}
+
 /// The stash's shape: `n` ranges of one device allocation downloaded into one pinned host
 /// buffer and restored from it, each range adopted, copied and released, timed per call (all
 /// ranges) and split by step. `executor_owned`: the ranges are adopted as the executor's, ready
@@ -239,7 +274,8 @@ int run(int argc, char** argv) {
     else if (args.flag() == "--help") {
       std::printf("usage: %s [--calls N (2000)] [--size SIZE (64M)] [--sync-every N (32)] [--null]\n"
                   "          [--stash N [--stash-size SIZE (32M)]]\n"
-                  "  --null: only ferry's steps, on the null backend (no driver: the front end's share)\n"
+                  "  --null: only ferry's steps, on the null backend (no driver: the front end's share), and a\n"
+                  "          per-call adoption beside one long-lived adoption\n"
                   "  --stash: only the stash's shape, N ranges adopted, copied and released per call, beside\n"
                   "           the raw D2H copies with an event per range\n",
                   args.program());
@@ -257,6 +293,7 @@ int run(int argc, char** argv) {
                     record_events, chained, calls, every);
       }
     }
+    adoption_share(memory.data(), memory.data() + bytes, bytes, calls, every);
     return 0;
   }
   void* dptr = nullptr;
