@@ -251,10 +251,11 @@ inline void wait_value64_geq(cudaStream_t s, void* dev_ptr, std::uint64_t value)
                                               CU_STREAM_WAIT_VALUE_GEQ));
 }
 
-// The stream operations of every copy and hand-off, called on the driver directly: the
-// runtime's entry points add their own per-call layer (lazy initialization, context and
-// stream checks, the last-error slot) to each, and an ordered copy makes five of them. The
-// caller has bound the stream's context (ContextGuard), which is all the driver needs. Stream
+// The stream operations of the buffer copies and of every hand-off, called on the driver
+// directly: the runtime's entry points add their own per-call layer (lazy initialization,
+// context and stream checks, the last-error slot) to each, and an ordered copy makes five of
+// them. Peer and image copies, one call per copy, keep the runtime's entry points. The caller
+// has bound the stream's context (ContextGuard), which is all the driver needs. Stream
 // handles mean the same in both APIs (the legacy and per-thread default streams included).
 
 /// Enqueue a copy of `bytes` from host memory to device memory on `s`.

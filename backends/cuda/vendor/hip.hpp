@@ -168,8 +168,8 @@ inline void wait_value64_geq(hipStream_t s, void* dev_ptr, std::uint64_t value) 
   FERRY_HIP_CHECK(hipStreamWaitValue64(s, dev_ptr, value, hipStreamWaitValueGte, ~std::uint64_t{0}));
 }
 
-// The stream operations of every copy and hand-off (the CUDA shim calls its driver for
-// these; HIP's runtime is its only API).
+// The stream operations of the buffer copies and of every hand-off (the CUDA shim calls its
+// driver for these; HIP's runtime is its only API).
 inline void copy_h2d_async(void* dst, const void* src, std::size_t bytes, hipStream_t s) {
   FERRY_HIP_CHECK(hipMemcpyAsync(dst, src, bytes, hipMemcpyHostToDevice, s));
 }
