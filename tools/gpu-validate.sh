@@ -6,14 +6,14 @@
 #   bash tools/gpu-validate.sh OUTDIR [STEP...]
 # STEPs: build test-cuda test-vulkan test-pair bench-cuda bench-vulkan bench-pair memcheck
 # racecheck synccheck initcheck (default: all, in that order), and on request probe-cuda,
-# probe-front-end, probe-staging and probe-handoff (tools/probe experiments, built only with
+# probe-front-end, probe-staging and probe-handoff (lab/probe experiments, built only with
 # -Dprobes=true: these steps turn the option on in the build directory and build them
 # first), memcheck-pair
 # (memcheck over the vulkan_cuda suite), first-launch (the first-launch case in a process of
 # its own per GPU backend), repeat (the executor-reuse ordering case 50 times on vulkan_cuda,
 # a process each: tools/repeat-case.sh), python (the pytest suite on the GPU build: needs
 # -Dpython), python-memcheck (the torch-on-CUDA tests under compute-sanitizer memcheck) and
-# seed-pinned (tools/python/seed_study.py --quick with pinned sources), asan-cuda (the CUDA
+# seed-pinned (lab/python/seed_study.py --quick with pinned sources), asan-cuda (the CUDA
 # suite built with AddressSanitizer and UBSan in build-asan-gpu), and trace (ferry-bench
 # --trace-steps at 64M on CUDA and Vulkan: where each workload's step time goes, beside the raw
 # Vulkan loop's).
@@ -96,16 +96,16 @@ for s in "${steps[@]}"; do
       done ;;
     probe-cuda)
       build_probes
-      run_step probe-cuda 90 "$build/tools/probe/ferry-probe-cuda" --json "$out/probe-cuda.json" ;;
+      run_step probe-cuda 90 "$build/lab/probe/ferry-probe-cuda" --json "$out/probe-cuda.json" ;;
     probe-front-end)
       build_probes
-      run_step probe-front-end 60 "$build/tools/probe/ferry-probe-front-end" --repeat 3 ;;
+      run_step probe-front-end 60 "$build/lab/probe/ferry-probe-front-end" --repeat 3 ;;
     probe-staging)
       build_probes
-      run_step probe-staging 60 "$build/tools/probe/ferry-probe-staging" ;;
+      run_step probe-staging 60 "$build/lab/probe/ferry-probe-staging" ;;
     probe-handoff)
       build_probes
-      run_step probe-handoff 60 "$build/tools/probe/ferry-probe-handoff" --rounds 500 \
+      run_step probe-handoff 60 "$build/lab/probe/ferry-probe-handoff" --rounds 500 \
         --backends cuda,vulkan,cuda_vulkan,vulkan_cuda ;;
     first-launch)
       for p in cuda vulkan_cuda cuda_vulkan; do
@@ -122,7 +122,7 @@ for s in "${steps[@]}"; do
       run_step python-memcheck 240 env PYTHONPATH="$build/python" compute-sanitizer --tool memcheck --error-exitcode 9 \
         python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_torch_cuda.py ;;
     seed-pinned)
-      run_step seed-pinned 150 env PYTHONPATH="$build/python" python3 tools/python/seed_study.py --quick \
+      run_step seed-pinned 150 env PYTHONPATH="$build/python" python3 lab/python/seed_study.py --quick \
         --sources pinned --out "$out/seed-pinned" ;;
     asan-cuda)  # the CUDA suite (stress case included) under AddressSanitizer and UBSan, own build
       # The CUDA driver maps memory inside ASan's shadow gap, and its own allocations outlive

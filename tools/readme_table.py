@@ -10,7 +10,7 @@ backend (e.g. the CUDA and the Vulkan run). The table replaces the block between
 `<!-- bench-table:begin -->` and `<!-- bench-table:end -->` of the README (both kept), or is
 printed with --stdout. Nothing but the JSON files' figures goes into the table.
 
---seed-study SEED.json adds PyTorch rows from the Python seed study (tools/python/seed_study.py).
+--seed-study SEED.json adds PyTorch rows from the Python seed study (lab/python/seed_study.py).
 It is read in ferry-bench's shape: {"device": ..., "results": [{"strategy": NAME,
 "size_bytes": N, "peak_reserved_bytes": N, "copy_gbps": X (optional), "workload": "seed"
 (optional, default seed), "overlap" or "step_over_bound": X (optional), "source": "pinned" |

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""tools/python/call_cost.py on ferry's host backend: it runs, prints a row per leaf count and
+"""lab/python/call_cost.py on ferry's host backend: it runs, prints a row per leaf count and
 way, and writes the same rows as JSON. Its figures are host times of this machine, not
 checked (a benchmark prints numbers; tests check behaviour)."""
 import json
@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "python" / "call_cost.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "lab" / "python" / "call_cost.py"
 
 
 def run(*args):

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""tools/python/seed_study.py in its host smoke mode (--device cpu): every strategy, workload,
+"""lab/python/seed_study.py in its host smoke mode (--device cpu): every strategy, workload,
 order and source runs, the correctness bars hold, and the JSON has the shape that
 tools/readme_table.py reads. The figures of a CPU run are not measurements; only the shape and
 the checks are asserted. The pure parts (the kernel overlap from a profiler trace, the order
@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tools" / "python" / "seed_study.py"
+SCRIPT = ROOT / "lab" / "python" / "seed_study.py"
 STRATEGIES = ["blocking", "side_stream", "preallocated", "ferry_torch", "ferry_ferry"]
 WORKLOAD_ORDERS = [("seed", "seed"), ("seed", "compute_first"), ("pipeline", "compute_first"),
                    ("pipeline", "copy_first")]
@@ -154,7 +154,7 @@ def test_the_recorded_commit_is_the_running_trees_never_an_enclosing_checkouts(t
     # A `git archive` copy unpacked inside another checkout (as on a GPU machine) has no git
     # metadata of its own: git would answer with the enclosing checkout's HEAD.
     outer = tmp_path / "outer"
-    copy = outer / "copy" / "tools" / "python"
+    copy = outer / "copy" / "lab" / "python"
     copy.mkdir(parents=True)
     git = ["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q", str(outer)], check=True)

@@ -4,7 +4,7 @@
 EMS's ``record_stream`` way over the same state (the setup of ``stash_study.py``'s host-time
 row, with no forward between the calls).
 
-    PYTHONPATH=build/python python3 tools/python/stash_breakdown.py [--tensors 64] [--mib 32]
+    PYTHONPATH=build/python python3 lab/python/stash_breakdown.py [--tensors 64] [--mib 32]
 
 Printed: the median host µs per step of each way's stash and restore calls over ``--steps``
 steps (ferry's with its per-tensor work in ferry._torch_native, where built, and in Python), then each way's calls under cProfile (µs per step of every function and builtin, by

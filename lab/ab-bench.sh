@@ -3,7 +3,7 @@
 # turns in one call, so both see the same host and GPU (bars such as the seed step at 64M
 # move between machines by more than a change under test).
 #   git archive REV | tar -x -C .prev        # here, once (.prev/ is git-ignored)
-#   bash tools/ab-bench.sh OUTDIR [ROUNDS] [BENCH ARGS...]   # on the GPU machine
+#   bash lab/ab-bench.sh OUTDIR [ROUNDS] [BENCH ARGS...]   # on the GPU machine
 # Builds .prev in build-ab-prev and this tree in build-ab (ferry-bench only, no tests, no
 # Python), then runs `ferry-bench --quiet BENCH ARGS` from each in turn, ROUNDS times (default
 # 2; default args: --backend cuda --sizes 64M --batch-study off --no-images), and prints each

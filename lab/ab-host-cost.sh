@@ -3,7 +3,7 @@
 # in one run, so both see the same host (its speed varies between calls on the GPU machine).
 #   git archive REV | tar -x -C .prev        # here, once (.prev/ is git-ignored locally:
 #                                            #  echo /.prev/ >> .git/info/exclude)
-#   bash tools/ab-host-cost.sh OUTDIR [ROUNDS]   # on the GPU machine, after gpu-validate.sh build
+#   bash lab/ab-host-cost.sh OUTDIR [ROUNDS]   # on the GPU machine, after gpu-validate.sh build
 # Builds .prev in build-prev (CUDA only, no tests), then runs `ferry-bench --backend cuda
 # --host-cost-only` from build-prev and build-gpu in turn, ROUNDS times (default 4), and prints
 # each round's upload median beside the raw CUDA ordered sequence of the same run.

@@ -3,7 +3,7 @@
 """The seed's copy-strategy study inside PyTorch: one process, one GPU, the same compute for
 every strategy, and the bars checked against PyTorch's own copies measured in the same run.
 
-    PYTHONPATH=build/python python3 tools/python/seed_study.py [--quick] [--out DIR]
+    PYTHONPATH=build/python python3 lab/python/seed_study.py [--quick] [--out DIR]
         [--sizes 64M,512M] [--steps 30] [--large-steps 12] [--strategies LIST]
         [--workloads seed,pipeline] [--orders seed,compute_first,copy_first]
         [--sources pinned,pageable,kjt] [--kjt-gb 1] [--kjt-memory pageable]

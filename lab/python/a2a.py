@@ -3,8 +3,8 @@
 """Upload a KeyedJaggedTensor-like batch onto each rank's compute stream, then all-to-all it
 over NCCL on that stream: the copy strategies side by side, per rank.
 
-    NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node=2 tools/python/a2a.py [--mb 256] [--memory pinned]
-    python3 tools/python/a2a.py                       # one GPU, one rank
+    NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node=2 lab/python/a2a.py [--mb 256] [--memory pinned]
+    python3 lab/python/a2a.py                       # one GPU, one rank
 
 Each rank builds a batch of 26 jagged features (values and lengths per feature, ~--mb MiB in
 all) in pageable or pinned host memory, uploads it onto its compute stream with a strategy,

@@ -3,7 +3,7 @@
 """Host time of one ``ferry.torch.to`` call, per call and per leaf, beside PyTorch's own
 ``Tensor.to(non_blocking=True)`` of the same leaves.
 
-    PYTHONPATH=build/python python3 tools/python/call_cost.py [--device cuda|cpu] [--leaves 1,16,67]
+    PYTHONPATH=build/python python3 lab/python/call_cost.py [--device cuda|cpu] [--leaves 1,16,67]
         [--calls 300] [--pinned] [--big 64M] [--record-events] [--json FILE]
 
 Each structure is a dict of ``--leaves`` small tensors (alternately float32 and int64, 3 to 70

@@ -6,7 +6,7 @@ the one-tensor entry), and each part the binding does, timed alone, beside
 ``Tensor.to(non_blocking=True)``. It names the glue in use (ferry._torch_native's entry points,
 or DLPack and the allocator's Python functions; ``FERRY_TORCH_NATIVE=0`` picks the latter).
 
-    PYTHONPATH=build/python python3 tools/python/call_breakdown.py [BYTES]   (default 64 MiB)
+    PYTHONPATH=build/python python3 lab/python/call_breakdown.py [BYTES]   (default 64 MiB)
 
 Each row is the median of 300 calls after a warm-up; the GPU is synchronized every 64 calls,
 outside the timing. Private parts of ferry.torch are timed, so this tool follows them. An

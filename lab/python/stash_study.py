@@ -3,7 +3,7 @@
 """Stashing GPU state to pinned host memory and back: ``ferry.torch.stash`` beside the ways
 PyTorch users do it today, in one process on one GPU.
 
-    PYTHONPATH=build/python python3 tools/python/stash_study.py [--tensors 64] [--mib 32]
+    PYTHONPATH=build/python python3 lab/python/stash_study.py [--tensors 64] [--mib 32]
         [--steps 24] [--workloads reuse,compute] [--json FILE] [--snapshot DIR]
 
 The state is ``--tensors`` CUDA tensors of ``--mib`` MiB each (optimizer-state-shaped). Each
