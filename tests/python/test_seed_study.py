@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """lab/python/seed_study.py in its host smoke mode (--device cpu): every strategy, workload,
 order and source runs, the correctness bars hold, and the JSON has the shape that
-tools/readme_table.py reads. The figures of a CPU run are not measurements; only the shape and
+tools/bench_tables.py reads. The figures of a CPU run are not measurements; only the shape and
 the checks are asserted. The pure parts (the kernel overlap from a profiler trace, the order
 bars, the seed order's call sequence) are checked on synthetic input."""
 import contextlib
@@ -121,9 +121,9 @@ def test_ferry_pool_snapshots_are_memory_viz_pickles(study):
         assert "segments" in snap
 
 
-def test_readme_table_shows_the_study_rows(study):
+def test_bench_tables_show_the_study_rows(study):
     doc, _ = study
-    spec = importlib.util.spec_from_file_location("readme_table", ROOT / "tools" / "readme_table.py")
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "tools" / "bench_tables.py")
     rt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rt)
     bench = {"tool": "ferry-bench", "backend": "host", "results": [],
