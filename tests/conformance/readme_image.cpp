@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The README's image example, compiled verbatim (between the markers) and run on the device
-// under test with an image the backend's test main made; a second case checks that README.md
-// shows exactly this text.
+// The image example of docs/guide.md, compiled verbatim (between the markers) and run on the
+// device under test with an image the backend's test main made; a second case checks that
+// docs/guide.md shows exactly this text.
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -93,10 +93,10 @@ CONFORMANCE_CASE("readme: the image example runs") {
 }
 
 #ifdef FERRY_SOURCE_ROOT
-CONFORMANCE_CASE("readme: README.md shows the image example exactly") {
+CONFORMANCE_CASE("readme: docs/guide.md shows the image example exactly") {
   const std::string root = FERRY_SOURCE_ROOT;
   const std::string source = read_file(root + "/tests/conformance/readme_image.cpp");
-  const std::string readme = read_file(root + "/README.md");
+  const std::string readme = read_file(root + "/docs/guide.md");
   REQUIRE_FALSE(source.empty());
   REQUIRE_FALSE(readme.empty());
   const std::string code = between(source, "// [readme-image-example-begin]", "// [readme-image-example-end]");
@@ -105,6 +105,6 @@ CONFORMANCE_CASE("readme: README.md shows the image example exactly") {
   const std::string fence = "```cpp\n";
   REQUIRE(shown.rfind(fence, 0) == 0);
   CHECK_MESSAGE(shown.substr(fence.size()) == code,
-                "README.md's image example differs from tests/conformance/readme_image.cpp");
+                "docs/guide.md's image example differs from tests/conformance/readme_image.cpp");
 }
 #endif

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The README's idioms as a consumer writes them: every public option and parameter struct
+// The docs' idioms as a consumer writes them: every public option and parameter struct
 // built with C++20 designated initializers that name only some members. Compiled with
 // -Wall -Wextra -Werror -Wmissing-field-initializers (tests/headers/meson.build), so a public
 // struct member without a default member initializer breaks the build here before it breaks
