@@ -19,4 +19,9 @@ if ! ninja -C "$build" tools/ferry-bench; then
     echo "ferry: $build/tools/ferry-bench was not built (configured with -Dtools=false?)" >&2
   exit 1
 fi
+# results.json records the tree that ran: FERRY_COMMIT when set, else this checkout's HEAD (never
+# an enclosing checkout's, for a copy without git metadata of its own).
+if [ -z "${FERRY_COMMIT:-}" ] && [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
+  FERRY_COMMIT=$(git rev-parse --short HEAD 2>/dev/null) && export FERRY_COMMIT
+fi
 exec "$build/tools/ferry-bench" "$@"

@@ -11,7 +11,8 @@ backend's rows (give one per backend, e.g. the CUDA and the Vulkan run), a file 
 lab/python/seed_study.py becomes the PyTorch rows. The tables replace the block between the
 lines `<!-- bench-table:begin -->` and `<!-- bench-table:end -->` of the document (both kept),
 or are printed with --stdout. Nothing but the files' figures goes into the tables; the header
-names each run's device, commit (the JSON's, else --commit) and a command that reproduces it.
+names each run's device, commit (the JSON's, else --commit) and command (the JSON's, else one
+rebuilt from the run's configuration).
 
 --seed-study SEED.json names the PyTorch seed study's JSON explicitly. It is read in
 ferry-bench's shape: {"device": ..., "results": [{"strategy": NAME, "size_bytes": N,
@@ -122,7 +123,9 @@ def commit_text(commit):
 
 
 def bench_command(doc):
-    """The ferry-bench command line that reproduces a run's configuration."""
+    """The ferry-bench command line of a run: as recorded, else rebuilt from its configuration."""
+    if doc.get("command"):
+        return doc["command"]
     cfg = doc["config"]
     parts = ["ferry-bench", "--backend", doc["backend"], "--sizes", ",".join(size_label(n) for n in cfg["sizes"])]
     if cfg.get("steps") is not None:

@@ -1,11 +1,15 @@
 # SPDX-License-Identifier: MIT
 """tools/bench_tables.py on a synthetic ferry-bench run: the tables of docs/benchmarks.md are
 regenerated from a run's output directory, with each run's device, commit and command, and
-only the block between the markers changes."""
+only the block between the markers changes. With FERRY_BENCH set (meson sets it when the tools
+are built), a short run of the real ferry-bench on the host backend as well."""
 import json
+import os
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "bench_tables.py"
@@ -18,7 +22,7 @@ def bench_row(workload, strategy, size, reserved, overlap, gbps):
             "overlap": overlap, "copy_gbps": gbps}
 
 
-def write_run(out, backend="host", commit=None):
+def write_run(out, backend="host", commit=None, command=None):
     doc = {
         "tool": "ferry-bench", "version": "0.1.0", "backend": backend, "device": "Synthetic CPU",
         "config": {"sizes": [16 * M, 64 * M], "steps": 30, "compute_units": 4, "workloads": ["seed", "pipeline"]},
@@ -37,6 +41,8 @@ def write_run(out, backend="host", commit=None):
     }
     if commit:
         doc["commit"] = commit
+    if command:
+        doc["command"] = command
     run = out / f"bench-{backend}"
     run.mkdir(parents=True)
     (run / "results.json").write_text(json.dumps(doc), encoding="utf-8")
@@ -64,13 +70,17 @@ def test_a_run_directory_gives_the_rows_the_bars_and_the_reproducing_command(tmp
     assert "1 of 2 checked bars met; missed: 64M: owner_owned step / bound = 1.310 (bar <= 1.05)." in t
 
 
-def test_the_json_commit_wins_and_a_missing_one_is_said(tmp_path):
-    write_run(tmp_path / "a", backend="host", commit="feedbee")
+def test_the_recorded_commit_and_command_win_and_a_missing_commit_is_said(tmp_path):
+    write_run(tmp_path / "a", backend="host", commit="feedbee", command="ferry-bench --backend host --out a")
     write_run(tmp_path / "b", backend="null")
     r = run(tmp_path / "a", tmp_path / "b", "--stdout")
     assert r.returncode == 0, r.stderr
-    assert "- ferry host: Synthetic CPU, commit `feedbee`," in r.stdout
+    assert "- ferry host: Synthetic CPU, commit `feedbee`, ferry 0.1.0, 30 steps, 4 compute units: " \
+           "`ferry-bench --backend host --out a`" in r.stdout
     assert "- ferry null: Synthetic CPU, commit not recorded," in r.stdout
+    r = run(tmp_path / "a", tmp_path / "b", "--commit", "0ddba11", "--stdout")
+    assert "- ferry host: Synthetic CPU, commit `feedbee`," in r.stdout
+    assert "- ferry null: Synthetic CPU, commit `0ddba11`," in r.stdout
 
 
 def test_only_the_marked_block_of_the_document_is_replaced(tmp_path):
@@ -99,3 +109,25 @@ def test_files_that_are_not_bench_results_are_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     r = run(tmp_path / "empty", "--stdout")
     assert r.returncode != 0 and "no results*.json" in r.stderr
+
+
+@pytest.mark.skipif(not os.environ.get("FERRY_BENCH"), reason="FERRY_BENCH (the built ferry-bench) is not set")
+def test_a_real_host_run_gives_its_own_figures_commit_and_command(tmp_path):
+    out = tmp_path / "bench-host"
+    args = ["--backend", "host", "--sizes", "12M", "--steps", "3", "--compute-units", "1", "--batch-study", "off",
+            "--host-cost", "off", "--no-images", "--quiet", "--out", str(out)]
+    bench = subprocess.run([os.environ["FERRY_BENCH"], *args], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, FERRY_COMMIT="e2e0001"))
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert doc["commit"] == "e2e0001"
+    assert doc["command"] == "ferry-bench " + " ".join(args)
+    r = run(tmp_path, "--stdout")
+    assert r.returncode == 0, r.stderr
+    assert f"commit `e2e0001`, ferry {doc['version']}, 3 steps, 1 compute units: `{doc['command']}`" in r.stdout
+    rows = {(x["workload"], x["strategy"]): x for x in doc["results"] if x["size_bytes"] == 12 * M}
+    seed = rows[("seed", "owner_owned")]
+    assert (f"| ferry host owner_owned | **{seed['peak_reserved_bytes'] / GIB:.3f}** | {seed['overlap']:.3f} | "
+            f"{seed['copy_gbps']:.1f} |") in r.stdout
+    overlap = rows[("pipeline", "owner_owned+overlap")]
+    assert f"| ferry host owner_owned+overlap | **{overlap['peak_reserved_bytes'] / GIB:.3f}** |" in r.stdout

@@ -88,6 +88,9 @@ struct Options {
   /// Image study: the fraction of the layered case's 2048 layers; unset = 1 on a GPU, 1/32
   /// elsewhere (CPU runs then finish in seconds).
   std::optional<double> image_scale;
+  /// The command line as given (argv[0] as "ferry-bench", arguments shell-quoted where
+  /// needed): results.json records it, so a table made from the file names what reproduces it.
+  std::string command;
 };
 
 /// Parse argv; throws std::invalid_argument with a message on bad input. Returns nullopt for

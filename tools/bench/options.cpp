@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // ferry-bench command line.
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <iostream>
@@ -160,8 +162,26 @@ end).
 )";
 }
 
+namespace {
+
+// One argument as a POSIX shell reads it back: as is when it holds only safe characters, else in
+// single quotes (a quote inside as '\'').
+std::string shell_quoted(const std::string& arg) {
+  const bool safe = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](unsigned char c) {
+    return std::isalnum(c) || std::strchr("_-+=.,:/@%", c) != nullptr;
+  });
+  if (safe) return arg;
+  std::string q = "'";
+  for (char c : arg) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
 std::optional<Options> parse_options(int argc, char** argv) {
   Options o;
+  o.command = "ferry-bench";
+  for (int i = 1; i < argc; ++i) o.command += " " + shell_quoted(argv[i]);
   auto value = [&](int& i, const char* name) -> std::string {
     const std::string arg = argv[i];
     if (const auto eq = arg.find('='); eq != std::string::npos) return arg.substr(eq + 1);

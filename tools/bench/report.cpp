@@ -2,6 +2,7 @@
 // ferry-bench output: header, table, verdicts, results.json and snapshot exports.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -606,7 +607,14 @@ bool print_verdicts(const Run& run) {
 void write_results_json(const Run& run, const std::filesystem::path& file) {
   std::ostringstream o;
   const auto& opt = run.options;
-  o << "{\n  \"tool\": \"ferry-bench\",\n  \"version\": \"" << FERRY_VERSION << "\",\n  \"backend\": ";
+  o << "{\n  \"tool\": \"ferry-bench\",\n  \"version\": \"" << FERRY_VERSION << "\"";
+  // The tree that ran, as the environment names it (FERRY_COMMIT, as for the seed study: a
+  // `git archive` copy has no git metadata of its own); null when unset.
+  const char* commit = std::getenv("FERRY_COMMIT");
+  const bool has_commit = commit != nullptr && *commit != '\0';
+  o << ",\n  \"commit\": " << (has_commit ? ferry::detail::json_string(commit) : std::string("null"));
+  o << ",\n  \"command\": " << ferry::detail::json_string(opt.command);
+  o << ",\n  \"backend\": ";
   o << ferry::detail::json_string(run.backend);
   o << ",\n  \"device\": ";
   o << ferry::detail::json_string(run.device_name);
