@@ -106,12 +106,12 @@ def main(argv=None) -> int:
     rows = []
     print(f"ferry.torch.to host time on {device} ({'pinned' if args.pinned else 'pageable'} sources, "
           f"median of {args.calls} calls), torch {torch.__version__}, "
-          f"glue: {'ferry._torch_native' if ft._native_to else 'DLPack'}, "
+          f"glue: {'ferry._torch_native' if getattr(ft, '_native_to', True) else 'DLPack'}, "
           f"events {'recorded' if args.record_events else 'not recorded'}")
     print(f"{'leaves':>6} {'way':24} {'us/call':>9} {'us/leaf':>8}")
     for n in counts:
         obj = structure(torch, n, args.pinned)
-        ways = [(f"ferry.torch mode={m}", (lambda m=m: ft.to(obj, device, mode=m))) for m in ("torch", "ferry")]
+        ways = [("ferry.torch", lambda: ft.to(obj, device))]
         ways.append(("torch .to per leaf", lambda: {k: v.to(device, non_blocking=True) for k, v in obj.items()}))
         for (name, _), us in zip(ways, paired_medians_us([fn for _, fn in ways], args.calls, sync)):
             rows.append({"device": device, "pinned": args.pinned, "leaves": n, "way": name,
@@ -131,9 +131,9 @@ def main(argv=None) -> int:
             with torch.cuda.stream(side):
                 ft.to(t, device, target_stream=main_stream)
 
-        pairs = [("current stream", (("ferry.torch mode=torch", lambda: ft.to(t, device)),
+        pairs = [("current stream", (("ferry.torch", lambda: ft.to(t, device)),
                                      ("torch .to", lambda: t.to(device, non_blocking=True)))),
-                 ("seed order", (("ferry.torch mode=torch", ferry_side),
+                 ("seed order", (("ferry.torch", ferry_side),
                                  ("torch .to + record_stream", torch_side)))]
         print(f"one pinned tensor of {big / (1 << 20):.0f} MiB, result dropped at once; each order's two "
               "ways timed in turns")

@@ -227,8 +227,9 @@ def test_adopted_memory_reports_its_release_point_once_every_owner_is_gone(dev):
 
 
 def test_batched_adopted_downloads_and_uploads_move_every_range_and_release_them(dev):
-    # ferry.torch's stash path: many engine ranges adopted, copied to or from one HostBuffer
-    # and released by one call each way.
+    # ferry.torch's stash path (its glue, which needs no torch): many engine ranges adopted,
+    # copied to or from one HostBuffer and released by one call each way.
+    glue = ferry._ferry._torch
     q = dev.queue(ferry.QueueRole.compute)
     xfer = ferry.Transfer(dev)
     rng = np.random.default_rng(7)
@@ -238,13 +239,13 @@ def test_batched_adopted_downloads_and_uploads_move_every_range_and_release_them
     host = dev.host_pool.allocate(4352 + 65536)
     host_bytes = np.frombuffer(host, dtype=np.uint8)
     host_bytes[:] = 0
-    ready = xfer._download_adopted_raw([r.ctypes.data for r in ranges], sizes, q, q.mark(), host, offsets, "t")
+    ready = glue.download_adopted(xfer, [r.ctypes.data for r in ranges], sizes, q, q.mark(), host, offsets, "t")
     assert not ready.empty
     ready.wait()
     for r, n, o in zip(ranges, sizes, offsets):
         assert np.array_equal(host_bytes[o:o + n], r[:n])
     back = [np.zeros(max(n, 1), dtype=np.uint8) for n in sizes]
-    done, adopted = xfer._upload_adopted_raw([b.ctypes.data for b in back], sizes, q, q.mark(), host, offsets, "t")
+    done, adopted = glue.upload_adopted(xfer, [b.ctypes.data for b in back], sizes, q, q.mark(), host, offsets, "t")
     assert len(adopted) == 3  # the empty range is not adopted
     released = adopted.release()
     assert adopted.release().empty  # released once
@@ -254,13 +255,13 @@ def test_batched_adopted_downloads_and_uploads_move_every_range_and_release_them
         assert np.array_equal(b[:n], r[:n])
     # Bad arguments name what is wrong; nothing is copied.
     with pytest.raises(ferry.Error) as e:
-        xfer._download_adopted_raw([ranges[0].ctypes.data], [4096, 1], q, q.mark(), host, [0], "t")
+        glue.download_adopted(xfer, [ranges[0].ctypes.data], [4096, 1], q, q.mark(), host, [0], "t")
     assert e.value.code == "invalid_argument" and "one of each per range" in e.value.message
     with pytest.raises(ferry.Error) as e:
-        xfer._upload_adopted_raw([back[0].ctypes.data], [4096], q, q.mark(), host, [4352 + 65536 - 10], "t")
+        glue.upload_adopted(xfer, [back[0].ctypes.data], [4096], q, q.mark(), host, [4352 + 65536 - 10], "t")
     assert e.value.code == "invalid_argument" and "range 0" in e.value.message and "outside" in e.value.message
     with pytest.raises(ferry.Error) as e:
-        xfer._download_adopted_raw([0], [64], q, q.mark(), host, [0], "t")
+        glue.download_adopted(xfer, [0], [64], q, q.mark(), host, [0], "t")
     assert e.value.code == "invalid_argument" and "range 0" in e.value.message
 
 

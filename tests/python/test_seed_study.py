@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "lab" / "python" / "seed_study.py"
-STRATEGIES = ["blocking", "side_stream", "preallocated", "ferry_torch", "ferry_ferry"]
+STRATEGIES = ["blocking", "side_stream", "preallocated", "ferry_torch"]
 WORKLOAD_ORDERS = [("seed", "seed"), ("seed", "compute_first"), ("pipeline", "compute_first"),
                    ("pipeline", "copy_first")]
 PROFILE_FIELDS = ("kernel_overlap", "profile_copies", "profile_kernels", "profile_copy_us_per_step",
@@ -69,7 +69,7 @@ def test_every_strategy_workload_order_and_source_has_a_row_with_the_documented_
     assert {(r["source"], r.get("kjt_memory")) for r in doc["references"]} == {
         ("pinned", None), ("pageable", None), ("kjt", "pageable")}
     assert doc["config"]["orders"] == ["seed", "compute_first", "copy_first"]
-    assert doc["ferry_default_mode"] in ("torch", "ferry")
+    assert doc["ferry_default_mode"] == "torch"
 
 
 def test_bars_carry_verdicts_and_the_correctness_bars_pass(study):
@@ -84,7 +84,7 @@ def test_bars_carry_verdicts_and_the_correctness_bars_pass(study):
         assert isinstance(b["pass"], bool), b
         assert ("PASS" if b["pass"] else "FAIL") in r.stdout
     names = [b["name"] for b in bars]
-    for s in ("ferry_torch", "ferry_ferry"):
+    for s in ("ferry_torch",):
         for needle in ("peak reserved ≤ 1.02 × blocking", "wall per step ≤ 1.02 × side_stream's",
                        "copy GB/s ≥ 0.98 × torch pinned", "host µs in the call ≤ 0.25 × torch pageable",
                        "copy GB/s ≥ 4 × torch pageable", "structure in one allocation", "structure in one call"):
@@ -94,12 +94,12 @@ def test_bars_carry_verdicts_and_the_correctness_bars_pass(study):
     assert len(data) == len(STRATEGIES) * 3
     assert all(b["pass"] and b["value"] == 0 for b in data), [b for b in data if not b["pass"]]
     one = [b for b in bars if "structure in one" in b["name"]]
-    assert len(one) == 4 and all(b["pass"] and b["value"] == 1 for b in one), one
+    assert len(one) == 2 and all(b["pass"] and b["value"] == 1 for b in one), one
 
 
 def test_the_default_mode_has_the_three_order_bars_in_every_workload_and_order(study):
     doc, r = study
-    default = {"torch": "ferry_torch", "ferry": "ferry_ferry"}[doc["ferry_default_mode"]]
+    default = "ferry_torch"
     order = [b for b in doc["bars"] if b.get("family") == "order"]
     for (w, o), src, name in itertools.product(WORKLOAD_ORDERS, ("pinned", "pageable", "kjt"), STRATEGIES[3:]):
         mine = [b for b in order if (b["workload"], b["order"], b["source"], b["strategy"]) == (w, o, src, name)]
@@ -113,7 +113,7 @@ def test_the_default_mode_has_the_three_order_bars_in_every_workload_and_order(s
 
 def test_ferry_pool_snapshots_are_memory_viz_pickles(study):
     doc, _ = study
-    rows = [r for r in doc["results"] if r["strategy"] == "ferry_ferry"]
+    rows = [r for r in doc["results"] if r["strategy"] == "ferry_torch"]
     assert rows
     for r in rows:
         with open(r["ferry_snapshot"], "rb") as f:
@@ -129,7 +129,7 @@ def test_bench_tables_show_the_study_rows(study):
     bench = {"tool": "ferry-bench", "backend": "host", "results": [],
              "config": {"sizes": [SIZE], "workloads": ["seed", "pipeline"], "steps": 3, "compute_units": 1}}
     block = rt.generate([bench], ["results.json"], (doc, "seed.json"))
-    for label in ("PyTorch blocking (seed) |", "PyTorch ferry_ferry (compute_first) |",
+    for label in ("PyTorch blocking (seed) |", "PyTorch ferry_torch (compute_first) |",
                   "PyTorch ferry_torch (pageable, seed) |", "PyTorch side_stream (compute_first) |",
                   "PyTorch preallocated (pageable, copy_first) |"):
         assert label in block, label
@@ -285,8 +285,7 @@ def test_order_bars_hold_the_default_mode_to_the_torch_strategies_of_its_order(s
     m = seed_study
     rows = [_row("blocking", wall=5.0, resv=100), _row("side_stream", wall=3.0, resv=1000, overlap=0.97),
             _row("preallocated", wall=3.1, resv=100, overlap=0.95),
-            _row("ferry_torch", wall=3.05, resv=102, overlap=0.86),
-            _row("ferry_ferry", wall=4.0, resv=103, overlap=0.1)]
+            _row("ferry_torch", wall=3.05, resv=102, overlap=0.86)]
 
     def verdicts(mode):
         bars = [b for b in m.compute_bars(rows, [], [], mode) if b.get("family") == "order"]
@@ -300,10 +299,9 @@ def test_order_bars_hold_the_default_mode_to_the_torch_strategies_of_its_order(s
     assert v[("ferry_torch", step)] == (True, False, pytest.approx(3.06))
     assert v[("ferry_torch", ov)] == (True, False, pytest.approx(0.855))
     assert v[("ferry_torch", fp)] == (True, False, pytest.approx(102))
-    assert all(v[("ferry_ferry", k)][:2] == (False, True) for k in (step, ov, fp))
-    v = verdicts("ferry")
-    assert all(v[("ferry_ferry", k)][:2] == (False, False) for k in (step, ov, fp))
-    assert all(v[("ferry_torch", k)][1] for k in (step, ov, fp))
+    rows[3]["wall_ms_per_step"] = 4.0
+    assert verdicts("torch")[("ferry_torch", step)][0] is False
+    rows[3]["wall_ms_per_step"] = 3.05
     # A missing trace leaves the overlap bar unmeasured, not failed.
     rows[2]["kernel_overlap"] = None
     assert verdicts("torch")[("ferry_torch", ov)][0] is None
@@ -320,7 +318,8 @@ def test_the_default_mode_is_read_from_the_signature(seed_study):
     def to(obj, device="cuda", *, target_stream=None, mode="ferry"):
         return obj
     assert m.default_mode(SimpleNamespace(to=to)) == "ferry"
-    assert m.default_mode(SimpleNamespace(to=lambda obj: obj)) is None
+    assert m.default_mode(SimpleNamespace(to=lambda obj: obj)) == "torch"  # no `mode`: the one mode
+    assert m.default_mode(SimpleNamespace(to=None)) is None
     assert m.default_strategy("torch") == "ferry_torch" and m.default_strategy(None) is None
 
 
@@ -388,12 +387,11 @@ def test_the_seed_order_calls_under_the_side_stream_before_the_compute(seed_stud
         ("seed", "side_stream"): ["call under side"] + tail,
         ("seed", "preallocated"): ["call under side", "side.wait_stream(main)"] + tail,
         ("seed", "ferry_torch"): ["call under side", "ferry.torch.to under side"] + tail,
-        ("seed", "ferry_ferry"): ["call under side", "ferry.torch.to under side"] + tail,
         ("compute_first", "side_stream"): ["compute on main", "call under main", "acquire",
                                            "main.wait_stream(side)", "read on main"],
         ("compute_first", "preallocated"): ["compute on main", "call under main", "acquire", "main.wait_event",
                                             "read on main"],
-        ("compute_first", "ferry_ferry"): ["compute on main", "call under main", "ferry.torch.to under main",
+        ("compute_first", "ferry_torch"): ["compute on main", "call under main", "ferry.torch.to under main",
                                            "acquire", "read on main"],
     }
     for (order, name), seq in want.items():

@@ -58,8 +58,7 @@ def same(a, b):
     assert torch.equal(a.view(-1).view(torch.uint8) if a.numel() else a, b.view(-1).view(torch.uint8) if b.numel() else b)
 
 
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_nested_structure_with_empty_leaves_round_trips(mode):
+def test_nested_structure_with_empty_leaves_round_trips():
     g = torch.Generator().manual_seed(3)
     obj = {
         "ids": torch.randint(0, 1 << 40, (1000,), generator=g),
@@ -71,7 +70,7 @@ def test_nested_structure_with_empty_leaves_round_trips(mode):
         "dd": collections.defaultdict(list, k=torch.arange(3)),
         "n": 42,
     }
-    r = ft.to(obj, "cpu", mode=mode)
+    r = ft.to(obj, "cpu")
     same(r["ids"], obj["ids"])
     same(r["empty"], obj["empty"])
     same(r["list"][0], obj["list"][0])
@@ -92,32 +91,30 @@ def test_nested_structure_with_empty_leaves_round_trips(mode):
     assert packed([r["ids"], r["list"][0], r["dc"].dense, r["od"]["a"]], within=aligned_bytes(every))
 
 
-@pytest.mark.parametrize("path", ["binding", "python"])
-def test_leaves_are_aligned_in_one_allocation(monkeypatch, path):
-    if path == "python":
-        monkeypatch.setattr(ft, "_EXCHANGE", None)
+def test_leaves_are_aligned_in_one_allocation():
     leaves = [torch.ones(1, dtype=torch.uint8), torch.ones(3, dtype=torch.float64), torch.ones(1, dtype=torch.int16)]
     r = ft.to(leaves, "cpu")
     offsets = [t.data_ptr() - r[0].data_ptr() for t in r]
     assert offsets == [0, ft.ALIGNMENT, 2 * ft.ALIGNMENT]
 
 
-def _count_binding_calls(monkeypatch):
-    """Counts ferry.torch's one-call binding path, and how often it handed a call back."""
-    calls = {"binding": 0, "declined": 0}
-    orig = ft._torch_to
+def _count_glue_calls(monkeypatch):
+    """Counts ferry.torch's calls into its glue, and how often the glue handed a leaf back."""
+    from ferry.torch import _to
+    calls = {"glue": 0, "declined": 0}
+    orig = _to._to
 
     def counting(*a, **k):
-        calls["binding"] += 1
+        calls["glue"] += 1
         out = orig(*a, **k)
-        calls["declined"] += out is None
+        calls["declined"] += isinstance(out, int)
         return out
-    monkeypatch.setattr(ft, "_torch_to", counting)
+    monkeypatch.setattr(_to, "_to", counting)
     return calls
 
 
-def test_plain_leaves_take_one_binding_call_and_every_dtype_round_trips(monkeypatch):
-    calls = _count_binding_calls(monkeypatch)
+def test_plain_leaves_take_one_glue_call_and_every_dtype_round_trips(monkeypatch):
+    calls = _count_glue_calls(monkeypatch)
     g = torch.Generator().manual_seed(5)
     leaves = {
         "f32": torch.rand(33, 7, generator=g),
@@ -133,7 +130,7 @@ def test_plain_leaves_take_one_binding_call_and_every_dtype_round_trips(monkeypa
         "big": torch.arange(1 << 18, dtype=torch.int64),      # above DMA_MIN_BYTES: copied from its own memory
     }
     r = ft.to(leaves, "cpu")
-    assert calls == {"binding": 1, "declined": 0}
+    assert calls == {"glue": 1, "declined": 0}
     for k, v in leaves.items():
         same(r[k], v)
         assert r[k].device.type == "cpu" and not r[k].requires_grad
@@ -148,46 +145,42 @@ def test_plain_leaves_take_one_binding_call_and_every_dtype_round_trips(monkeypa
     (lambda: torch.arange(12.).view(3, 4).t(), "not contiguous"),
     (lambda: torch.ones(3, dtype=torch.complex64).conj(), "a conjugate view"),
     (lambda: torch.arange(6.)[::2], "strided with gaps"),
+    (lambda: torch._neg_view(torch.arange(3.)), "a negative view"),
 ])
-def test_leaves_the_binding_path_does_not_copy_byte_for_byte_go_the_python_way(monkeypatch, leaf, why):
-    calls = _count_binding_calls(monkeypatch)
+def test_leaves_the_glue_does_not_read_as_they_are_are_made_plain(monkeypatch, leaf, why):
+    calls = _count_glue_calls(monkeypatch)
     x = leaf()
     r = ft.to([torch.ones(2), x], "cpu")
-    assert calls == {"binding": 1, "declined": 1}, why
-    assert torch.equal(r[1].resolve_conj(), x.resolve_conj()) and r[1].is_contiguous()
+    assert calls == {"glue": 2, "declined": 1}, why
+    assert torch.equal(r[1].resolve_conj().resolve_neg(), x.resolve_conj().resolve_neg()) and r[1].is_contiguous()
+    assert not r[1].is_conj() and not r[1].is_neg()
 
 
-def test_a_leaf_requiring_grad_is_refused_on_the_binding_path_too(monkeypatch):
-    calls = _count_binding_calls(monkeypatch)
+def test_a_leaf_requiring_grad_is_refused_before_the_glue_is_called(monkeypatch):
+    calls = _count_glue_calls(monkeypatch)
     with pytest.raises(ferry.Error) as e:
         ft.to([torch.ones(2), torch.ones(3, requires_grad=True)], "cpu")
     assert e.value.code == "invalid_argument" and "requires grad" in str(e.value)
-    assert calls == {"binding": 1, "declined": 1}
+    assert calls == {"glue": 0, "declined": 0}
 
 
 def test_the_destinations_wait_for_the_latest_overlapping_release_point():
-    """The record a mode="torch" copy waits on: a reused range waits for the latest release
+    """The record each destination of `to` keeps: a reused range waits for the latest release
     point it overlaps that is not reached, and for nothing else."""
     dev, _ = ft.engine(ferry.Backend.host)
     sem = dev.create_semaphore(0)
-    handed = []
-    freed = []
-    d = ferry._ferry._TorchDestinations(lambda n, stream: handed.pop(0), freed.append, 7)
-    handed += [4096, 4096, 8192, 4096]
-    assert d.allocate(256) == (4096, None)
-    d.release(4096, 256, sem.at(1))
-    d.release(4096, 128, sem.at(2))  # a later user of the same range
-    assert freed == [4096, 4096] and d.pending == 2
-    ptr, wait = d.allocate(512)      # overlaps both: waits for the later one
-    assert ptr == 4096 and wait.value == 2
-    ptr, wait = d.allocate(256)      # elsewhere: waits for nothing
-    assert ptr == 8192 and wait is None
+    d = ft.glue.ReleasePoints()
+    assert d.wait_for(4096, 256) is None
+    d.record(4096, 256, sem.at(1))
+    d.record(4096, 128, sem.at(2))  # a later user of the same range
+    assert d.pending == 2
+    assert d.wait_for(4096, 512).value == 2  # overlaps both: waits for the later one
+    assert d.wait_for(4096 + 128, 64).value == 1  # only the first one's range
+    assert d.wait_for(8192, 256) is None  # elsewhere: waits for nothing
     sem.signal(2)
-    assert d.allocate(64) == (4096, None) and d.pending == 0
-    d.release(8192, 256, sem.at(2))  # a reached point is dropped by the next allocation
-    assert freed[-1] == 8192
-    handed.append(8192)
-    assert d.allocate(256) == (8192, None) and d.pending == 0
+    assert d.wait_for(4096, 64) is None and d.pending == 0
+    d.record(8192, 256, sem.at(2))  # a reached point is dropped by the next query
+    assert d.wait_for(8192, 256) is None and d.pending == 0
 
 
 def test_only_empty_leaves_need_no_copy():
@@ -221,7 +214,7 @@ def test_an_object_whose_to_changes_its_tensors_is_refused():
 
 def test_errors_name_the_callers_line_not_ferry_torch():
     with pytest.raises(ferry.Error) as e:
-        line = inspect.currentframe().f_lineno; ft.to(torch.ones(1), "cpu", mode="bogus")  # noqa: E702
+        line = inspect.currentframe().f_lineno; ft.to(torch.ones(1), "cpu", target_stream=3)  # noqa: E702
     assert e.value.code == "invalid_argument"
     assert (e.value.filename, e.value.lineno) == (__file__, line)
     with pytest.raises(ferry.Error) as e:
@@ -239,89 +232,21 @@ def test_pinned_and_pageable_sources_both_copy():
         same(r, s)
 
 
-class _Spy:
-    """Forwards to a Transfer and records the names of the methods called."""
-
-    def __init__(self, xfer):
-        self.xfer, self.calls = xfer, []
-
-    def __getattr__(self, name):
-        a = getattr(self.xfer, name)
-        if not callable(a):
-            return a
-
-        def call(*args, **kwargs):
-            self.calls.append(name)
-            return a(*args, **kwargs)
-        return call
-
-
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_pinned_sources_are_copied_from_their_own_memory_and_held_until_copied(monkeypatch, mode):
-    # Without CUDA no tensor is pinned; the host backend adopts any memory, so the direct
-    # path runs here with every tensor taken as pinned but one. The Python path's choices are
-    # what is spied on: the binding path makes them in C++.
-    monkeypatch.setattr(ft, "_EXCHANGE", None)
-    pageable = torch.arange(1000, dtype=torch.int16)
-    monkeypatch.setattr(ft, "_pinned", lambda t: t.data_ptr() != pageable.data_ptr())
-    dev, xfer = ft.engine(ferry.Backend.host)
-    spy = _Spy(xfer)
-    monkeypatch.setattr(ft, "engine", lambda backend, ordinal=0: (dev, spy))
-    ft.synchronize()
-    assert ft.held_sources() == 0
-    a = torch.arange(1 << 18, dtype=torch.int32)
+@pytest.mark.parametrize("nbytes", [1 << 10, (1 << 17) - 4, 1 << 17, 1 << 20])
+def test_sources_on_both_sides_of_the_dma_threshold_copy_and_nothing_stays_held(nbytes):
+    # The host backend adopts any memory, so a source of DMA_MIN_BYTES or more is copied from
+    # its own memory here, and a smaller one is staged; on the CPU the call waits for its
+    # copy, so it holds no source once it returns.
+    assert ft.DMA_MIN_BYTES == 1 << 17
+    a = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
     b = torch.randn(3, 5, dtype=torch.float64)
-    empty = torch.empty(0)
-    r = ft.to({"a": a, "b": b, "e": empty}, "cpu", mode=mode)
+    r = ft.to({"a": a, "b": b, "e": torch.empty(0)}, "cpu")
     same(r["a"], a)
     same(r["b"], b)
-    same(r["e"], empty)
-    # `b` is below DMA_MIN_BYTES: staged, with the one DMA for `a`.
-    assert spy.calls.count("upload_into") == 1 and spy.calls.count("_upload_into_raw") == 1
-    spy.calls.clear()
-    monkeypatch.setattr(ft, "DMA_MIN_BYTES", 1)
-    r = ft.to({"a": a, "b": b, "e": empty}, "cpu", mode=mode)
-    same(r["a"], a)
-    same(r["b"], b)
-    same(r["e"], empty)
-    assert spy.calls.count("upload_into") == 2  # one DMA per pinned source, none staged
-    assert "_upload_into_raw" not in spy.calls and "_upload_batch_raw" not in spy.calls
-    # Mixed: the pageable tensor is staged, the pinned one is not.
-    spy.calls.clear()
-    r = ft.to([a, pageable], "cpu", mode=mode)
-    same(r[0], a)
-    same(r[1], pageable)
-    assert spy.calls.count("upload_into") == 1 and spy.calls.count("_upload_into_raw") == 1
-    # ferry held the pinned sources until their copies' points; synchronize lets go of them.
-    ft.synchronize()
+    assert r["e"].shape == (0,)
     assert ft.held_sources() == 0
-
-
-
-def test_a_target_stream_is_adopted_once_per_device(monkeypatch):
-    # A Queue adopted from a stream stays registered with its device until the device closes,
-    # so adopting the target stream on every call would grow the device with every call.
-    class Stream:
-        def __init__(self, handle):
-            self.cuda_stream = handle
-
-    class Dev:
-        def __init__(self):
-            self.adopted = []
-
-        def adopt_queue(self, stream, role, name):
-            self.adopted.append(stream.cuda_stream)
-            return ("queue", id(self), stream.cuda_stream)
-
-    monkeypatch.setattr(ft, "_queues", {})
-    a, b = Dev(), Dev()
-    # torch.cuda.current_stream() makes a new Stream object for the same stream on each call.
-    q1 = ft._adopted_queue(("cuda", 0), a, Stream(0x10))
-    q2 = ft._adopted_queue(("cuda", 0), a, Stream(0x10))
-    assert q1 is q2 and a.adopted == [0x10]
-    assert ft._adopted_queue(("cuda", 0), a, Stream(0x20)) != q1 and a.adopted == [0x10, 0x20]
-    ft._adopted_queue(("cuda", 1), b, Stream(0x10))
-    assert b.adopted == [0x10]
+    a.zero_()  # the results never alias the sources
+    assert int(r["a"].sum()) != 0 or nbytes < 64
 
 
 def test_engines_are_closed_at_interpreter_exit():
@@ -347,25 +272,15 @@ seen["dev"] = ft.engine(ferry.Backend.host)[0]
     assert "leaked" not in r.stderr, r.stderr
 
 
-def test_threads_share_the_binding_path_and_the_destinations_record():
-    """Several threads call `to` at once (the binding releases the GIL while it copies) and
-    share one destinations record; every result is exact and every block handed out comes
-    back once."""
+def test_threads_share_the_glue_and_a_release_record():
+    """Several threads call `to` at once (the glue releases the GIL while it copies) and
+    share one release record while its points are reached; every result is exact and every
+    record is dropped once its point is reached."""
     import threading
 
     dev, _ = ft.engine(ferry.Backend.host)
     sem = dev.create_semaphore(0)
-    lock = threading.Lock()
-    handed, returned = [0], []
-    next_ptr = [1 << 20]
-
-    def raw_alloc(n, stream):
-        with lock:
-            next_ptr[0] += 4096
-            handed[0] += 1
-            return next_ptr[0]
-
-    d = ferry._ferry._TorchDestinations(raw_alloc, returned.append, 7)
+    d = ft.glue.ReleasePoints()
     errors = []
 
     def work(seed):
@@ -376,8 +291,9 @@ def test_threads_share_the_binding_path_and_the_destinations_record():
                           torch.rand(3, 1 + seed, generator=g)]
                 r = ft.to(leaves, "cpu")
                 assert all(torch.equal(a, b) for a, b in zip(r, leaves))
-                ptr, _ = d.allocate(256)
-                d.release(ptr, 256, sem.at(seed * 1000 + i + 1))
+                base = (seed * 1000 + i) * 4096
+                d.wait_for(base, 256)
+                d.record(base, 256, sem.at(seed * 1000 + i + 1))
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -390,25 +306,30 @@ def test_threads_share_the_binding_path_and_the_destinations_record():
         t.join()
     assert errors == []
     sem.signal(10_000)
-    d.allocate(1)
-    assert d.pending == 0 and handed[0] == 161 and len(returned) == 160
+    assert d.wait_for(0, 1) is None and d.pending == 0
 
 
-def test_stash_uses_the_native_module_where_it_is_built_for_this_torch():
-    # ferry._torch_native is built against one torch's C++ ABI: ferry.torch takes it exactly
-    # when that is the running torch, and its Python path otherwise or when told so.
-    try:
-        from ferry import _torch_native
-    except ImportError:
-        pytest.skip("ferry._torch_native is not built")
-    if _torch_native.TORCH_VERSION == torch.__version__:
-        assert ft._stash_ops is _torch_native
-    else:
-        assert ft._stash_ops is ft._PythonStashOps
-    env = dict(os.environ, FERRY_TORCH_NATIVE="0")
-    out = subprocess.run([sys.executable, "-c", "import ferry.torch as ft; print(ft._stash_ops.__name__)"],
-                         env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "_PythonStashOps"
+@pytest.mark.parametrize("stub, says", [
+    ("None", "needs ferry._torch_native"),
+    ("types.SimpleNamespace(TORCH_VERSION='0.0')", "built against torch 0.0"),
+])
+def test_ferry_torch_names_a_missing_or_mismatched_native_module(stub, says):
+    # ferry._torch_native is built against one torch's C++ ABI: under any other torch, or
+    # without it, importing ferry.torch raises a ferry.Error that says what to rebuild.
+    script = f"""
+import sys, types
+import ferry
+sys.modules["ferry._torch_native"] = {stub}
+try:
+    import ferry.torch
+except ferry.Error as e:
+    print(e.code, "|", e.message)
+"""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("unsupported |") and says in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("record", [False, True])

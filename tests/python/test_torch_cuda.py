@@ -57,12 +57,11 @@ def as_bytes(t):
     return t.contiguous().view(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
 
 
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
 @pytest.mark.parametrize("seed", range(8))
-def test_random_structures_round_trip_byte_for_byte(mode, seed, to_glue):
+def test_random_structures_round_trip_byte_for_byte(seed):
     rng = random.Random(seed)
     obj = random_structure(rng)
-    r = ft.to(obj, "cuda", mode=mode)
+    r = ft.to(obj, "cuda")
     torch.cuda.current_stream().synchronize()
     src, dst = flat(obj), flat(r)
     assert len(src) == len(dst)
@@ -71,7 +70,7 @@ def test_random_structures_round_trip_byte_for_byte(mode, seed, to_glue):
         assert torch.equal(as_bytes(d).cpu(), as_bytes(s))
 
 
-def test_the_target_stream_never_reads_stale_data(to_glue):
+def test_the_target_stream_never_reads_stale_data():
     side = torch.cuda.Stream()
     for trial in range(5):
         src = torch.randint(0, 1 << 30, (64 << 20,), dtype=torch.int32)  # 256 MiB, pageable
@@ -82,8 +81,7 @@ def test_the_target_stream_never_reads_stale_data(to_glue):
         assert int(total) == int(src.sum(dtype=torch.int64)), trial
 
 
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_a_reused_block_is_not_overwritten_while_earlier_work_reads_it(mode, to_glue):
+def test_a_reused_block_is_not_overwritten_while_earlier_work_reads_it():
     # The next call's destination is the block of a result dropped while the target stream
     # still has to read it: the copy must wait for that read.
     stream = torch.cuda.Stream()
@@ -91,30 +89,29 @@ def test_a_reused_block_is_not_overwritten_while_earlier_work_reads_it(mode, to_
     ones = torch.full((n,), 1, dtype=torch.uint8).pin_memory()
     twos = torch.full((n,), 2, dtype=torch.uint8).pin_memory()
     with torch.cuda.stream(stream):
-        a = ft.to(ones, "cuda", target_stream=stream, mode=mode)
+        a = ft.to(ones, "cuda", target_stream=stream)
         address = a.data_ptr()
         torch.cuda._sleep(500_000_000)  # keeps the stream busy before the read below
         total = a.sum(dtype=torch.int64)  # reads `a` after the sleep
         del a                           # released in the stream's order
-        b = ft.to(twos, "cuda", target_stream=stream, mode=mode)
+        b = ft.to(twos, "cuda", target_stream=stream)
     assert b.data_ptr() == address, "the block was not reused; the test saw nothing"
     stream.synchronize()
     assert int(total) == n               # the read saw the old bytes
     assert int(b.sum(dtype=torch.int64)) == 2 * n
 
 
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_the_copy_overlaps_the_compute_queued_on_the_target(mode, to_glue):
-    # Both modes take a block whose free point ferry knows, so the copy does not wait for the
+def test_the_copy_overlaps_the_compute_queued_on_the_target():
+    # The destination is a block whose free point ferry knows, so the copy does not wait for the
     # target stream's compute queued before the call.
     stream = torch.cuda.Stream()
     pinned = torch.arange(1 << 20, dtype=torch.float32).pin_memory()
     pageable = torch.arange(1000, dtype=torch.int64)
     with torch.cuda.stream(stream):
-        warm = ft.to({"a": pinned, "b": pageable}, "cuda", target_stream=stream, mode=mode)
+        warm = ft.to({"a": pinned, "b": pageable}, "cuda", target_stream=stream)
         del warm
         torch.cuda._sleep(400_000_000)  # compute queued before the call
-        r = ft.to({"a": pinned, "b": pageable}, "cuda", target_stream=stream, mode=mode)
+        r = ft.to({"a": pinned, "b": pageable}, "cuda", target_stream=stream)
         ft.synchronize()                # every ferry copy done ...
         busy = not stream.query()       # ... while the target stream still computes
     stream.synchronize()
@@ -122,8 +119,8 @@ def test_the_copy_overlaps_the_compute_queued_on_the_target(mode, to_glue):
     assert torch.equal(r["a"].cpu(), pinned) and torch.equal(r["b"].cpu(), pageable)
 
 
-def test_pytorch_running_out_of_memory_takes_the_idle_destinations(to_glue):
-    # mode="torch" draws its destinations from PyTorch's caching allocator: once dropped they
+def test_pytorch_running_out_of_memory_takes_the_idle_destinations():
+    # ferry.torch draws its destinations from PyTorch's caching allocator: once dropped they
     # are PyTorch's cached memory, which an allocation that would otherwise fail takes back.
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -146,7 +143,7 @@ def test_pytorch_running_out_of_memory_takes_the_idle_destinations(to_glue):
     torch.cuda.empty_cache()
 
 
-def test_default_target_is_the_current_stream_and_the_host_is_not_synchronized(to_glue):
+def test_default_target_is_the_current_stream_and_the_host_is_not_synchronized():
     src = torch.ones(16 << 20, dtype=torch.float32)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
@@ -159,15 +156,14 @@ def test_default_target_is_the_current_stream_and_the_host_is_not_synchronized(t
     assert float(total) == src.numel()
 
 
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_the_default_stream_as_target_is_not_synchronized_on_the_host(mode, to_glue):
+def test_the_default_stream_as_target_is_not_synchronized_on_the_host():
     # PyTorch's default stream has handle 0, which DLPack calls 1 (the legacy default stream):
-    # both modes order it on the device, so the call returns while it still sleeps.
+    # ferry orders it on the device, so the call returns while it still sleeps.
     src = torch.ones(16 << 20, dtype=torch.float32)
     main = torch.cuda.default_stream()
     with torch.cuda.stream(main):
         torch.cuda._sleep(200_000_000)
-        d = ft.to(src, "cuda", mode=mode)
+        d = ft.to(src, "cuda")
         busy = not main.query()
         total = d.sum()
     main.synchronize()
@@ -213,8 +209,7 @@ def test_dlpack_to_torch_orders_the_consumer_stream():
     assert int(total) == int(src.sum(dtype=torch.int64))
 
 
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_pinned_sources_are_copied_directly_and_held_until_their_copy_completes(mode, to_glue):
+def test_pinned_sources_are_copied_directly_and_held_until_their_copy_completes():
     # The copy waits behind ~0.2 s of work on the target stream, so it is still ahead when the
     # caller drops the source; a pinned block freed then would be handed to the next
     # pin_memory() and overwritten before the DMA read it.
@@ -224,7 +219,7 @@ def test_pinned_sources_are_copied_directly_and_held_until_their_copy_completes(
     want = src.clone()
     with torch.cuda.stream(s):
         torch.cuda._sleep(400_000_000)
-        r = ft.to({"pinned": src, "pageable": pageable}, "cuda", target_stream=s, mode=mode)
+        r = ft.to({"pinned": src, "pageable": pageable}, "cuda", target_stream=s)
     del src
     assert ft.held_sources() >= 1
     junk = torch.empty(1 << 22, dtype=torch.int32).pin_memory()
@@ -236,7 +231,7 @@ def test_pinned_sources_are_copied_directly_and_held_until_their_copy_completes(
     assert ft.held_sources() == 0
 
 
-def test_pinned_sources_at_one_address_are_copied_by_their_own_length(to_glue):
+def test_pinned_sources_at_one_address_are_copied_by_their_own_length():
     # Views of one pinned storage start at its first byte: each call copies its own view,
     # whatever length an earlier call from that address copied.
     base = torch.arange(1 << 20, dtype=torch.int32).pin_memory()
@@ -251,7 +246,7 @@ def test_pinned_sources_at_one_address_are_copied_by_their_own_length(to_glue):
     assert torch.equal(ft.to(again, "cuda").cpu(), again)
 
 
-def test_small_pinned_sources_are_staged_and_may_change_once_the_call_returns(to_glue):
+def test_small_pinned_sources_are_staged_and_may_change_once_the_call_returns():
     ft.synchronize()
     s = torch.cuda.Stream()
     small = torch.arange(1000, dtype=torch.int32).pin_memory()
@@ -277,17 +272,17 @@ def test_pinned_memory_of_another_kind_is_refused_by_the_core():
     assert h.adopted
 
 
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_repeated_calls_adopt_each_target_stream_once(mode, to_glue):
+def test_repeated_calls_adopt_each_target_stream_once():
     x = torch.arange(4096, dtype=torch.float32)
     side = torch.cuda.Stream()
-    ft.to(x, "cuda", mode=mode)
-    ft.to(x, "cuda", target_stream=side, mode=mode)
-    adopted = len(ft._queues)
+    ft.to(x, "cuda")
+    ft.to(x, "cuda", target_stream=side)
+    dev, _ = ft.engine(ferry.Backend.cuda, torch.cuda.current_device())
+    adopted = len(dev.pool.budget().queues)
     for _ in range(20):
-        y = ft.to(x, "cuda", mode=mode)  # the current stream: a new Stream object each call
-        z = ft.to(x, "cuda", target_stream=side, mode=mode)
-    assert len(ft._queues) == adopted
+        y = ft.to(x, "cuda")  # the current stream: a new Stream object each call
+        z = ft.to(x, "cuda", target_stream=side)
+    assert len(dev.pool.budget().queues) == adopted
     torch.cuda.synchronize()
     assert torch.equal(y.cpu(), x) and torch.equal(z.cpu(), x)
 
@@ -297,12 +292,11 @@ def test_repeated_calls_adopt_each_target_stream_once(mode, to_glue):
 SEED_BYTES = 1 << 30  # a copy long enough (about 20 ms) that its completion cannot be missed
 
 
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_under_a_side_stream_the_side_waits_and_the_target_does_not(mode, to_glue):
+def test_under_a_side_stream_the_side_waits_and_the_target_does_not():
     main, side = torch.cuda.Stream(), torch.cuda.Stream()
     src = torch.randint(0, 1 << 30, (SEED_BYTES // 4,), dtype=torch.int32).pin_memory()
     with torch.cuda.stream(side):
-        d = ft.to(src, "cuda", target_stream=main, mode=mode)
+        d = ft.to(src, "cuda", target_stream=main)
     compute = torch.cuda.Event()
     compute.record(main)   # main's work enqueued after the call: not held behind the copy
     compute.synchronize()
@@ -316,12 +310,11 @@ def test_under_a_side_stream_the_side_waits_and_the_target_does_not(mode, to_glu
     assert d.data_ptr() != 0
 
 
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_an_explicit_wait_stream_is_the_one_that_waits(mode, to_glue):
+def test_an_explicit_wait_stream_is_the_one_that_waits():
     main, side = torch.cuda.Stream(), torch.cuda.Stream()
     src = torch.randint(0, 1 << 30, (SEED_BYTES // 4,), dtype=torch.int32).pin_memory()
     with torch.cuda.stream(side):
-        d = ft.to(src, "cuda", target_stream=main, wait_stream=main, mode=mode)
+        d = ft.to(src, "cuda", target_stream=main, wait_stream=main)
     assert side.query()  # nothing was enqueued on the current stream
     with torch.cuda.stream(main):
         total = d.sum(dtype=torch.int64)  # ordered by main's own wait, no wait_stream
@@ -330,8 +323,7 @@ def test_an_explicit_wait_stream_is_the_one_that_waits(mode, to_glue):
 
 
 @pytest.mark.parametrize("source", ["pinned", "pageable"])
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
-def test_a_result_dropped_at_once_is_never_reused_under_its_copy(mode, source, to_glue):
+def test_a_result_dropped_at_once_is_never_reused_under_its_copy(source):
     # Dropped before anyone waits, the block is freed in main's order at once: main's next
     # allocation must not get it while the copy still writes it.
     main, side = torch.cuda.Stream(), torch.cuda.Stream()
@@ -341,7 +333,7 @@ def test_a_result_dropped_at_once_is_never_reused_under_its_copy(mode, source, t
         src = src.pin_memory()
     for trial in range(4):
         with torch.cuda.stream(side):
-            d = ft.to(src, "cuda", target_stream=main, mode=mode)
+            d = ft.to(src, "cuda", target_stream=main)
         del d
         with torch.cuda.stream(main):
             x = torch.empty(n, dtype=torch.uint8, device="cuda")
@@ -352,7 +344,7 @@ def test_a_result_dropped_at_once_is_never_reused_under_its_copy(mode, source, t
         del x
 
 
-def test_stash_and_restore_keep_identity_views_and_bytes(stash_ops):
+def test_stash_and_restore_keep_identity_views_and_bytes():
     main = torch.cuda.current_stream()
     base = torch.randn(1 << 20, device="cuda")
     view = base[1000:3000].view(40, 50)
@@ -384,7 +376,7 @@ def test_stash_and_restore_keep_identity_views_and_bytes(stash_ops):
 
 
 @pytest.mark.parametrize("free", ["ordered", "deferred"])
-def test_stash_frees_at_once_and_nothing_written_after_it_reaches_the_copy(free, stash_ops):
+def test_stash_frees_at_once_and_nothing_written_after_it_reaches_the_copy(free):
     # The stash frees the storage at once: main's next allocation of the same size may get the
     # same block and write it immediately. The host copy and the restore must hold the stashed
     # bytes all the same.
@@ -405,7 +397,7 @@ def test_stash_frees_at_once_and_nothing_written_after_it_reaches_the_copy(free,
         assert bad == [], f"step {step}: restored tensors {bad} are corrupt"
 
 
-def test_stash_free_order_decides_whether_the_stream_waits_for_the_copy(stash_ops):
+def test_stash_free_order_decides_whether_the_stream_waits_for_the_copy():
     # "ordered": main waits for the D2H on the device, so work enqueued on main after the call
     # completes after the copy. "deferred": main does not wait, so that work completes while the
     # copy (1 GiB, tens of milliseconds) still runs, and the block is not reused under it.
@@ -433,7 +425,7 @@ def test_stash_free_order_decides_whether_the_stream_waits_for_the_copy(stash_op
 
 
 @pytest.mark.parametrize("free", ["ordered", "deferred"])
-def test_a_stash_right_after_a_restore_reads_the_restored_bytes(free, stash_ops):
+def test_a_stash_right_after_a_restore_reads_the_restored_bytes(free):
     # Stashes and restores run on different transfer streams: a stash of tensors whose restore
     # no stream waited for yet must still read them after the restore has written them.
     n = 128 << 20
@@ -452,7 +444,7 @@ def test_a_stash_right_after_a_restore_reads_the_restored_bytes(free, stash_ops)
         again.wait()
 
 
-def test_stash_refuses_a_storage_that_an_unpassed_view_still_uses(stash_ops):
+def test_stash_refuses_a_storage_that_an_unpassed_view_still_uses():
     base = torch.zeros(1 << 16, device="cuda")
     view = base[:100]  # noqa: F841 - held, not passed
     with pytest.raises(ferry.Error) as e:
@@ -461,7 +453,7 @@ def test_stash_refuses_a_storage_that_an_unpassed_view_still_uses(stash_ops):
     assert base.device.type == "cuda"  # untouched
 
 
-def test_stash_takes_storages_whose_python_object_was_asked_for(stash_ops):
+def test_stash_takes_storages_whose_python_object_was_asked_for():
     # Once code asked a tensor for its untyped_storage(), PyTorch may keep that Python object
     # with the storage, holding it: the stash must not count it as a holder left out, or it
     # refuses every tensor whose storage anything (a checkpoint, a stash of PyTorch's) looked at.

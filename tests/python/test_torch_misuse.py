@@ -57,15 +57,6 @@ def test_streams_are_refused_for_the_host_device():
     refused("invalid_argument", lambda: ft.to(torch.ones(4), "cpu", wait_stream=s), "cpu")
 
 
-@pytest.mark.parametrize("mode", ["", "TORCH", "pool", None])
-def test_an_unknown_mode_is_refused(mode):
-    line = inspect.currentframe().f_lineno + 2
-    with pytest.raises(ferry.Error) as e:
-        ft.to(torch.ones(4), device, mode=mode)
-    assert e.value.code == "invalid_argument" and repr(mode) in e.value.message
-    assert (e.value.filename, e.value.lineno) == (__file__, line)
-
-
 def test_an_unknown_device_is_refused():
     refused("invalid_argument", lambda: ft.to(torch.ones(4), "gpu0"), "not a torch device")
     refused("unsupported", lambda: ft.to(torch.ones(4), "meta"), "meta")
@@ -84,21 +75,20 @@ def leaf_cases():
     return [pytest.param(make, code, word, id=name) for name, make, code, word in cases]
 
 
-@pytest.mark.parametrize("mode", ["torch", "ferry"])
 @pytest.mark.parametrize("make,code,word", leaf_cases())
-def test_a_leaf_ferry_cannot_copy_byte_for_byte_is_refused_before_any_copy(make, code, word, mode):
+def test_a_leaf_ferry_cannot_copy_byte_for_byte_is_refused_before_any_copy(make, code, word):
     bad = make()
     good = torch.arange(1 << 16, dtype=torch.int64)
     before = good.clone()
     dev, _ = ft.engine(ferry.Backend.cuda if device == "cuda" else ferry.Backend.host, 0)
     active = dev.pool.budget().active_bytes
-    e = refused(code, lambda: ft.to({"good": good, "bad": [bad]}, device, mode=mode), word, "leaf 1")
+    e = refused(code, lambda: ft.to({"good": good, "bad": [bad]}, device), word, "leaf 1")
     assert "ferry.torch.to" in e.message
     intact(before, good)
     # Nothing allocated for the refused call (blocks of earlier calls may be freed meanwhile).
     assert dev.pool.budget().active_bytes <= active
     # The same structure without the bad leaf still moves, byte for byte.
-    r = ft.to({"good": good}, device, mode=mode)
+    r = ft.to({"good": good}, device)
     if device == "cuda":
         torch.cuda.current_stream().synchronize()
     assert torch.equal(r["good"].cpu(), before)
@@ -173,7 +163,7 @@ def test_a_tensor_requiring_grad_on_the_target_device_is_returned_as_it_is():
     ([3], "not a tensor"),
     ([torch.zeros(4)], "not a CUDA device"),
 ])
-def test_stash_refuses_what_it_cannot_stash(bad, what, stash_ops):
+def test_stash_refuses_what_it_cannot_stash(bad, what):
     refused("invalid_argument", lambda: ft.stash(bad), what)
 
 
@@ -193,7 +183,7 @@ def _nested():
     (_quantized, "quantized"),
     (_nested, "nested"),
 ])
-def test_stash_refuses_a_tensor_that_is_not_plain_strided(make, what, stash_ops):
+def test_stash_refuses_a_tensor_that_is_not_plain_strided(make, what):
     # Checked before the device: the message names the layout, and nothing is touched.
     good = torch.zeros(4)
     bad = make()
@@ -201,13 +191,13 @@ def test_stash_refuses_a_tensor_that_is_not_plain_strided(make, what, stash_ops)
     assert good.device.type == "cpu" and int(good.sum()) == 0
 
 
-def test_stash_refuses_a_stream_that_is_not_a_stream(stash_ops):
+def test_stash_refuses_a_stream_that_is_not_a_stream():
     with pytest.raises(ferry.Error) as e:
         ft.stash([torch.zeros(4)], stream=42)
     assert e.value.code == "invalid_argument" and "torch.cuda.Stream" in e.value.message
 
 
-def test_stash_refuses_an_unknown_free_order(stash_ops):
+def test_stash_refuses_an_unknown_free_order():
     t = torch.zeros(4)
     refused("invalid_argument", lambda: ft.stash([t], free="later"), "free", "'ordered' or 'deferred'")
     assert t.device.type == "cpu" and int(t.sum()) == 0  # untouched

@@ -1,27 +1,20 @@
 // SPDX-License-Identifier: MIT
 //
-// ferry._torch_native: the per-tensor work of ferry.torch.stash and Stash.restore, and
-// PyTorch's side of ferry.torch.to as C entry points (torch_native_api.h), in C++ against
-// libtorch, for the PyTorch that the package was built with.
+// ferry._torch_native: PyTorch's half of ferry.torch, in C++ against libtorch, for the
+// PyTorch that the package was built with: the per-tensor work of ferry.torch.stash and
+// Stash.restore, and the C entry points (native_api.h) through which ferry._ferry's torch glue
+// reads each leaf of `to`, takes each destination and hands each result back.
 //
-// A stash of N tensors checks, groups, allocates and re-points N tensors. Done with PyTorch's
-// Python API, each tensor costs a dozen interpreter-level calls (a few microseconds), which
-// for an optimizer's hundreds of state tensors outweighs the one batched copy. Here each step
-// is a direct call on the TensorImpl. The module holds no ferry state and makes no copy: the
-// copies stay in ferry._ferry; this module only reads tensors, allocates their blocks from
-// PyTorch's caching allocator and swaps their data.
+// A stash of N tensors checks, groups, allocates and re-points N tensors, and a `to` of one
+// tensor reads it, allocates and makes a tensor: done with PyTorch's Python API, each step
+// costs interpreter-level calls of a few microseconds each. Here each is a direct call on the
+// TensorImpl or on PyTorch's allocators. The module holds no ferry state and makes no copy.
 //
 // The module is built against one PyTorch's C++ ABI: FERRY_TORCH_VERSION, the torch.__version__
-// that the build found (meson defines it). ferry.torch uses the module only when the running
-// torch.__version__ is that one, and otherwise takes its Python path.
-//
-// ferry.torch.to's copies run in ferry._ferry, which reads each leaf, takes each destination
-// and hands each result back through this module's entry points (the TO_API capsule): a
-// direct call on the TensorImpl and on PyTorch's caching allocator instead of a round trip
-// through DLPack and the allocator's Python functions.
+// that the build found (meson defines it). ferry.torch refuses to load under another torch.
 //
 // Errors are raised as ferry.Error, and running out of device memory as torch.OutOfMemoryError
-// (set_error hands both classes in before any other call), as the Python path raises them.
+// (set_error hands both classes in before any other call).
 
 #include <Python.h>
 
@@ -50,7 +43,7 @@
 #include <utility>
 #include <vector>
 
-#include "torch_native_api.h"
+#include "native_api.h"
 
 namespace {
 
@@ -72,8 +65,8 @@ PyObject* fail(const char* code, const std::string& message) {
 }
 
 // A PyTorch error inside a call becomes ferry.Error with PyTorch's message, except running
-// out of device memory, which raises torch.OutOfMemoryError as the Python path's allocation
-// does (a caller's out-of-memory handling catches it either way).
+// out of device memory, which raises torch.OutOfMemoryError as PyTorch's own allocations do
+// (a caller's out-of-memory handling catches it either way).
 PyObject* raise_current(const char* fn) {
   try {
     throw;
@@ -131,7 +124,7 @@ Plan* plan_of(PyObject* capsule) {
 
 std::string device_name(const at::Tensor& t) { return t.device().str(); }
 
-// The tensor's layout as Python prints it ("torch.sparse_coo"), as the Python path's message
+// The tensor's layout as Python prints it ("torch.sparse_coo"), as ferry.torch.to's message
 // names it.
 std::string layout_name(PyObject* tensor) {
   std::string name = "?";
@@ -228,7 +221,7 @@ PyObject* stash_plan(PyObject*, PyObject* args) {
     // storage after it is freed. Each tensor holds its storage once; so does an autograd saved
     // tensor, a .data alias, and the storage's Python object (UntypedStorage), which PyTorch
     // may keep alive with the storage once anything asked for it. That object is taken here,
-    // held while counting and not counted, as the Python path's own reference is.
+    // held while counting and not counted.
     for (std::size_t k = 0; k < plan->groups.size(); ++k) {
       const Group& g = plan->groups[k];
       PyObject* python_storage = PyObject_CallMethod(g.entries.front().obj, "untyped_storage", nullptr);
@@ -434,7 +427,7 @@ int to_read(PyObject* obj, ferry_torch_native::Leaf* out) {
   if (!t.defined() || t.device().type() != c10::DeviceType::CPU || t.layout() != c10::kStrided) return 0;
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   // A Python dispatch mode or subclass, a functional or nested wrapper (no storage), and the
-  // bits a byte copy would lose are left to the Python path, which converts or names them.
+  // bits a byte copy would lose are refused: ferry.torch converts or names them.
   if (impl->is_python_dispatch() || !impl->has_storage() || t.is_nested() || t.requires_grad() || t.is_conj() ||
       t.is_neg() || c10::isQIntType(t.scalar_type()) || !t.is_contiguous()) {
     return 0;
@@ -467,10 +460,26 @@ int to_current(std::int32_t* device_index, std::uintptr_t* stream) {
 // allocator, its stream-taking entry point needs neither when the stream's device is current
 // (ferry.torch.to's own case): the guard's device and stream exchanges cost more host time
 // than the allocation.
+int to_idle_stream(std::int32_t device_index, std::int64_t* stream_id) {
+  try {
+    const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    *stream_id = impl.getStreamFromGlobalPool(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)),
+                                              false)
+                     .id();
+    return 0;
+  } catch (...) {
+    raise_current("ferry.torch.to");
+    return -1;
+  }
+}
+
 std::uint64_t to_allocate(std::uint64_t nbytes, std::int64_t stream_id, std::int32_t device_index) {
   try {
     const auto device = static_cast<c10::DeviceIndex>(device_index);
     void* p = nullptr;
+    if (device_index < 0) {
+      p = c10::GetAllocator(c10::DeviceType::CPU)->raw_allocate(nbytes);
+    } else
 #if FERRY_TORCH_CUDA_ALLOCATOR
     if (c10::cuda::current_device() == device) {
       const c10::cuda::CUDAStream s = c10::cuda::CUDAStream::unpack3(stream_id, device, c10::DeviceType::CUDA);
@@ -494,9 +503,10 @@ std::uint64_t to_allocate(std::uint64_t nbytes, std::int64_t stream_id, std::int
   }
 }
 
-void to_free(std::uint64_t pointer) {
+void to_free(std::uint64_t pointer, std::int32_t device_index) {
   try {
-    c10::GetAllocator(c10::DeviceType::CUDA)->raw_deallocate(reinterpret_cast<void*>(pointer));
+    c10::GetAllocator(device_index < 0 ? c10::DeviceType::CPU : c10::DeviceType::CUDA)
+        ->raw_deallocate(reinterpret_cast<void*>(pointer));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ferry.torch: handing a block back to PyTorch's caching allocator failed: %s\n", e.what());
   }
@@ -504,13 +514,15 @@ void to_free(std::uint64_t pointer) {
 
 PyObject* to_wrap(std::uint64_t pointer, std::int32_t device_index, const ferry_torch_native::Leaf* like,
                   void* context, void (*deleter)(void*)) {
-  const c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index));
+  const bool cpu = device_index < 0;
+  const c10::Device device = cpu ? c10::Device(c10::DeviceType::CPU)
+                                 : c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index));
   const auto dtype = static_cast<c10::ScalarType>(like->scalar_type);
   c10::DataPtr data(reinterpret_cast<void*>(pointer), context, deleter, device);
   try {
     c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<int64_t>(like->nbytes), std::move(data),
                          nullptr, false);
-    auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CUDA),
+    auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(cpu ? c10::DispatchKey::CPU : c10::DispatchKey::CUDA),
                                                       caffe2::TypeMeta::fromScalarType(dtype));
     impl->set_sizes_contiguous(c10::IntArrayRef(like->shape, static_cast<std::size_t>(like->ndim)));
     return THPVariable_Wrap(at::Tensor(std::move(impl)));
@@ -521,8 +533,8 @@ PyObject* to_wrap(std::uint64_t pointer, std::int32_t device_index, const ferry_
   }
 }
 
-const ferry_torch_native::Api kToApi{ferry_torch_native::kTorchNativeApiVersion, to_read, to_current, to_allocate,
-                                     to_free, to_wrap};
+const ferry_torch_native::Api kToApi{ferry_torch_native::kTorchNativeApiVersion, to_read, to_current, to_idle_stream,
+                                     to_allocate, to_free, to_wrap};
 
 PyObject* set_error(PyObject*, PyObject* args) {
   PyObject* error = nullptr;
@@ -551,7 +563,7 @@ PyMethodDef methods[] = {
 
 PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_torch_native",
-    "ferry.torch's per-tensor stash work against libtorch's C++ API (see torch_native.cpp).", -1, methods,
+    "PyTorch's half of ferry.torch, against libtorch's C++ API (python/src/torch/native.cpp).", -1, methods,
     nullptr, nullptr, nullptr, nullptr,
 };
 

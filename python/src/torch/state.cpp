@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+// The state ferry.torch's glue keeps between calls (state.hpp).
+#include "state.hpp"
+
+namespace ferry::python::torch {
+
+bool ThrottledReached::operator()(const ferry::TimelinePoint& point) {
+  if (point.known_reached()) return true;
+  const std::int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+  if (now - last_query_ns_ < kQueryIntervalNs) return false;
+  last_query_ns_ = now;
+  return point.reached();  // raises the watermark for the points behind it too
+}
+
+ferry::TimelinePoint ReleasePoints::wait_for(std::uint64_t pointer, std::uint64_t nbytes) {
+  const std::uint64_t end = pointer + nbytes;
+  ferry::TimelinePoint wait;
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Release points of one target are recorded in the order of its timeline, so the reached
+  // ones lead. An entry recorded out of order behind an unreached one stays until those
+  // before it are reached; an entry not known reached is waited for on the device, which
+  // costs no more than asking.
+  std::size_t done = 0;
+  while (done < freed_.size() && reached_(freed_[done].point)) ++done;
+  freed_.erase(freed_.begin(), freed_.begin() + static_cast<std::ptrdiff_t>(done));
+  for (const Freed& f : freed_) {
+    if (f.start < end && pointer < f.end && (wait.empty() || f.point.value > wait.value)) wait = f.point;
+  }
+  return wait;
+}
+
+void ReleasePoints::record(std::uint64_t pointer, std::uint64_t nbytes, const ferry::TimelinePoint& point) {
+  if (point.empty()) return;  // reached points are dropped by the next allocation, which asks anyway
+  std::lock_guard<std::mutex> lock(mutex_);
+  freed_.push_back({pointer, pointer + nbytes, point});
+}
+
+std::size_t ReleasePoints::pending() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return freed_.size();
+}
+
+std::pair<std::uint64_t, ferry::TimelinePoint> Destinations::allocate(std::uint64_t nbytes) {
+  const std::uint64_t ptr = native->allocate(nbytes, stream_id, device_index);
+  if (ptr == 0) throw nb::python_error();
+  return {ptr, points.wait_for(ptr, nbytes)};
+}
+
+void Destinations::release(std::uint64_t pointer, std::uint64_t nbytes, const ferry::TimelinePoint& point) noexcept {
+  // A record that cannot be made terminates (noexcept): a block handed back without its point
+  // could be overwritten under a read.
+  points.record(pointer, nbytes, point);
+  native->free(pointer, device_index);
+}
+
+void HeldSources::release_reached() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_reached_locked();
+}
+
+std::size_t HeldSources::count() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t n = 0;
+  for (const auto& e : entries_) n += 1 + e.rest.size();
+  return n;
+}
+
+void HeldSources::clear() {
+  std::deque<Entry> gone;  // dropped after the mutex is let go of
+  std::lock_guard<std::mutex> lock(mutex_);
+  gone.swap(entries_);
+}
+
+void HeldSources::release_reached_locked() {
+  while (!entries_.empty() && reached_(entries_.front().point)) entries_.pop_front();
+}
+
+PinnedSources::Buffer PinnedSources::adopt(ferry::Device& device, const void* data, std::uint64_t nbytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Entry& e : entries_) {
+    if (e.data == data && e.nbytes == nbytes) return e.buffer;
+  }
+  auto b = std::make_shared<const ferry::HostBuffer>(device.host_pool().adopt(const_cast<void*>(data), nbytes));
+  entries_[next_] = {data, nbytes, b};
+  next_ = (next_ + 1) % kEntries;
+  return b;
+}
+
+Glue& glue() {
+  static Glue* g = new Glue;  // never destroyed: its objects die with the interpreter
+  return *g;
+}
+
+Adoptions::~Adoptions() {
+  try {
+    release();
+  } catch (...) {
+    // A closed or failed device: nothing is in flight any more that the owner could overtake.
+  }
+}
+
+ferry::TimelinePoint Adoptions::release() {
+  std::vector<ferry::DeviceBuffer> held = std::move(buffers);
+  buffers.clear();
+  // The ranges are adopted as the executor's, so ferry's use of each ends at its copy's point
+  // (last_access): release_unordered hands that point back without enqueueing a mark per
+  // range, and the owner's one wait for `done` (the last copy, which completes after every
+  // other) orders it after all of them.
+  ferry::TimelinePoint last;
+  for (ferry::DeviceBuffer& b : held) last = b.release_unordered();
+  if (owner && !held.empty()) owner->wait(done);
+  return last;
+}
+
+}  // namespace ferry::python::torch
