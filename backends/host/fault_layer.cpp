@@ -4,6 +4,7 @@
 #include "host/fault_layer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iterator>
 #include <source_location>
@@ -113,6 +114,19 @@ void FaultState::allocate(std::uint64_t bytes) {
                     std::to_string(plan_.alloc_fail_at) + " alloc_fail_count=" +
                     std::to_string(plan_.alloc_fail_count) + ")",
                 "aligned_alloc", std::source_location{});
+  }
+}
+
+bool FaultSemaphore::wait(std::uint64_t v, std::chrono::nanoseconds timeout) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = timeout >= std::chrono::hours(24 * 365) ? clock::time_point::max() : clock::now() + timeout;
+  for (;;) {
+    if (value() >= v) return true;
+    if (faults_->lost()) faults_->throw_lost();
+    const auto now = clock::now();
+    if (now >= deadline) return false;
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
+    if (wait_for(v, std::min<std::chrono::nanoseconds>(left, kWaitSlice))) return true;
   }
 }
 

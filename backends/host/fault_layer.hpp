@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The host backend's fault injection: a layer of its own over the reference backend, which
-// only calls it at its hooks (an enqueue, the run of an operation, a segment allocation, a
-// host wait, wait_idle) and runs as plain reference code when no fault is planned.
+// The host backend's fault injection: a layer of its own over the reference backend. It
+// gives a device with faults planned its own semaphores (FaultSemaphore), and the reference
+// backend calls it at four hooks (an enqueue, the run of an operation, a segment allocation,
+// wait_idle) through a pointer that is null when no fault is planned.
 //
 // Fault injection (FERRY_HOST_FAULTS, read at open): a comma-separated list of key=N, each N
 // a decimal integer >= 1, each key at most once; anything else makes the open fail with
@@ -21,10 +22,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
+
+#include "host/host_internal.hpp"
 
 namespace ferry::detail::host_impl {
 
@@ -75,6 +80,20 @@ class FaultState {
   std::mutex mutex_;                // orders begin_operation against a loss
   std::condition_variable idle_;    // running_ dropped to 0
   std::uint64_t running_ = 0;       // operations the workers are executing
+};
+
+// A semaphore of a device with faults planned. A value reached is reached, lost device or
+// not; a host wait sleeps in slices, so that a device lost while it waits (nobody will
+// signal) is reported promptly. Queue workers wait with the plain wait (wait_for), as on
+// every device.
+class FaultSemaphore final : public HostSemaphore {
+ public:
+  FaultSemaphore(std::uint64_t initial, std::shared_ptr<FaultState> faults)
+      : HostSemaphore(initial), faults_(std::move(faults)) {}
+  bool wait(std::uint64_t v, std::chrono::nanoseconds timeout) override;
+
+ private:
+  const std::shared_ptr<FaultState> faults_;
 };
 
 }  // namespace ferry::detail::host_impl

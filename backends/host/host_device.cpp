@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "host/fault_layer.hpp"
 #include "host/host_internal.hpp"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -125,7 +126,8 @@ class HostDevice final : public BackendDevice {
   }
 
   std::unique_ptr<BackendSemaphore> create_semaphore(std::uint64_t initial) override {
-    return std::make_unique<HostSemaphore>(initial, faults_);
+    if (faults_) return std::make_unique<FaultSemaphore>(initial, faults_);
+    return std::make_unique<HostSemaphore>(initial);
   }
 
   std::unique_ptr<Segment> allocate_segment(std::uint64_t bytes) override {

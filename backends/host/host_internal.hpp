@@ -47,9 +47,10 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "host/fault_layer.hpp"
 
 namespace ferry::detail::host_impl {
+
+class FaultState;  // fault_layer.hpp
 
 inline constexpr auto kWaitSlice = std::chrono::milliseconds(10);
 
@@ -57,10 +58,9 @@ inline constexpr auto kWaitSlice = std::chrono::milliseconds(10);
 // Semaphore: the value is atomic (lock-free queries); the mutex only orders stores against
 // waiters so that no wake-up is lost.
 
-class HostSemaphore final : public BackendSemaphore {
+class HostSemaphore : public BackendSemaphore {
  public:
-  HostSemaphore(std::uint64_t initial, std::shared_ptr<FaultState> faults)
-      : value_(initial), faults_(std::move(faults)) {}
+  explicit HostSemaphore(std::uint64_t initial) : value_(initial) {}
 
   // A host thread may destroy the semaphore as soon as it observes the value (value() or
   // wait()), while the signalling worker is still inside signal(): taking the mutex here
@@ -79,21 +79,8 @@ class HostSemaphore final : public BackendSemaphore {
     cv_.notify_all();
   }
 
-  // A value reached is reached, lost device or not. Under fault injection the wait sleeps in
-  // slices, so that a device lost while it waits (nobody will signal) is reported promptly.
-  bool wait(std::uint64_t v, std::chrono::nanoseconds timeout) override {
-    if (!faults_) return wait_for(v, timeout);
-    using clock = std::chrono::steady_clock;
-    const auto deadline = timeout >= std::chrono::hours(24 * 365) ? clock::time_point::max() : clock::now() + timeout;
-    for (;;) {
-      if (value() >= v) return true;
-      if (faults_->lost()) faults_->throw_lost();
-      const auto now = clock::now();
-      if (now >= deadline) return false;
-      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
-      if (wait_for(v, std::min<std::chrono::nanoseconds>(left, kWaitSlice))) return true;
-    }
-  }
+  // The host wait: the plain wait below (the fault layer's semaphore waits in slices).
+  bool wait(std::uint64_t v, std::chrono::nanoseconds timeout) override { return wait_for(v, timeout); }
 
   // The plain wait, which never throws (the queue workers' too): true once `v` is reached,
   // false at the timeout.
@@ -111,7 +98,6 @@ class HostSemaphore final : public BackendSemaphore {
 
  private:
   std::atomic<std::uint64_t> value_;
-  const std::shared_ptr<FaultState> faults_;  // null: no faults injected
   std::mutex mutex_;
   std::condition_variable cv_;
 };

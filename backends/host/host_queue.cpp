@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/fault_layer.hpp"
 #include "host/host_internal.hpp"
 
 namespace ferry::detail::host_impl {
