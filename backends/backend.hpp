@@ -196,10 +196,34 @@ struct HostDeviceCopy {
   std::uint64_t bytes = 0;  ///< > 0
 };
 
-/// A queue of the backend. Operations execute in enqueue order. Each call enqueues and
-/// returns; nothing blocks the host except where stated.
 class BackendDevice;
 
+/// A queue of the backend. Operations execute in enqueue order. Each call enqueues and
+/// returns; nothing blocks the host except where stated.
+///
+/// Behaviour flags. Four members change what the front end does rather than what the backend
+/// does: wait_orders_later_work, acquires_ownership, defers_signals and hold_signals. The
+/// first three answer the same for the whole life of a queue, so the front end may read them
+/// once when it makes the queue's state. They stay queries of the queue, not fields of
+/// Capabilities, because an interop pair's two sides answer differently on one device. Each
+/// stays in the front end because it acts on state that spans queues or calls, which a
+/// backend does not see:
+///  - wait_orders_later_work (stream backends: CUDA, HIP, host, null) lets the front end skip
+///    a wait this queue already made; only the front end knows a queue's earlier waits on
+///    its timelines.
+///  - acquires_ownership (Vulkan) makes the front end record the acquire that a later access
+///    owes after a queue-family release; the debt outlives the call that released it and is
+///    paid on another queue.
+///  - defers_signals (Vulkan) makes a wait on a value flush the queue that recorded its
+///    signal first, and lets the front end defer a call's submission; both need the front
+///    end's record of which queue signals which value.
+///  - hold_signals is a scope, not a capability: under deferred submission
+///    (TransferOptions::submit_batch > 1) it brackets a call's work on the executor, so that
+///    the call's signals wait for the front end's choice to submit or defer. It could become
+///    a backend-side policy only if the backend knew that choice, which rests on front-end
+///    counts of pending calls and bytes. A no-op where defers_signals is false.
+/// driver_submits is a statistic and family() data about the queue: neither changes the front
+/// end's path.
 class BackendQueue {
  public:
   virtual ~BackendQueue() = default;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Vulkan queue: batches of recorded commands, submission with timeline waits and signals,
-// copies, queue-family ownership transfers, and the synthetic compute kernel.
+// buffer copies, queue-family ownership transfers, the synthetic compute kernel, and the
+// device's queues (default, created, adopted). Image copies are in vulkan_image.cpp.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -287,92 +288,6 @@ void VulkanQueue::copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) {
   copy(buffer_of(dst.segment), dst.offset, buffer_of(src.segment), src.offset, bytes, false);
 }
 
-// Image copies: one vkCmdCopyBufferToImage / vkCmdCopyImageToBuffer of all regions, the
-// image in the transfer layout its hand-over (image_barrier) put it in. The buffer side is
-// tracked like a buffer copy's, over the span of the regions' footprints.
-void VulkanQueue::copy_image(VulkanImage& image, VkBuffer buffer, VkDeviceSize base,
-                             std::span<const ImageCopy> regions, bool to_image, bool host_dst) {
-  std::lock_guard lock(mutex_);
-  VkDeviceSize lo = ~VkDeviceSize{0}, hi = 0;
-  std::vector<VkBufferImageCopy> copies;
-  copies.reserve(regions.size());
-  for (const ImageCopy& c : regions) {
-    const std::uint64_t slices = std::uint64_t{c.depth} * c.layers;
-    lo = std::min<VkDeviceSize>(lo, base + c.buffer_offset);
-    hi = std::max<VkDeviceSize>(hi, base + c.buffer_offset + (slices - 1) * c.slice_pitch +
-                                        std::uint64_t{c.rows - 1} * c.row_pitch + c.row_bytes);
-    VkBufferImageCopy r{};
-    r.bufferOffset = base + c.buffer_offset;
-    r.bufferRowLength = c.row_length;
-    r.bufferImageHeight = c.image_height;
-    r.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, c.mip, c.base_layer, c.layers};
-    r.imageOffset = {static_cast<std::int32_t>(c.x), static_cast<std::int32_t>(c.y), static_cast<std::int32_t>(c.z)};
-    r.imageExtent = {c.width, c.height, c.depth};
-    copies.push_back(r);
-  }
-  order({{buffer, lo, hi, !to_image}});
-  const auto n = static_cast<std::uint32_t>(copies.size());
-  if (to_image) {
-    device_.vk().vkCmdCopyBufferToImage(current_.commands, buffer, image.image, VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL,
-                                        n, copies.data());
-  } else {
-    device_.vk().vkCmdCopyImageToBuffer(current_.commands, image.image, VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, buffer,
-                                        n, copies.data());
-  }
-  writes_host_ = writes_host_ || host_dst;
-}
-
-void VulkanQueue::copy_h2i(BackendImage& dst, HostRef src, std::span<const ImageCopy> regions) {
-  copy_image(static_cast<VulkanImage&>(dst), buffer_of(src.memory), src.offset, regions, true, false);
-}
-void VulkanQueue::copy_i2h(HostRef dst, BackendImage& src, std::span<const ImageCopy> regions) {
-  copy_image(static_cast<VulkanImage&>(src), buffer_of(dst.memory), dst.offset, regions, false, true);
-}
-void VulkanQueue::copy_d2i(BackendImage& dst, DeviceRef src, std::span<const ImageCopy> regions) {
-  copy_image(static_cast<VulkanImage&>(dst), buffer_of(src.segment), src.offset, regions, true, false);
-}
-void VulkanQueue::copy_i2d(DeviceRef dst, BackendImage& src, std::span<const ImageCopy> regions) {
-  copy_image(static_cast<VulkanImage&>(src), buffer_of(dst.segment), dst.offset, regions, false, false);
-}
-
-// One half of an image hand-over (ImageHandOff), over every level and layer: with a queue-
-// family ownership transfer, the release (on the source family) or the acquire (on the
-// destination family), both stating the same layouts; without one, the executor records the
-// whole transition and the owner nothing. The first scope is every stage's writes (the
-// engine's use before, the copy after); the second scope is what follows: the copy (transfer
-// reads or writes), or the engine's use (any access) after the semaphore it waits on.
-void VulkanQueue::image_barrier(BackendImage& image, const ImageHandOff& h) {
-  auto& img = static_cast<VulkanImage&>(image);
-  const bool transfer = img.transfers(h);
-  if (!transfer && !h.executor) return;
-  std::lock_guard lock(mutex_);
-  recording();
-  VkImageMemoryBarrier b{VK_STRUCTURE_TYPE_IMAGE_MEMORY_BARRIER};
-  b.oldLayout = img.layout(h.from, false);
-  b.newLayout = img.layout(h.to, true);
-  b.srcQueueFamilyIndex = transfer ? h.src_family : VK_QUEUE_FAMILY_IGNORED;
-  b.dstQueueFamilyIndex = transfer ? h.dst_family : VK_QUEUE_FAMILY_IGNORED;
-  b.image = img.image;
-  b.subresourceRange = {VK_IMAGE_ASPECT_COLOR_BIT, 0, img.mip_levels, 0, img.array_layers};
-  const auto access = [](ImageUse use, bool before) -> VkAccessFlags {
-    switch (use) {
-      case ImageUse::copy_dst: return VK_ACCESS_TRANSFER_WRITE_BIT;
-      case ImageUse::copy_src: return before ? VkAccessFlags{0} : VkAccessFlags{VK_ACCESS_TRANSFER_READ_BIT};
-      case ImageUse::engine: break;
-    }
-    return before ? VkAccessFlags{VK_ACCESS_MEMORY_WRITE_BIT}
-                  : VkAccessFlags{VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT};
-  };
-  const VkAccessFlags src_access = access(h.from, true);
-  const VkAccessFlags dst_access = access(h.to, false);
-  // A release makes the writes available and a matching acquire visible: each half carries
-  // only its own side's access (the other is ignored by the queue that does not own it).
-  b.srcAccessMask = transfer && !h.release ? 0 : src_access;
-  b.dstAccessMask = transfer && h.release ? 0 : dst_access;
-  device_.vk().vkCmdPipelineBarrier(current_.commands, kAllCommands, kAllCommands, 0, 0, nullptr, 0, nullptr, 1, &b);
-  if (h.to == ImageUse::engine) img.engine_layout = img.final_layout;
-}
-
 void VulkanQueue::signal(BackendSemaphore& sem, std::uint64_t value) {
   auto& s = static_cast<VulkanSemaphore&>(sem);
   std::lock_guard lock(mutex_);
@@ -527,6 +442,85 @@ bool VulkanQueue::synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t b
     }
   }
   return true;
+}
+
+// ---- the device's queues ----------------------------------------------------------------------
+
+std::unique_ptr<VulkanQueue> VulkanDevice::make_queue(std::uint32_t family, std::uint32_t index,
+                                                      bool owns_index) {
+  VkQueue queue = VK_NULL_HANDLE;
+  vk_.vkGetDeviceQueue(device_, family, index, &queue);
+  if (queue == VK_NULL_HANDLE) {
+    vk_fail(ErrorCode::invalid_argument, "queue " + std::to_string(index) + " of family " +
+                                             std::to_string(family) + " is not part of the VkDevice");
+  }
+  auto result = std::make_unique<VulkanQueue>(*this, queue, family, index, owns_index);
+  if (owns_index) {
+    std::lock_guard lock(mutex_);
+    queue_in_use_[family][index] = true;
+  }
+  return result;
+}
+
+BackendQueue& VulkanDevice::default_queue(QueueRole role) {
+  return role == QueueRole::transfer ? *transfer_queue_ : *compute_queue_;
+}
+
+std::unique_ptr<BackendQueue> VulkanDevice::create_queue(QueueRole role, int /*priority*/) {
+  // Vulkan fixes queue priorities at device creation; `priority` cannot be honoured.
+  if (!owns_objects_) {
+    vk_fail(ErrorCode::unsupported, "create_queue on an adopted device: which queues the engine "
+                                    "created is unknown; adopt them with adopt_queue");
+  }
+  const std::uint32_t family = role == QueueRole::compute ? compute_family_ : transfer_family_;
+  std::uint32_t index = 0;
+  {
+    std::lock_guard lock(mutex_);
+    auto& used = queue_in_use_[family];
+    const auto it = std::find(used.begin(), used.end(), false);
+    if (it == used.end()) {
+      vk_fail(ErrorCode::unsupported, "no free queue left in family " + std::to_string(family) +
+                                          " (" + std::to_string(used.size()) + " created, all in use)");
+    }
+    index = static_cast<std::uint32_t>(it - used.begin());
+  }
+  return make_queue(family, index, true);
+}
+
+std::unique_ptr<BackendQueue> VulkanDevice::adopt_queue(QueueRole role, const NativeQueue& native) {
+  const auto family = native.family, index = native.index;
+  const std::string which = "queue (family " + std::to_string(family) + ", index " + std::to_string(index) + ")";
+  if (native.handle == nullptr) vk_fail(ErrorCode::invalid_argument, "adopt_queue: null VkQueue");
+  if (family >= families_.size()) {
+    vk_fail(ErrorCode::invalid_argument, "adopt_queue: " + which + ": family out of range (" +
+                                             std::to_string(families_.size()) + " families)");
+  }
+  if (index >= families_[family].queueCount) {
+    vk_fail(ErrorCode::invalid_argument, "adopt_queue: " + which + ": index out of range (family has " +
+                                             std::to_string(families_[family].queueCount) + " queues)");
+  }
+  if (index >= queues_created_[family]) {
+    vk_fail(ErrorCode::invalid_argument, "adopt_queue: " + which + ": queue does not belong to this VkDevice");
+  }
+  if (role == QueueRole::compute && !has_compute(family)) {
+    vk_fail(ErrorCode::invalid_argument, "adopt_queue: " + which + ": family has no COMPUTE capability");
+  }
+  if (std::find(sharing_families_.begin(), sharing_families_.end(), family) == sharing_families_.end()) {
+    vk_fail(ErrorCode::unsupported, "adopt_queue: " + which + ": ferry's buffers are shared by families " +
+                                        std::to_string(compute_family_) + " and " +
+                                        std::to_string(transfer_family_) + " only");
+  }
+  VkQueue expected = VK_NULL_HANDLE;
+  vk_.vkGetDeviceQueue(device_, family, index, &expected);
+  if (expected != static_cast<VkQueue>(native.handle)) {
+    vk_fail(ErrorCode::invalid_argument, "adopt_queue: " + which + ": queue does not belong to this VkDevice");
+  }
+  return make_queue(family, index, false);
+}
+
+void VulkanDevice::release_queue_index(std::uint32_t family, std::uint32_t index) {
+  std::lock_guard lock(mutex_);
+  queue_in_use_[family][index] = false;
 }
 
 }  // namespace ferry::detail

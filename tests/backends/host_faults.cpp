@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Fault injection on the host backend (FERRY_HOST_FAULTS, see backends/host/host_backend.cpp):
+// Fault injection on the host backend (FERRY_HOST_FAULTS, see backends/host/fault_layer.hpp):
 // a lost device, a failed segment allocation and a failed copy each surface as a typed
 // ferry::Error at the call or at the next wait -- never a hang, a crash or wrong data -- and
 // leave a pool that validates and a device that closes. Also run with FERRY_HOST_LATENCY_US

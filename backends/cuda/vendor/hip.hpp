@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // HIP side of the vendor shim (see vendor.hpp for the names every shim provides): maps the
-// CUDA runtime names cuda_backend.cpp uses onto HIP, as ggml's vendors/hip.h does, and
+// CUDA runtime names the backend's sources use onto HIP, as ggml's vendors/hip.h does, and
 // implements the vendor-specific operations with HIP calls. Host code only: compiled by the
 // C++ compiler against libamdhip64, no hipcc needed.
 //
@@ -38,7 +38,7 @@
 #define FERRY_GPU_HAS_IMAGES 0
 #define FERRY_GPU_HAS_BATCH_COPY 0  // hipMemcpyBatchAsync is not mapped: one copy call per copy
 
-// Runtime names used by cuda_backend.cpp.
+// Runtime names used by the backend's sources.
 #define cudaDeviceGetStreamPriorityRange hipDeviceGetStreamPriorityRange
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaErrorHostMemoryAlreadyRegistered hipErrorHostMemoryAlreadyRegistered

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Vendor selection for the CUDA-family backend (STYLE item 5, ggml's vendors/*.h).
 //
-// cuda_backend.cpp is written once against the CUDA runtime API. Compiled plainly it is the
-// CUDA backend; compiled with FERRY_VENDOR_HIP defined (backends/hip/meson.build compiles it
-// a second time so) it is the HIP backend. Each shim provides the same names:
+// The backend's sources (cuda_*.cpp) are written once against the CUDA runtime API. Compiled
+// plainly they are the CUDA backend; compiled with FERRY_VENDOR_HIP defined
+// (backends/hip/meson.build compiles them a second time so) they are the HIP backend. Each shim provides the same names:
 //
 //   FERRY_GPU_NS              namespace of the implementation (cuda_impl / hip_impl), so both
 //                             builds link into one library without colliding symbols

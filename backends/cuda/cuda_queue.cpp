@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+// CUDA/HIP queues: one stream each. Buffer copies (single, batched, peer), the queue side of
+// semaphores, and the synthetic kernel; the image copies are in cuda_image.cpp.
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "cuda/cuda_internal.hpp"
+
+#if FERRY_GPU_HAS_KERNELS
+#include "cuda/kernels.hpp"
+#endif
+
+namespace ferry::detail::FERRY_GPU_NS {
+
+Queue::Queue(std::shared_ptr<Core> core, cudaStream_t stream, bool owned)
+    : core_(std::move(core)), stream_(stream), owned_(owned) {
+  std::lock_guard lock(core_->mutex);
+  core_->streams.push_back(stream_);
+}
+
+Queue::~Queue() {
+  {
+    std::lock_guard lock(core_->mutex);
+    std::erase(core_->streams, stream_);
+  }
+  // Returns at once; the stream's resources go once its pending work has completed.
+  if (owned_) ignore_in_destructor(cudaStreamDestroy(stream_));
+}
+
+void Queue::copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) {
+  ContextGuard guard(*core_);
+  vendor::copy_h2d_async(device_ptr(dst), host_ptr(src), bytes, stream_);
+}
+
+void Queue::copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) {
+  ContextGuard guard(*core_);
+  vendor::copy_d2h_async(host_ptr(dst), device_ptr(src), bytes, stream_);
+}
+
+void Queue::copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) {
+  ContextGuard guard(*core_);
+  vendor::copy_d2d_async(device_ptr(dst), device_ptr(src), bytes, stream_);
+}
+
+#if FERRY_GPU_HAS_BATCH_COPY
+/// One cudaMemcpyBatchAsync for the whole batch: one driver call, where a loop of single
+/// copies pays the per-call cost for each copy. Stream-ordered source access keeps the
+/// batch's ordering that of single copies on this stream. The legacy default stream, which
+/// the batch call refuses, and a single copy take the single-copy path.
+void Queue::copy_many(std::span<const HostDeviceCopy> copies, bool to_device) {
+  if (copies.empty()) return;
+  if (copies.size() == 1 || stream_ == nullptr || stream_ == cudaStreamLegacy || stream_ == cudaStreamPerThread) {
+    for (const HostDeviceCopy& c : copies) {
+      if (to_device) {
+        copy_h2d(c.device, c.host, c.bytes);
+      } else {
+        copy_d2h(c.host, c.device, c.bytes);
+      }
+    }
+    return;
+  }
+  ContextGuard guard(*core_);
+  std::vector<void*> dsts(copies.size());
+  std::vector<const void*> srcs(copies.size());
+  std::vector<std::size_t> sizes(copies.size());
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    void* device = device_ptr(copies[i].device);
+    void* host = host_ptr(copies[i].host);
+    dsts[i] = to_device ? device : host;
+    srcs[i] = to_device ? host : device;
+    sizes[i] = copies[i].bytes;
+  }
+  cudaMemcpyAttributes attributes{};
+  attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attributes.flags = cudaMemcpyFlagDefault;
+  std::size_t first = 0;  // every copy uses attributes[0]
+  FERRY_GPU_CHECK(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), copies.size(), &attributes, &first,
+                                       1, stream_));
+}
+#endif
+
+// On the stream's copy engine. With peer access enabled (peer_support) the copy engine
+// reads or writes the other device's memory over the interconnect; without it the driver
+// stages the copy through pinned host memory, still ordered on this stream.
+void Queue::copy_peer(DeviceRef dst, BackendDevice& dst_device, DeviceRef src, BackendDevice& src_device,
+                      std::uint64_t bytes) {
+  ContextGuard guard(*core_);
+  FERRY_GPU_CHECK(cudaMemcpyPeerAsync(device_ptr(dst), ordinal_of(dst_device), device_ptr(src),
+                                      ordinal_of(src_device), bytes, stream_));
+}
+
+void Queue::signal(BackendSemaphore& sem, std::uint64_t value) {
+  ContextGuard guard(*core_);
+  static_cast<GpuSemaphore&>(sem).enqueue_signal(stream_, value);  // same backend: front end checked
+}
+
+void Queue::wait(BackendSemaphore& sem, std::uint64_t value) {
+  ContextGuard guard(*core_);
+  static_cast<GpuSemaphore&>(sem).enqueue_wait(stream_, value);
+}
+
+bool Queue::synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) {
+#if FERRY_GPU_HAS_KERNELS
+  ContextGuard guard(*core_);
+  FERRY_GPU_CHECK(launch_synthetic_compute(device_ptr(in), device_ptr(out), bytes, units,
+                                           core_->max_blocks, stream_));
+  return true;
+#else
+  (void)in, (void)out, (void)bytes, (void)units;
+  return false;  // no device compiler built kernels.cu for this vendor
+#endif
+}
+
+}  // namespace ferry::detail::FERRY_GPU_NS
