@@ -2,7 +2,7 @@
 // The null backend (Backend::null): a device that accepts every operation and does none of
 // the work, so that ferry's own bookkeeping (argument checks, the pool, ordering, statistics,
 // snapshots) can be tested and measured without a driver (tests/backends/null.cpp,
-// tools/probe/front_end_probe.cpp).
+// lab/probe/front_end_probe.cpp).
 //
 //  - Memory is real host memory (segments and pinned memory are heap allocations), so every
 //    pointer the front end hands out is valid; copies move no bytes.
