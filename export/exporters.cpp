@@ -5,7 +5,7 @@
 //
 // All of this is plain text/byte formatting over a MemorySnapshot value: no device, no vendor
 // code, no libferry internals; strings and files go through the helpers libferry's to_json
-// uses too (src/json.hpp, src/write_file.hpp).
+// uses too (common/json.hpp, common/write_file.hpp).
 #include <algorithm>
 #include <array>
 #include <bit>

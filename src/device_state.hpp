@@ -118,13 +118,6 @@ std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_pt
                                        QueueRole role, std::string name, BackendQueue* backend,
                                        std::unique_ptr<BackendQueue> owned);
 
-/// Wrap a backend device (opened or adopted) as a front-end Device: capabilities, pool
-/// allocator, default queues. Shared by Device::open and the backends' public adopt functions
-/// (ferry::vulkan::adopt_device), so an adopted device behaves exactly like an opened one.
-/// `options.backend` is what Device::backend() reports. Throws invalid_argument for a null backend.
-Device wrap_backend_device(std::unique_ptr<BackendDevice> backend, const DeviceOptions& options,
-                           std::source_location where);
-
 /// Record queue activity for traces: begins now (enqueue), ends when `done` is observed
 /// reached by a later record_activity/resolve_activity call (an upper bound on completion).
 void record_activity(DeviceState& device, const QueueState& q, std::string name, std::uint64_t bytes,

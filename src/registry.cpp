@@ -7,13 +7,14 @@
 #include <optional>
 
 #include "backend_table.hpp"
+#include "core_access.hpp"
 #include "device_state.hpp"
 
 namespace ferry {
 namespace detail {
 
-Device wrap_backend_device(std::unique_ptr<BackendDevice> backend, const DeviceOptions& options,
-                           std::source_location where) {
+Device core::wrap_backend_device(std::unique_ptr<BackendDevice> backend, const DeviceOptions& options,
+                                 std::source_location where) {
   FERRY_REQUIRE(backend != nullptr, "wrap_backend_device", "null backend device", where);
   auto state = std::make_shared<DeviceState>();
   state->options = options;
@@ -110,7 +111,7 @@ Device Device::open(const DeviceOptions& options, std::source_location where) {
                                 "): " + err.message(),
                 err.call(), where);
   }
-  return detail::wrap_backend_device(std::move(backend), options, where);
+  return detail::core::wrap_backend_device(std::move(backend), options, where);
 }
 
 Device Device::open_default(std::source_location where) {

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
-// The public adoption entry point (include/ferry/vulkan.hpp): AdoptInfo -> VulkanAdoptInfo,
-// then the front end's wrap_backend_device, so an adopted device is set up like an opened one.
+// The Vulkan backend's public entry points (include/ferry/vulkan.hpp): adoption of an
+// engine's device, its native handles, and the hand-over of a copy to the engine. The
+// backend-neutral part of each (handle checks, points, owed acquires, wrapping a device) is
+// the core's, reached through core_access.hpp; what is left here is Vulkan's.
 #include "ferry/vulkan.hpp"
 
 #include <string>
 
-#include "device_state.hpp"
-#include "handle_access.hpp"
-#include "image_state.hpp"
+#include "core_access.hpp"
 #include "vulkan_adopt.hpp"
 #include "vulkan_internal.hpp"
 
@@ -34,121 +34,76 @@ Device adopt_device(const AdoptInfo& info, std::source_location where) {
     if (message.starts_with("vulkan_adopt: ")) message.erase(0, std::string("vulkan_adopt: ").size());
     throw Error(err.code(), "vulkan::adopt_device: " + message, err.call(), where);
   }
-  return detail::wrap_backend_device(std::move(backend), DeviceOptions{.backend = Backend::vulkan},
-                                     where);
+  return detail::core::wrap_backend_device(std::move(backend), DeviceOptions{.backend = Backend::vulkan},
+                                           where);
 }
 
 NativeHandles native_handles(const Device& device, std::source_location where) {
-  constexpr const char* fn = "vulkan::native_handles";
-  FERRY_REQUIRE(static_cast<bool>(device) && device.is_open(), fn, "null or closed device", where);
-  detail::BackendDevice* base = detail::access::state(device)->backend.get();
-  if (detail::BackendDevice* part = base->part(Backend::vulkan)) base = part;  // an interop pair's Vulkan side
-  const auto* vk = dynamic_cast<const detail::VulkanDevice*>(base);
-  FERRY_REQUIRE(vk != nullptr, fn,
-                "the device is not a Vulkan device (backend " + std::string(to_string(device.backend())) + ")",
-                where);
+  // A device that states Backend::vulkan is a VulkanDevice (an interop pair's Vulkan side too).
+  auto& vk = static_cast<detail::VulkanDevice&>(
+      detail::core::backend_device(device, Backend::vulkan, "vulkan::native_handles", where));
   NativeHandles h;
-  h.instance = vk->instance();
-  h.physical_device = vk->physical_device();
-  h.device = vk->handle();
-  h.compute_family = vk->compute_family();
-  h.transfer_family = vk->transfer_family();
-  auto* backend = const_cast<detail::VulkanDevice*>(vk);  // the queues are the device's own
-  h.compute_queue = static_cast<detail::VulkanQueue&>(backend->default_queue(QueueRole::compute)).handle();
-  h.transfer_queue = static_cast<detail::VulkanQueue&>(backend->default_queue(QueueRole::transfer)).handle();
-  h.submit_mutex = &backend->submit_mutex();
-  h.synchronization2 = vk->vk().vkQueueSubmit2 != nullptr;  // loaded only with the feature on
+  h.instance = vk.instance();
+  h.physical_device = vk.physical_device();
+  h.device = vk.handle();
+  h.compute_family = vk.compute_family();
+  h.transfer_family = vk.transfer_family();
+  // The queues are the device's own.
+  h.compute_queue = static_cast<detail::VulkanQueue&>(vk.default_queue(QueueRole::compute)).handle();
+  h.transfer_queue = static_cast<detail::VulkanQueue&>(vk.default_queue(QueueRole::transfer)).handle();
+  h.submit_mutex = &vk.submit_mutex();
+  h.synchronization2 = vk.vk().vkQueueSubmit2 != nullptr;  // loaded only with the feature on
   return h;
 }
 
+namespace {
+
+/// The core's reader of the ready point's semaphore: its VkSemaphore into `out`.
+detail::core::SemaphoreReader semaphore_into(VkSemaphore& out) {
+  return [&out](detail::BackendSemaphore& s) { out = static_cast<detail::VulkanSemaphore&>(s).handle(); };
+}
+
+}  // namespace
+
 EngineAcquire engine_acquire(const DeviceBuffer& buffer, const TimelinePoint& ready, std::source_location where) {
-  constexpr const char* fn = "vulkan::engine_acquire";
-  FERRY_REQUIRE(static_cast<bool>(detail::access::state(buffer)), fn, "null or moved-from device buffer", where);
-  detail::BlockState& b = *detail::access::state(buffer);
-  const auto device = detail::lock_device(b.device, fn, where);
-  FERRY_REQUIRE(!b.released, fn, "the device buffer was released", where);
-  auto* vk = dynamic_cast<detail::VulkanDevice*>(device->backend.get());
-  FERRY_REQUIRE(vk != nullptr, fn,
-                "the buffer's device is not a Vulkan device (backend " + std::string(to_string(device->options.backend)) +
-                    ")",
-                where);
-  FERRY_REQUIRE(!ready.empty(), fn, "empty ready point: pass the point of the buffer's latest copy", where);
-  const TimelinePoint& latest = b.last_access;
-  FERRY_REQUIRE(detail::access::semaphore(ready) == detail::access::semaphore(latest) && ready.value == latest.value,
-                fn,
-                "the ready point (value " + std::to_string(ready.value) +
-                    ") is not the point of the buffer's latest copy (value " + std::to_string(latest.value) +
-                    "): pass the point that call returned",
-                where);
-  detail::SemaphoreState& s = *detail::access::semaphore(ready);
-  detail::ensure_submitted(s, ready.value);  // the engine waits for it where ferry cannot see
   EngineAcquire out;
-  {
-    std::lock_guard lock(s.mutex);
-    FERRY_REQUIRE(s.backend != nullptr, fn, "the device is closed", where);
-    out.semaphore = static_cast<detail::VulkanSemaphore&>(*s.backend).handle();
-  }
-  out.value = ready.value;
-  const std::shared_ptr<detail::OwedAcquire>& owed = b.owed;
-  if (!owed || owed->to != b.owner->backend || owed->taken.load(std::memory_order_acquire)) return out;
-  const std::uint32_t src = owed->from->family(), dst = owed->to->family();
-  if (!vk->needs_ownership_transfer(owed->range.segment, src, dst)) return out;
-  if (owed->taken.exchange(true, std::memory_order_acq_rel)) return out;  // ferry took it meanwhile
+  const detail::core::EngineHandOver h = detail::core::hand_over_to_engine(
+      buffer, ready, Backend::vulkan, "vulkan::engine_acquire", where, semaphore_into(out.semaphore));
+  out.value = h.value;
+  if (!h.acquire) return out;
+  // An acquire the buffer does not need (one family, a CONCURRENT buffer) is taken all the
+  // same: the one ferry would record is empty too.
+  const auto& vk = static_cast<const detail::VulkanDevice&>(*h.device);
+  if (!vk.needs_ownership_transfer(h.range.segment, h.src_family, h.dst_family)) return out;
   out.barrier_needed = true;
   out.barrier.srcStageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
   out.barrier.srcAccessMask = VK_ACCESS_2_NONE;
   out.barrier.dstStageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
   out.barrier.dstAccessMask = VK_ACCESS_2_MEMORY_READ_BIT | VK_ACCESS_2_MEMORY_WRITE_BIT;
-  out.barrier.srcQueueFamilyIndex = src;
-  out.barrier.dstQueueFamilyIndex = dst;
-  out.barrier.buffer = detail::buffer_of(owed->range.segment);
-  out.barrier.offset = owed->range.offset;
-  out.barrier.size = owed->bytes;
+  out.barrier.srcQueueFamilyIndex = h.src_family;
+  out.barrier.dstQueueFamilyIndex = h.dst_family;
+  out.barrier.buffer = detail::buffer_of(h.range.segment);
+  out.barrier.offset = h.range.offset;
+  out.barrier.size = h.bytes;
   return out;
 }
 
 EngineImageAcquire engine_acquire(const Image& image, const TimelinePoint& ready, std::source_location where) {
-  constexpr const char* fn = "vulkan::engine_acquire(image)";
-  const auto& state = detail::access::state(image);
-  FERRY_REQUIRE(state != nullptr, fn, "null or moved-from image", where);
-  detail::ImageState& img = *state;
-  const auto device = detail::lock_device(img.device, fn, where);
-  FERRY_REQUIRE(!img.released, fn, "the image was released", where);
-  auto* vk = dynamic_cast<detail::VulkanDevice*>(device->backend.get());
-  FERRY_REQUIRE(vk != nullptr, fn,
-                "the image's device is not a Vulkan device (backend " + std::string(to_string(device->options.backend)) +
-                    ")",
-                where);
-  FERRY_REQUIRE(!ready.empty(), fn, "empty ready point: pass the point of the image's latest copy", where);
-  const TimelinePoint& latest = img.last_access;
-  FERRY_REQUIRE(detail::access::semaphore(ready) == detail::access::semaphore(latest) && ready.value == latest.value,
-                fn,
-                "the ready point (value " + std::to_string(ready.value) +
-                    ") is not the point of the image's latest copy (value " + std::to_string(latest.value) +
-                    "): pass the point that call returned",
-                where);
-  detail::SemaphoreState& s = *detail::access::semaphore(ready);
-  detail::ensure_submitted(s, ready.value);  // the engine waits for it where ferry cannot see
   EngineImageAcquire out;
-  {
-    std::lock_guard lock(s.mutex);
-    FERRY_REQUIRE(s.backend != nullptr, fn, "the device is closed", where);
-    out.semaphore = static_cast<detail::VulkanSemaphore&>(*s.backend).handle();
-  }
-  out.value = ready.value;
-  const std::shared_ptr<detail::OwedAcquire>& owed = img.owed;
-  if (!owed || owed->taken.load(std::memory_order_acquire)) return out;
-  if (owed->taken.exchange(true, std::memory_order_acq_rel)) return out;  // ferry took it meanwhile
-  const auto& vi = static_cast<const detail::VulkanImage&>(*img.backend);
+  const detail::core::EngineHandOver h = detail::core::hand_over_to_engine(
+      image, ready, Backend::vulkan, "vulkan::engine_acquire(image)", where, semaphore_into(out.semaphore));
+  out.value = h.value;
+  if (!h.acquire) return out;
+  const auto& vi = static_cast<const detail::VulkanImage&>(*h.image);
   out.barrier_needed = true;
   out.barrier.srcStageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
   out.barrier.srcAccessMask = VK_ACCESS_2_NONE;
   out.barrier.dstStageMask = VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT;
   out.barrier.dstAccessMask = VK_ACCESS_2_MEMORY_READ_BIT | VK_ACCESS_2_MEMORY_WRITE_BIT;
-  out.barrier.oldLayout = vi.layout(owed->hand_off.from, false);
+  out.barrier.oldLayout = vi.layout(h.image_use, false);
   out.barrier.newLayout = vi.final_layout;
-  out.barrier.srcQueueFamilyIndex = owed->hand_off.src_family;
-  out.barrier.dstQueueFamilyIndex = owed->hand_off.dst_family;
+  out.barrier.srcQueueFamilyIndex = h.src_family;
+  out.barrier.dstQueueFamilyIndex = h.dst_family;
   out.barrier.image = vi.image;
   out.barrier.subresourceRange = {VK_IMAGE_ASPECT_COLOR_BIT, 0, vi.mip_levels, 0, vi.array_layers};
   return out;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // What the probes (ferry-probe-cuda, ferry-probe-front-end) parse, print and reduce the same way:
 // sizes with binary suffixes, comma lists, size labels, formatted text, medians and quantiles.
-// JSON strings and files go through ferry's own helpers (src/json.hpp, src/write_file.hpp).
+// JSON strings and files go through ferry's own helpers (common/json.hpp, common/write_file.hpp).
 // Header-only; each probe is one translation unit.
 #pragma once
 

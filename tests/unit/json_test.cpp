@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Unit tests of the shared JSON string writer (src/json.hpp) and write-file helper
-// (src/write_file.hpp) that libferry, ferry-export, ferry-bench and the probes all use.
+// Unit tests of the shared JSON string writer (common/json.hpp) and write-file helper
+// (common/write_file.hpp) that libferry, ferry-export, ferry-bench and the probes all use.
 #include <doctest/doctest.h>
 
 #include <cstdint>

@@ -2,6 +2,11 @@
 // The write-file helper of libferry, ferry-export and the tools (internal, header-only, not
 // installed): every file ferry writes goes through it, so a failed write is reported one way,
 // as the typed ferry::Error every other ferry failure is.
+//
+// It lives in common/, the folder of header-only helpers that hold no ferry state and need
+// nothing beyond the public headers: libferry, ferry-export, the tools and the unit tests all
+// have common/ on their include path, while ferry-export and ferry-bench see no more of
+// libferry than its public API (src/ is not on their path).
 #pragma once
 
 #include <filesystem>

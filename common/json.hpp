@@ -6,6 +6,11 @@
 // solidus are escaped, control characters U+0000..U+001F become \b \f \n \r \t or \u00XX (the
 // grammar forbids them raw), and every other byte is copied unchanged, so UTF-8 text passes
 // through readable. Bytes are not validated as UTF-8: callers hand in UTF-8 (tags, names).
+//
+// It lives in common/, the folder of header-only helpers that hold no ferry state and need
+// nothing beyond the public headers: libferry, ferry-export, the tools and the unit tests all
+// have common/ on their include path, while ferry-export and ferry-bench see no more of
+// libferry than its public API (src/ is not on their path).
 #pragma once
 
 #include <string>

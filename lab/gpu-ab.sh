@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# A/B of this tree against an earlier one on one GPU machine, in phases that each fit one
+# device call (the build directories survive between calls while the machine stays warm):
+#   git archive REV | tar -x -C .prev        # here, once (.prev/ is git-ignored; carry it)
+#   bash lab/gpu-ab.sh OUTDIR build test     # build both; this tree's GPU suites
+#   bash lab/gpu-ab.sh OUTDIR ab             # the figures, each way in turns
+# build: this tree in build-gpu (everything but HIP) and .prev in build-prev (the Python
+#   package and ferry-bench), in parallel.
+# test: this tree's CUDA, Vulkan (validation layers, synchronization validation) and pair
+#   conformance suites and the Python suite with its CUDA cases.
+# ab: ferry-bench's bars on CUDA at 64M, ferry.torch.to's host time (lab/python/call_cost.py)
+#   and the seed study's quick run, earlier tree then this tree, ROUNDS times (default 2);
+#   with `glues`, the earlier tree's `to` through each of its glues beside Tensor.to.
+# FERRY_AB_DEADLINE (seconds, default 560) bounds a call; each step's log is in OUTDIR.
+set -u
+out=${1:?usage: gpu-ab.sh OUTDIR PHASE...}
+shift
+deadline=$((SECONDS + ${FERRY_AB_DEADLINE:-560}))
+rounds=${FERRY_AB_ROUNDS:-2}
+mkdir -p "$out"
+[ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
+export PYTHONUNBUFFERED=1
+
+step() {  # step NAME LIMIT_S COMMAND...: the command's output in OUTDIR/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  local left=$((deadline - SECONDS))
+  if [ "$left" -le 5 ]; then
+    echo "step $name: not run (deadline)"
+    return 1
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "step $name: rc $rc, $((SECONDS - t0)) s"
+  return $rc
+}
+
+build_tree() {  # build_tree SRC DIR MESON_OPTIONS...
+  local src=$1 dir=$2
+  shift 2
+  { [ -f "$dir/build.ninja" ] || meson setup "$dir" "$src" "$@"; } && ninja -C "$dir" -j8
+}
+
+for phase in "$@"; do
+  case $phase in
+    build)
+      [ -d .prev ] || { echo "no .prev/: git archive REV | tar -x -C .prev first" >&2; exit 2; }
+      step build-new 420 build_tree . build-gpu -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled &
+      step build-prev 420 build_tree .prev build-prev -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled \
+        -Dtests=false -Dvulkan=disabled &
+      wait
+      ;;
+    test)
+      step test-cuda 150 meson test -C build-gpu --no-rebuild --print-errorlogs --suite conformance-cuda
+      step test-vulkan 150 meson test -C build-gpu --no-rebuild --print-errorlogs --suite conformance-vulkan
+      for p in vulkan_cuda cuda_vulkan; do
+        step "test-$p" 120 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
+          VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT "build-gpu/tests/conformance-$p"
+      done
+      step python 200 env PYTHONPATH=build-gpu/python python3 -m pytest -q -rs -p no:cacheprovider tests/python
+      grep -hE "^(Ok|Fail|Skipped):|passed|failed" "$out"/test-*.log "$out"/python.log | sort | uniq -c
+      ;;
+    ab)
+      for i in $(seq 1 "$rounds"); do
+        for side in prev new; do
+          dir=build-gpu
+          [ "$side" = prev ] && dir=build-prev
+          step "bench-$side-$i" 120 "$dir/tools/ferry-bench" --quiet --backend cuda --sizes 64M --batch-study off \
+            --no-images
+          grep -E '^\[(PASS|FAIL)\]' "$out/bench-$side-$i.log" | sed "s/^/$side $i: /" | head -40
+          step "cost-$side-$i" 90 env PYTHONPATH="$dir/python" python3 lab/python/call_cost.py --pinned --big 64M \
+            --leaves 1,67 --calls 2000
+          sed "s/^/$side $i: /" "$out/cost-$side-$i.log"
+        done
+      done
+      for side in prev new; do
+        dir=build-gpu script=lab/python/seed_study.py
+        [ "$side" = prev ] && dir=build-prev script=.prev/tools/python/seed_study.py
+        step "seed-$side" 150 env PYTHONPATH="$dir/python" python3 "$script" --quick --snapshot-steps 0 \
+          --out "$out/seed-$side"
+        grep -E "ferry_torch|FAIL" "$out/seed-$side.log" | sed "s/^/$side: /" | head -40
+      done
+      ;;
+    glues)
+      step glues 120 env PYTHONPATH=build-prev/python python3 - <<'EOF'
+import statistics, time
+import torch
+import ferry.torch as ft
+t = torch.empty(64 << 20, dtype=torch.uint8).pin_memory()
+small = {f"k{i}": torch.ones(1024).pin_memory() for i in range(67)}
+ways = {
+    "native glue": lambda x: (ft._use_to_glue(True), ft.to(x, "cuda")),
+    "DLPack exchange glue": lambda x: (ft._use_to_glue(False), ft.to(x, "cuda")),
+    "Python path (mode=ferry)": lambda x: ft.to(x, "cuda", mode="ferry"),
+}
+for name, obj in (("one pinned 64 MiB tensor", t), ("67 small pinned tensors", small)):
+    ref = (lambda x=obj: x.to("cuda", non_blocking=True)) if isinstance(obj, torch.Tensor) else \
+        (lambda x=obj: {k: v.to("cuda", non_blocking=True) for k, v in x.items()})
+    for way, fn in ways.items():
+        fn(obj)
+        a, b = [], []
+        for _ in range(1000):  # in turns with PyTorch's own call
+            t0 = time.perf_counter(); fn(obj); a.append(time.perf_counter() - t0)
+            t0 = time.perf_counter(); ref(); b.append(time.perf_counter() - t0)
+            torch.cuda.current_stream().synchronize()
+        ma, mb = statistics.median(a) * 1e6, statistics.median(b) * 1e6
+        print(f"{name:28} {way:26} {ma:8.1f} us  torch {mb:8.1f} us  ratio {ma / mb:5.2f}")
+ft._use_to_glue(True)
+EOF
+      cat "$out/glues.log"
+      ;;
+    *) echo "unknown phase $phase" >&2; exit 2 ;;
+  esac
+done
