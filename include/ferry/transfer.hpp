@@ -16,12 +16,9 @@
 ///  - Releasing `d` is stream-ordered on the owner: the next owner allocation may reuse it.
 ///
 /// ## Copy modes
-///  - `owner_owned` (default): the above. Footprint of a blocking copy, DMA engine bandwidth.
-///  - `blocking`: copy enqueued on the owner queue, host waits for it. The reference footprint.
-///  - `executor_owned`: the destination belongs to the executing queue's pool and its release
-///    is deferred until the owner's use completes (PyTorch `non_blocking` + `record_stream`).
-///    Kept to reproduce the problem; its released blocks are stranded for the owner.
-///  - `preallocated`: the caller supplies the destination (`upload_into`).
+///  - `owner_owned` (default, `upload`): the above. Footprint of a copy on the owner queue
+///    that the host waits for, DMA engine bandwidth.
+///  - `preallocated` (`upload_into`): the caller supplies the destination.
 ///
 /// Adopted memory (`Device::adopt_memory`) is a DeviceBuffer like a pool buffer: every entry
 /// point that takes a DeviceBuffer (`upload_into`, the downloads, `copy`,
@@ -49,14 +46,13 @@
 ///    semaphore so far, and strictly increase within the list. The device must also reach a
 ///    semaphore's values in increasing order, as with `Queue::signal`: signal one semaphore
 ///    from one queue, or order the queues that signal it.
-///  - The queue: the executor, which runs the copy. A `blocking`-mode upload copies on the
-///    owner queue, so its waits and signals are enqueued on the owner.
+///  - The queue: the executor, which runs the copy.
 ///  - Only device work is ordered. A pageable source (`std::span`, `HostView`) is read on the
 ///    host during the call whatever the waits, which is why it may be reused when the call
 ///    returns; a pinned `HostBuffer` source is read by the device after the waits, so it may
 ///    be written until they are signalled.
-///  - Calls that block the host until their device work completes (`blocking` mode, the
-///    pageable and batch downloads; a pageable upload once its staging ring is full, since a
+///  - Calls that block the host until their device work completes (the pageable and batch
+///    downloads; a pageable upload once its staging ring is full, since a
 ///    staging buffer is reused only after its copy) need their waits signalled by another
 ///    thread or queue: a point the calling thread signals only after the call returns never
 ///    comes, and the call stalls until its host wait times out.
@@ -138,8 +134,9 @@ namespace detail {
 struct TransferState;
 }
 
-/// @brief The four copy strategies (see the file comment).
-enum class CopyMode : std::uint8_t { blocking, executor_owned, preallocated, owner_owned };
+/// @brief Where an upload's destination comes from (see the file comment): `owner_owned`, a
+/// new block of the owner's pool (`upload`), or `preallocated`, the caller's (`upload_into`).
+enum class CopyMode : std::uint8_t { preallocated, owner_owned };
 
 /// @brief Lower-case name of a copy mode.
 FERRY_API std::string_view to_string(CopyMode mode) noexcept;
@@ -227,7 +224,7 @@ struct UploadOptions {
   /// but the copy of batch i+1 cannot overlap the compute that reads batch i. true (overlap
   /// first): grow the pool instead, so the copy never waits behind owner compute -- one more
   /// batch of memory per batch in flight, and the freed blocks stay the owner's (reusable by
-  /// its temporaries), unlike executor_owned.
+  /// its temporaries), unlike blocks of the executor's.
   bool overlap = false;
   /// Enqueue `owner.wait(ready)` (and any queue-family acquire) in the call. When false, place
   /// the wait yourself with `owner.wait(upload.ready)`; ferry's own later operations on the
@@ -276,7 +273,7 @@ struct CallOptions {
 
 /// @brief Result of an upload: the owner-owned destination and the point it is ready at.
 struct Upload {
-  DeviceBuffer buffer{};  ///< the destination (owner = the owner queue; executor in executor_owned)
+  DeviceBuffer buffer{};  ///< the destination (owner = the owner queue)
   TimelinePoint ready{};  ///< the copy is complete once reached
 };
 
@@ -304,8 +301,8 @@ class FERRY_API Transfer {
   [[nodiscard]] Queue executor(std::source_location where = std::source_location::current()) const;
 
   /// @brief Copy pinned/registered host memory to a new device buffer owned by `owner`.
-  /// Returns at once (except in `blocking` mode). Errors: empty source, queue of another
-  /// device, `mode == preallocated` (use `upload_into`): `invalid_argument`.
+  /// Returns at once. Errors: empty source, queue of another device, `mode == preallocated`
+  /// (use `upload_into`): `invalid_argument`.
   Upload upload(const HostBuffer& source, const Queue& owner, UploadOptions options = {},
                 std::source_location where = std::source_location::current());
   /// @brief Copy a byte range of pinned host memory (`offset`, `bytes` within `source`).
@@ -322,8 +319,8 @@ class FERRY_API Transfer {
   /// reused when the call returns. Empty views are valid (see HostView and UploadBatch): they
   /// get an offset and a view of size 0 and copy nothing; views that are all empty allocate
   /// the batch's buffer and copy nothing. Errors: empty span, more than `max_batch_views`
-  /// views, a null data pointer with a size > 0, a total size overflow: `invalid_argument`.
-  /// Modes: owner_owned or blocking.
+  /// views, a null data pointer with a size > 0, a total size overflow, `mode ==
+  /// preallocated` (use `upload_into`): `invalid_argument`.
   UploadBatch upload(std::span<const HostView> views, const Queue& owner, UploadOptions options = {},
                      std::source_location where = std::source_location::current());
   /// @brief Copy into a caller-supplied destination (`preallocated`). The executor waits for

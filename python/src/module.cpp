@@ -322,11 +322,10 @@ std::uintptr_t native_stream(nb::handle stream) {
 ferry::CopyMode copy_mode(nb::handle mode) {
   if (nb::isinstance<ferry::CopyMode>(mode)) return nb::cast<ferry::CopyMode>(mode);
   const std::string name = nb::cast<std::string>(nb::str(mode));
-  for (auto m : {ferry::CopyMode::blocking, ferry::CopyMode::executor_owned, ferry::CopyMode::preallocated,
-                 ferry::CopyMode::owner_owned}) {
+  for (auto m : {ferry::CopyMode::preallocated, ferry::CopyMode::owner_owned}) {
     if (ferry::to_string(m) == name) return m;
   }
-  invalid("copy mode '" + name + "' is not one of blocking, executor_owned, preallocated, owner_owned");
+  invalid("copy mode '" + name + "' is not one of preallocated, owner_owned");
 }
 
 ferry::UploadOptions upload_options(nb::handle mode, const std::string& tag, bool overlap, bool owner_waits,
@@ -1177,9 +1176,7 @@ NB_MODULE(_ferry, m) {
   nb::enum_<ferry::QueueRole>(m, "QueueRole", "compute (owner) or transfer (executing).")
       .value("compute", ferry::QueueRole::compute)
       .value("transfer", ferry::QueueRole::transfer);
-  nb::enum_<ferry::CopyMode>(m, "CopyMode", "The copy strategies of an upload (see ferry/transfer.hpp).")
-      .value("blocking", ferry::CopyMode::blocking)
-      .value("executor_owned", ferry::CopyMode::executor_owned)
+  nb::enum_<ferry::CopyMode>(m, "CopyMode", "Where an upload's destination comes from (see ferry/transfer.hpp).")
       .value("preallocated", ferry::CopyMode::preallocated)
       .value("owner_owned", ferry::CopyMode::owner_owned);
 
