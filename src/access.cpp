@@ -25,7 +25,7 @@ void use_on(const QueuePtr& user, BlockState& b) {
 }
 
 /// The queue whose work on `b` a later access must follow: the owner, or the queue recorded
-/// as using it (executor_owned uploads consumed by compute). By construction the holder of
+/// as using it (a block of another queue consumed by compute). By construction the holder of
 /// the range (queue-family ownership) is null, the executor, or this queue.
 const QueuePtr& last_user(const BlockState& b) { return b.recorded_user ? b.recorded_user : b.owner; }
 

@@ -28,7 +28,7 @@ DeviceRef ref(const BlockState& b);
 /// Caller holds user.mutex.
 void use_on(const QueuePtr& user, BlockState& b);
 /// The queue whose work on `b` a later access must follow: the owner, or the queue recorded
-/// as using it (executor_owned uploads consumed by compute). By construction the holder of
+/// as using it (a block of another queue consumed by compute). By construction the holder of
 /// the range (queue-family ownership) is null, the executor, or this queue.
 const QueuePtr& last_user(const BlockState& b);
 /// The executor is about to access `b`: order it after the last user's work enqueued so far

@@ -54,7 +54,7 @@ struct BlockState {
   std::uint64_t size = 0;       // rounded
   std::uint64_t requested = 0;  // asked for
   std::shared_ptr<QueueState> owner;
-  std::shared_ptr<QueueState> recorded_user;  // executor_owned: release waits for this queue
+  std::shared_ptr<QueueState> recorded_user;  // a non-owner that used the block: release waits for it
   std::shared_ptr<QueueState> holder;  // queue holding queue-family ownership (null: none yet)
   TimelinePoint ready_after;
   /// The queue id of AllocationOptions::first_writer, when given: ready_after then covers the

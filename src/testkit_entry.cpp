@@ -25,7 +25,7 @@ void testkit_enqueue_compute(const Queue& queue, const DeviceBuffer& input, cons
   std::lock_guard lock(q.mutex);
   use_on(qs, in);
   use_on(qs, out);
-  // A buffer owned by another queue (executor_owned uploads) is now in use by this queue too:
+  // A buffer owned by another queue (a copy's executor, say) is now in use by this queue too:
   // its release must wait for this queue (PyTorch's record_stream).
   for (auto* b : {&in, &out}) {
     if (b->owner != qs) b->recorded_user = qs;

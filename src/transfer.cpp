@@ -15,8 +15,6 @@ namespace ferry {
 
 std::string_view to_string(CopyMode mode) noexcept {
   switch (mode) {
-    case CopyMode::blocking: return "blocking";
-    case CopyMode::executor_owned: return "executor_owned";
     case CopyMode::preallocated: return "preallocated";
     case CopyMode::owner_owned: return "owner_owned";
   }
@@ -112,51 +110,26 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
   auto& host = detail::checked_host(source, &d, "Transfer::upload", where);
   detail::check_range(offset, bytes, host.memory->size, "Transfer::upload", "source", where);
   const auto& q = checked_owner(owner, d, "Transfer::upload", where);
-  FERRY_REQUIRE(options.mode != CopyMode::preallocated, "Transfer::upload",
-          "CopyMode::preallocated needs a destination: use Transfer::upload_into", where);
+  FERRY_REQUIRE(options.mode == CopyMode::owner_owned, "Transfer::upload",
+                "CopyMode::" + std::string(to_string(options.mode)) +
+                    ": an upload allocates its destination (owner_owned); a given destination is upload_into's",
+                where);
   call.order(options.wait, options.signal);
   call.lock();
   const auto& self = detail::access::state(state_->device);
   const detail::HostRef src{host.memory.get(), offset};
   const auto& exec = call.exec();
   Upload up;
-  switch (options.mode) {
-    case CopyMode::blocking: {
-      up.buffer = detail::pool_allocate(d, self, bytes, q, nullptr, options.tag, where);
-      auto& b = *detail::access::state(up.buffer);
-      {
-        std::lock_guard qlock(q->mutex);
-        call.enqueue_waits(*q);  // the copy runs on the owner: the caller's list orders it there
-        detail::use_on(q, b);
-        q->backend->copy_h2d(detail::ref(b), src, bytes);
-        q->dirty = true;
-        up.ready = detail::enqueue_mark(*q);
-        call.enqueue_signals(*q);
-        detail::flush(*q);
-      }
-      detail::record_activity(d, *q, "copy h2d (blocking)", bytes, up.ready);
-      up.ready.wait(std::chrono::hours(1), where);
-      return up;
-    }
-    case CopyMode::executor_owned:
-    case CopyMode::owner_owned: {
-      const bool executor_owned = options.mode == CopyMode::executor_owned;
-      up.buffer = executor_owned ? detail::pool_allocate(d, self, bytes, exec, nullptr, options.tag, where)
-                                 : detail::pool_allocate(d, self, bytes, q, exec, options.tag, where, !options.overlap);
-      auto& b = *detail::access::state(up.buffer);
-      if (executor_owned && exec != q) b.recorded_user = q;  // record_stream: release waits for q
-      // The destination was just allocated: its contents are discarded, so the executor only
-      // waits for the block's free point (pending only if the pool found it not reached).
-      up.ready = call.on_executor(b, q, [&](detail::QueueState& e) {
-        detail::enqueue_wait(e, b.ready_after, /*query=*/false);
-        e.backend->copy_h2d(detail::ref(b), src, bytes);
-      });
-      call.finish("copy h2d", bytes, up.ready, detail::access::state(source));
-      if (options.owner_waits) detail::make_owner_wait(q, up.ready);
-      return up;
-    }
-    case CopyMode::preallocated: break;
-  }
+  up.buffer = detail::pool_allocate(d, self, bytes, q, exec, options.tag, where, !options.overlap);
+  auto& b = *detail::access::state(up.buffer);
+  // The destination was just allocated: its contents are discarded, so the executor only
+  // waits for the block's free point (pending only if the pool found it not reached).
+  up.ready = call.on_executor(b, q, [&](detail::QueueState& e) {
+    detail::enqueue_wait(e, b.ready_after, /*query=*/false);
+    e.backend->copy_h2d(detail::ref(b), src, bytes);
+  });
+  call.finish("copy h2d", bytes, up.ready, detail::access::state(source));
+  if (options.owner_waits) detail::make_owner_wait(q, up.ready);
   return up;
 }
 
@@ -177,8 +150,10 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   FERRY_REQUIRE(views.size() <= max_batch_views, fn,
           std::to_string(views.size()) + " views exceed the limit of " + std::to_string(max_batch_views), where);
   const auto& q = checked_owner(owner, d, fn, where);
-  FERRY_REQUIRE(options.mode == CopyMode::owner_owned || options.mode == CopyMode::blocking, fn,
-          "host views support the owner_owned and blocking modes", where);
+  FERRY_REQUIRE(options.mode == CopyMode::owner_owned, fn,
+                "CopyMode::" + std::string(to_string(options.mode)) +
+                    ": a batch upload allocates its destination (owner_owned); a given destination is upload_into's",
+                where);
   for (std::size_t i = 0; i < views.size(); ++i) {
     const HostView& v = views[i];
     if (v.size == 0) continue;  // an empty view reads nothing: any data pointer, no staging
@@ -221,8 +196,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   }
   batch.ready = call.on_executor(b, q, [](detail::QueueState&) {});
   call.finish("copy h2d (staged)", total, batch.ready);
-  if (options.owner_waits || options.mode == CopyMode::blocking) detail::make_owner_wait(q, batch.ready);
-  if (options.mode == CopyMode::blocking) batch.ready.wait(std::chrono::hours(1), where);
+  if (options.owner_waits) detail::make_owner_wait(q, batch.ready);
   const DeviceView base = batch.buffer.view();
   batch.views.reserve(views.size());
   for (std::size_t i = 0; i < views.size(); ++i) {

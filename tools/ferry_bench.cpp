@@ -78,7 +78,7 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
              .units = o.compute_units,
              .inflight = o.inflight,
              .trace = o.trace_steps});
-        if (mode == ferry::CopyMode::owner_owned && o.overlap_variant) {
+        if (mode == Strategy::owner_owned && o.overlap_variant) {
           per_size.push_back(per_size.back());
           per_size.back().overlap = true;
         }

@@ -479,7 +479,7 @@ class FERRY_API Device {
   [[nodiscard]] std::uint64_t validation_messages(std::source_location where = std::source_location::current()) const;
   /// @brief How many times a host wait on this device's timelines actually blocked: explicit
   /// waits (`TimelinePoint::wait`, `TimelineSemaphore::wait`/`try_wait`, `synchronize`) and
-  /// ferry's own (staging slots, `blocking` copies, pageable downloads) that found their point
+  /// ferry's own (staging slots, pageable downloads) that found their point
   /// not yet reached. Waits on reached points do not count. Lets a loop check that its steady
   /// state never stalls the host. Readable after `close()`.
   [[nodiscard]] std::uint64_t host_waits(std::source_location where = std::source_location::current()) const;

@@ -95,8 +95,9 @@ class FERRY_API DeviceBuffer {
   /// @brief Stream-ordered free after `point`: the owner queue waits for `point` (GPU-side,
   /// host not blocked), then the block is released at the owner's next point, exactly as
   /// `release()` would. Use it when another queue or the host still uses the buffer up to
-  /// `point`. (`CopyMode::executor_owned` models PyTorch's `record_stream` differently: the
-  /// block stays unusable for its owner until the consuming queue's point is reached.)
+  /// `point`. (PyTorch's `record_stream` differs: the block's free point is the consuming
+  /// queue's, and the owner's queue does not wait; `run_synthetic_compute` on a block of
+  /// another queue records it that way, see testing.hpp.)
   /// An empty `point` counts as reached: the call is then exactly `release()`. Returns the
   /// free point (adopted memory: the release point), which follows `point`.
   TimelinePoint release_after(const TimelinePoint& point,

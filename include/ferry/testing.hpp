@@ -33,8 +33,8 @@ namespace ferry {
 /// Ordering: the step runs after the work enqueued on `queue` so far and after every other
 /// queue's access to the two buffers that ferry ordered (a copy into them, for one); a later
 /// copy, download or release of either buffer is ordered after the step. A buffer owned by
-/// another queue (an executor_owned upload) is recorded as used by `queue`, so its release
-/// waits for `queue` (PyTorch's `record_stream`). The call returns once the step is enqueued;
+/// another queue (a block allocated for a Transfer's executor) is recorded as used by
+/// `queue`, so its release waits for `queue` (PyTorch's `record_stream`). The call returns once the step is enqueued;
 /// `queue.mark()` after it gives a point reached when the step has completed.
 FERRY_TESTKIT_API void run_synthetic_compute(const Queue& queue, const DeviceBuffer& input,
                                              const DeviceBuffer& output, std::uint32_t units = 1,

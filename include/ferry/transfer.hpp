@@ -1,118 +1,10 @@
 // SPDX-License-Identifier: MIT
 /// @file transfer.hpp
-/// @brief The transfer engine: copies executed on one queue into memory owned by another.
-///
-/// ## Ordering
-/// ```
-/// owner queue:     [alloc d]------------------[wait T1][use d][release d]--[alloc d' reuses d]
-/// executing queue:          [wait A0][copy host->d][signal T1]
-/// ```
-///  - `d` comes from the owner's pool, in the owner's stream order.
-///  - The executing queue writes `d` only after `A0` (`d.ready_after()`: the previous owner
-///    work that freed the block has completed).
-///  - The owner uses `d` only after `T1` (`Upload::ready`). By default the upload call itself
-///    enqueues that wait on the owner (`UploadOptions::owner_waits`), so owner work enqueued
-///    after the call is ordered; turn it off to place the wait yourself.
-///  - Releasing `d` is stream-ordered on the owner: the next owner allocation may reuse it.
-///
-/// ## Copy modes
-///  - `owner_owned` (default): the above. Footprint of a blocking copy, DMA engine bandwidth.
-///  - `blocking`: copy enqueued on the owner queue, host waits for it. The reference footprint.
-///  - `executor_owned`: the destination belongs to the executing queue's pool and its release
-///    is deferred until the owner's use completes (PyTorch `non_blocking` + `record_stream`).
-///    Kept to reproduce the problem; its released blocks are stranded for the owner.
-///  - `preallocated`: the caller supplies the destination (`upload_into`).
-///
-/// Adopted memory (`Device::adopt_memory`) is a DeviceBuffer like a pool buffer: every entry
-/// point that takes a DeviceBuffer (`upload_into`, the downloads, `copy`,
-/// `run_synthetic_compute`) takes it, under the same ordering. The entry points that allocate
-/// (`upload`) always allocate from the pool.
-///
-/// ## Wait and signal lists
-/// Every call that enqueues work (every `upload`, `upload_into`, every `download`, `copy`)
-/// takes a list of points to wait on and a list of points to signal (`UploadOptions::wait`
-/// and `::signal`, `CallOptions` for downloads and copies), in the shape of IREE HAL's queue
-/// operations, so an engine can chain copies into its own timelines without a host round trip:
-/// a copy ordered after a point the engine signals, a copy that signals a semaphore the
-/// engine's queue then waits on.
-///  - `wait`: the call's device work starts only once every point is reached, in addition to
-///    the implicit ordering after the buffers' owners described above. Waits are device-side,
-///    like `Queue::wait`: they do not block the host, except inside calls that block anyway
-///    (below). A point of the executor's own timeline is already ordered and costs nothing.
-///    An empty point counts as reached, as everywhere, and is skipped.
-///  - `signal`: every point is signalled, in list order, after the call's last device work,
-///    so a point is reached only once the copy is complete (the bytes are in place, and a
-///    read of a buffer is done with it). When the call also returns a point, the signals come
-///    after it. Signal points must be on semaphores from `Device::create_semaphore`, never a
-///    queue's private timeline (a `Queue::mark()` point, an `Upload::ready`), which only ferry
-///    signals; their values must exceed every value signalled or enqueued for signal on their
-///    semaphore so far, and strictly increase within the list. The device must also reach a
-///    semaphore's values in increasing order, as with `Queue::signal`: signal one semaphore
-///    from one queue, or order the queues that signal it.
-///  - The queue: the executor, which runs the copy. A `blocking`-mode upload copies on the
-///    owner queue, so its waits and signals are enqueued on the owner.
-///  - Only device work is ordered. A pageable source (`std::span`, `HostView`) is read on the
-///    host during the call whatever the waits, which is why it may be reused when the call
-///    returns; a pinned `HostBuffer` source is read by the device after the waits, so it may
-///    be written until they are signalled.
-///  - Calls that block the host until their device work completes (`blocking` mode, the
-///    pageable and batch downloads; a pageable upload once its staging ring is full, since a
-///    staging buffer is reused only after its copy) need their waits signalled by another
-///    thread or queue: a point the calling thread signals only after the call returns never
-///    comes, and the call stalls until its host wait times out.
-///  - A wait on a point that nobody signals stalls the executor, as with `Queue::wait`: every
-///    later copy on it, `synchronize()`, the Transfer's destructor and `Device::close()` wait
-///    for it. Signal or abandon such points first.
-///  - A call that fails after enqueueing device work (a device error, out of memory while
-///    staging) signals none of its points: a waiter must not take a partial copy for a
-///    complete one.
-///  - Errors (`invalid_argument` naming the list, the index and the offending value, thrown
-///    before anything is enqueued; every Transfer call): a wait or signal point on a semaphore
-///    of another device; an empty signal point; a signal point on a queue's private timeline;
-///    a signal value at or below the highest value signalled or enqueued for signal on its
-///    semaphore, or at or below an earlier signal point of the list on the same semaphore; a
-///    wait point at or above a signal point's value on the same semaphore (only a signal at
-///    or above the call's own could reach it, after which that signal would not increase the
-///    timeline).
-///  - Thread-safety: the lists are read during the call only. Signal values are checked when
-///    the call begins and again when each signal is enqueued. A semaphore should have one
-///    signaller at a time: when another thread signals it at or above a listed value during
-///    the call, the call throws `invalid_argument` after its copy was enqueued (the copy
-///    completes and its source is kept alive as usual); that signal and the later ones of the
-///    list are not enqueued.
-///
-/// ## Deferred submission
-/// On Vulkan a queue submission costs the host several microseconds (a driver call, and on
-/// most drivers a kernel round trip), more than recording a small copy. So the executor
-/// records consecutive calls and submits them together, with one vkQueueSubmit2 however many
-/// waits and signals they carry:
-///  - when `TransferOptions::submit_batch` calls are pending, or a call brings the pending
-///    copies to `TransferOptions::submit_bytes` (1 MiB by default: a large copy starts at
-///    once, so its DMA overlaps the host's next work; small ones share a submission);
-///  - at `Transfer::flush()`;
-///  - before any wait on a point of the executor: a host wait (`TimelinePoint::wait`,
-///    `reached()`, `synchronize()`), another queue made to wait (`Queue::wait`,
-///    `UploadOptions::owner_waits`, a wait list), an engine handed the point to wait on
-///    (`vulkan::engine_acquire`). Nothing ever waits on a point whose work was never
-///    submitted;
-///  - when a call signals a semaphore of its signal list (an engine may wait on it where
-///    ferry cannot see the wait), and before the Transfer or the device goes away.
-/// The default, `submit_batch = 1`, submits every call: a pending copy has not started, and a
-/// caller that did not ask for batching expects its copy under way when the call returns
-/// (its DMA overlapping the host's next work). Batching is for the engine's path: many small
-/// copies with `owner_waits = false` whose points it waits for later. Even then, with
-/// `owner_waits` every upload is submitted in its own call, as the owner's wait requires.
-/// CUDA, HIP and the host backend start every copy when it is enqueued; there the options
-/// change nothing and `flush()` is a no-op.
-///
-/// Lifetime: source host memory is kept alive by the transfer until the copy completes.
-/// Destroying a Transfer waits for its in-flight copies.
-///
-/// Thread-safety: a Transfer may be used from several threads; calls are serialized
-/// internally and enqueue in call order. `synchronize()` waits for the copies enqueued before
-/// it began; copies other threads enqueue meanwhile keep their host memory alive until they
-/// complete. Moving or destroying a Transfer must not race with a call on it. Several
-/// Transfers may share one executor queue; each keeps its own staging ring.
+/// @brief The transfer engine: copies between host memory, device buffers and images, run on
+/// one queue (the executor) for memory owned by another (the owner). The rules every copy
+/// call follows -- ordering, ownership, blocking, wait and signal lists, thread-safety,
+/// errors -- are stated once, in "the contract of every copy call" below the includes; each
+/// call's comment adds only what is its own.
 #pragma once
 
 #include <chrono>
@@ -132,14 +24,150 @@
 #include "ferry/image.hpp"
 #include "ferry/pool.hpp"
 
+/// @page transfer_contract Transfer: the contract of every copy call
+/// Every member of Transfer that enqueues device work -- `upload`, `upload_into`, `download`,
+/// `copy`, `copy_to`, `upload_image`, `download_image`, `copy_to_image`, `copy_from_image` --
+/// and the structured calls built on them follow the rules below. A call's own comment adds
+/// only what is particular to it.
+///
+/// ## Ordering
+/// ```
+/// owner queue:     [alloc d]------------------[wait T1][use d][release d]--[alloc d' reuses d]
+/// executing queue:          [wait A0][copy host->d][signal T1]
+/// ```
+///  - The executor (`TransferOptions::executor`) runs the copy. Before it accesses a buffer
+///    or image, it waits, on the device, for the work that the buffer's owner enqueued before
+///    the call, for ferry's earlier accesses to it and for its `ready_after()` (`A0`: the
+///    previous owner work that freed the block). A destination the call allocates (`upload`,
+///    `copy_to`) is new: only its `ready_after()` is waited for. With
+///    `UploadOptions::destination_unused` the executor skips the owner's queued work.
+///  - Every call that does not block returns a point (a `TimelinePoint`, `Upload::ready`,
+///    `UploadBatch::ready`, `PeerCopy::ready`) reached once its device work is complete
+///    (`T1`): the bytes are in place and the sources read.
+///  - The owner's work enqueued after the call -- a release included -- is ordered after the
+///    call's access to its buffer. For a destination, the calls that take `UploadOptions`
+///    enqueue `owner.wait(point)` (and, on Vulkan, the queue-family acquire) when
+///    `UploadOptions::owner_waits` is set, the default; without it the caller places that wait
+///    (`owner.wait(point)`, or `vulkan::engine_acquire` for the engine's own submission).
+///    The other calls make a destination's owner wait themselves. ferry's own later
+///    operations on a buffer (copies, downloads, `release`) are ordered after the copy either
+///    way.
+///  - Only device work is ordered. A pageable source (`std::span`, `HostView`) is read on the
+///    host during the call, whatever the waits, into the pinned staging ring; a pinned
+///    `HostBuffer` source is read by the device after the waits.
+///
+/// ## Ownership and lifetime
+///  - An allocating call (`upload`, `copy_to`) takes its destination from the owner's pool,
+///    in the owner's stream order: the returned buffer belongs to the owner queue, and its
+///    release is stream-ordered there, so the owner's next allocation may reuse it.
+///  - A caller-supplied destination or source (a `DeviceBuffer` from a pool or from
+///    `Device::adopt_memory`, an adopted `Image`) stays the caller's: every call that takes a
+///    `DeviceBuffer` takes adopted memory, under the same ordering.
+///  - A pinned source is kept alive by the Transfer until its copy completes. The device
+///    reads it after the call's wait points: it may be written until they are signalled, and
+///    must then stay unchanged until the returned point. A pageable source may be reused when
+///    the call returns.
+///  - A pinned host destination is written by the device: read it after the returned point
+///    (or a point of the signal list). A pageable destination is written before the call
+///    returns; nothing is retained after it.
+///  - Destroying a Transfer waits for its in-flight copies.
+///
+/// ## Blocking calls
+/// Calls with pageable destinations (the pageable and batch downloads, `download_image` into
+/// a span, `download_structured`) return once every byte is in host memory, and a pageable
+/// upload may wait for a staging buffer to come free (a staging buffer is reused only after
+/// its copy). Their wait points must be signalled by another thread or queue: a point the
+/// calling thread signals only after the call returns never comes, and the call stalls until
+/// its host wait times out. Every other call returns once its work is enqueued.
+///
+/// ## Wait and signal lists
+/// Every call takes a list of points to wait on and a list of points to signal
+/// (`UploadOptions::wait` and `::signal`, `CallOptions`), in the shape of IREE HAL's queue
+/// operations, so an engine can chain copies into its own timelines without a host round trip:
+/// a copy ordered after a point the engine signals, a copy that signals a semaphore the
+/// engine's queue then waits on.
+///  - `wait`: the call's device work starts only once every point is reached, in addition to
+///    the ordering above. Waits are device-side, like `Queue::wait`: they do not block the
+///    host, except inside the blocking calls above. A point of the executor's own timeline is
+///    already ordered and costs nothing. An empty point counts as reached, as everywhere, and
+///    is skipped. A wait on a point that nobody signals stalls the executor, as with
+///    `Queue::wait`: every later copy on it, `synchronize()`, the Transfer's destructor and
+///    `Device::close()` wait for it. Signal or abandon such points first.
+///  - `signal`: every point is signalled on the executor, in list order, after the call's last
+///    device work, so a point is reached only once the copy is complete. When the call also
+///    returns a point, the signals come after it. Signal points must be on semaphores from
+///    `Device::create_semaphore`, never a queue's private timeline (a `Queue::mark()` point, an
+///    `Upload::ready`), which only ferry signals; their values must exceed every value
+///    signalled or enqueued for signal on their semaphore so far, and strictly increase within
+///    the list. The device must also reach a semaphore's values in increasing order, as with
+///    `Queue::signal`: signal one semaphore from one queue, or order the queues that signal it.
+///  - A call that fails after enqueueing device work (a device error, out of memory while
+///    staging) signals none of its points: a waiter must not take a partial copy for a
+///    complete one.
+///  - The lists are read during the call only. Signal values are checked when the call begins
+///    and again when each signal is enqueued. A semaphore should have one signaller at a time:
+///    when another thread signals it at or above a listed value during the call, the call
+///    throws `invalid_argument` after its copy was enqueued (the copy completes and its source
+///    is kept alive as usual); that signal and the later ones of the list are not enqueued.
+///
+/// ## Deferred submission
+/// On Vulkan a queue submission costs the host several microseconds, more than recording a
+/// small copy, so the executor may record consecutive calls and submit them together, in one
+/// vkQueueSubmit2 however many waits and signals they carry. It submits:
+///  - when `TransferOptions::submit_batch` calls are pending, or a call brings the pending
+///    copies to `TransferOptions::submit_bytes` (a large copy starts at once, so its DMA
+///    overlaps the host's next work; small ones share a submission);
+///  - at `Transfer::flush()`;
+///  - before any wait on a point of the executor: a host wait (`TimelinePoint::wait`,
+///    `reached()`, `synchronize()`), another queue made to wait (`Queue::wait`, `owner_waits`,
+///    a wait list), an engine handed the point to wait on (`vulkan::engine_acquire`). Nothing
+///    ever waits on a point whose work was never submitted;
+///  - when a call signals a semaphore of its signal list (an engine may wait on it where ferry
+///    cannot see the wait), and before the Transfer or the device goes away.
+/// The default, `submit_batch = 1`, submits every call, so a copy is under way when its call
+/// returns. Batching is for an engine's many small copies with `owner_waits = false` whose
+/// points it waits for later; with `owner_waits` every upload is submitted in its own call, as
+/// the owner's wait requires. CUDA, HIP and the host backend start every copy when it is
+/// enqueued: there the options change nothing and `flush()` is a no-op.
+///
+/// ## Thread-safety
+/// A Transfer may be used from several threads; calls are serialized internally and enqueue
+/// in call order. The caller's host memory must not be modified by other threads during a
+/// call that reads it, nor touched while a call writes it. `synchronize()` waits for the
+/// copies enqueued before it began; copies other threads enqueue meanwhile keep their host
+/// memory alive until they complete. Moving or destroying a Transfer must not race with a
+/// call on it. Several Transfers may share one executor queue; each keeps its own staging ring.
+///
+/// ## Errors
+/// Every call checks its arguments before it enqueues anything and throws `ferry::Error` at
+/// the caller's `where`, naming the call and the offending argument (with its index in a list:
+/// "view 3", "destination 1", "region 0", "wait point 2"):
+///  - `invalid_argument`, in every call that takes the argument: a moved-from Transfer or a
+///    closed device; a null, moved-from or released buffer, image or queue, or one of another
+///    device (peer copies excepted); an empty list, or more than `max_batch_views` elements;
+///    a null data pointer with a size > 0; a range outside its buffer (naming the range and
+///    the size); two destination ranges that overlap; counts of two parallel lists that
+///    differ; staging needed (a pageable source or destination with bytes to move) while
+///    `TransferOptions::staging` is false; a `CopyMode` the call does not take.
+///  - `invalid_argument` for the lists: a wait or signal point on a semaphore of another
+///    device; an empty signal point; a signal point on a queue's private timeline; a signal
+///    value at or below the highest value signalled or enqueued for signal on its semaphore,
+///    or at or below an earlier signal point of the list on the same semaphore; a wait point
+///    at or above a signal point's value on the same semaphore (only a signal at or above the
+///    call's own could reach it, after which that signal would not increase the timeline).
+///  - `out_of_memory` from the owner's pool in an allocating call (see pool.hpp).
+///  - The backend's error (`device_lost`, `timeout` of a blocking call's host wait, ...) when
+///    device work fails.
+
 namespace ferry {
 
 namespace detail {
 struct TransferState;
 }
 
-/// @brief The four copy strategies (see the file comment).
-enum class CopyMode : std::uint8_t { blocking, executor_owned, preallocated, owner_owned };
+/// @brief Where an upload's destination comes from: `owner_owned`, a
+/// new block of the owner's pool (`upload`), or `preallocated`, the caller's (`upload_into`).
+enum class CopyMode : std::uint8_t { preallocated, owner_owned };
 
 /// @brief Lower-case name of a copy mode.
 FERRY_API std::string_view to_string(CopyMode mode) noexcept;
@@ -167,7 +195,7 @@ struct TransferOptions {
   /// -1 = one less than the hardware threads, at most 15; 0 = pack on the calling thread.
   /// Any other negative value is refused (`invalid_argument` from the constructor).
   int staging_threads = -1;
-  /// Deferred submission (see "Deferred submission" in the file comment; Vulkan): at most
+  /// Deferred submission (see "Deferred submission" in the contract above; Vulkan): at most
   /// this many calls share one submission of the executor. 1 (the default) submits every
   /// call, so every copy starts when its call returns; an engine that records many small
   /// copies and waits for them later (owner_waits = false) raises it, 16 for one. Must be >= 1.
@@ -227,17 +255,15 @@ struct UploadOptions {
   /// but the copy of batch i+1 cannot overlap the compute that reads batch i. true (overlap
   /// first): grow the pool instead, so the copy never waits behind owner compute -- one more
   /// batch of memory per batch in flight, and the freed blocks stay the owner's (reusable by
-  /// its temporaries), unlike executor_owned.
+  /// its temporaries), unlike blocks of the executor's.
   bool overlap = false;
   /// Enqueue `owner.wait(ready)` (and any queue-family acquire) in the call. When false, place
   /// the wait yourself with `owner.wait(upload.ready)`; ferry's own later operations on the
   /// buffer (copies, downloads, release) are ordered after the copy either way.
   bool owner_waits = true;
-  /// Points the copy waits for before it starts (device-side), beside the implicit ordering
-  /// after the destination's owner. See "Wait and signal lists" in the file comment.
+  /// Points the copy waits for before it starts (see "Wait and signal lists" above).
   std::vector<TimelinePoint> wait{};
-  /// Points signalled once the copy is complete (user semaphores only, values increasing).
-  /// See "Wait and signal lists" in the file comment.
+  /// Points signalled once the copy is complete (see "Wait and signal lists" above).
   std::vector<TimelinePoint> signal{};
   /// Batch `upload_into` only: the destination bytes between two consecutive views (in
   /// destination order) that are less than `kPaddingLimit` bytes apart are padding, which the
@@ -263,20 +289,16 @@ struct UploadOptions {
   static constexpr std::uint64_t kPaddingLimit = 256;
 };
 
-/// @brief Options of one download or device-to-device copy: the extra ordering of the call.
-/// Same rules as `UploadOptions::wait` and `::signal` (see "Wait and signal lists" in the
-/// file comment).
+/// @brief Options of one download or device-to-device copy: the extra ordering of the call
+/// (see "Wait and signal lists" above).
 struct CallOptions {
-  /// Points the call's device work waits for before it starts, beside the implicit ordering
-  /// after the buffers' owners.
-  std::vector<TimelinePoint> wait{};
-  /// Points signalled once the call's device work is complete.
-  std::vector<TimelinePoint> signal{};
+  std::vector<TimelinePoint> wait{};    ///< points the call's device work waits for
+  std::vector<TimelinePoint> signal{};  ///< points signalled once the call's work is complete
 };
 
 /// @brief Result of an upload: the owner-owned destination and the point it is ready at.
 struct Upload {
-  DeviceBuffer buffer{};  ///< the destination (owner = the owner queue; executor in executor_owned)
+  DeviceBuffer buffer{};  ///< the destination (owner = the owner queue)
   TimelinePoint ready{};  ///< the copy is complete once reached
 };
 
@@ -288,7 +310,8 @@ struct PeerCopy {
   PeerPath path = PeerPath::direct;   ///< how the copy ran (`same_device` within one device)
 };
 
-/// @brief Executes copies on a queue for buffers owned by other queues.
+/// @brief Executes copies on a queue for buffers owned by other queues. Every copy call
+/// follows the contract above (`transfer_contract`).
 class FERRY_API Transfer {
  public:
   /// @brief A transfer engine on `device` (executor = its transfer queue unless given).
@@ -303,32 +326,31 @@ class FERRY_API Transfer {
   /// @brief The executing queue.
   [[nodiscard]] Queue executor(std::source_location where = std::source_location::current()) const;
 
-  /// @brief Copy pinned/registered host memory to a new device buffer owned by `owner`.
-  /// Returns at once (except in `blocking` mode). Errors: empty source, queue of another
-  /// device, `mode == preallocated` (use `upload_into`): `invalid_argument`.
+  /// @brief Copy pinned/registered host memory to a new device buffer owned by `owner`, by
+  /// DMA from the HostBuffer itself. Errors: an empty source, `mode == preallocated` (use
+  /// `upload_into`).
   Upload upload(const HostBuffer& source, const Queue& owner, UploadOptions options = {},
                 std::source_location where = std::source_location::current());
-  /// @brief Copy a byte range of pinned host memory (`offset`, `bytes` within `source`).
+  /// @brief Copy a byte range of pinned host memory (`offset`, `bytes` within `source`) to a
+  /// new device buffer owned by `owner`.
   Upload upload(const HostBuffer& source, std::uint64_t offset, std::uint64_t bytes,
                 const Queue& owner, UploadOptions options = {},
                 std::source_location where = std::source_location::current());
-  /// @brief Copy pageable (ordinary) host memory through the pinned staging ring. Returns once
-  /// the last chunk is enqueued; `source` may be reused when the call returns.
+  /// @brief Copy pageable (ordinary) host memory through the pinned staging ring to a new
+  /// device buffer owned by `owner`. Returns once the last chunk is enqueued.
   Upload upload(std::span<const std::byte> source, const Queue& owner, UploadOptions options = {},
                 std::source_location where = std::source_location::current());
   /// @brief Upload many host ranges in one call (a KeyedJaggedTensor-like batch): one
   /// owner-owned allocation, inputs packed at 256-byte aligned offsets, gathered into pinned
-  /// staging by helper threads and moved with one DMA per staging chunk. Sources may be
-  /// reused when the call returns. Empty views are valid (see HostView and UploadBatch): they
-  /// get an offset and a view of size 0 and copy nothing; views that are all empty allocate
-  /// the batch's buffer and copy nothing. Errors: empty span, more than `max_batch_views`
-  /// views, a null data pointer with a size > 0, a total size overflow: `invalid_argument`.
-  /// Modes: owner_owned or blocking.
+  /// staging by helper threads and moved with one DMA per staging chunk. Empty views are
+  /// valid (see HostView and UploadBatch): they get an offset and a view of size 0 and copy
+  /// nothing; views that are all empty allocate the batch's buffer and copy nothing. Errors:
+  /// a total size overflow, `mode == preallocated` (use `upload_into`).
   UploadBatch upload(std::span<const HostView> views, const Queue& owner, UploadOptions options = {},
                      std::source_location where = std::source_location::current());
-  /// @brief Copy into a caller-supplied destination (`preallocated`). The executor waits for
-  /// the destination owner's work enqueued so far; the owner waits for the copy when
-  /// `owner_waits`. `source.size()` must be <= `destination.size()`.
+  /// @brief Copy all of pinned `source` into the start of a caller-supplied destination
+  /// (`preallocated`); the destination's bytes past `source.size()` are kept. Errors:
+  /// `source.size()` larger than `destination.size()`.
   TimelinePoint upload_into(const HostBuffer& source, const DeviceBuffer& destination,
                             UploadOptions options = {},
                             std::source_location where = std::source_location::current());
@@ -336,13 +358,7 @@ class FERRY_API Transfer {
   /// `destination_offset` of a caller-supplied destination (`preallocated`), by DMA from the
   /// HostBuffer itself (pool, registered or adopted memory; no staging). Bytes of
   /// `destination` outside the range are kept, so several sources can fill one destination
-  /// (a structure of pinned tensors into one allocation). Ordering as the whole-buffer
-  /// `upload_into`: the executor waits for the destination owner's work enqueued so far; the
-  /// owner waits for the copy when `owner_waits`. Returns the point at which the bytes are in
-  /// place; the source must stay unchanged until then.
-  /// Errors (`invalid_argument`, nothing is enqueued): `bytes` 0, a range outside `source` or
-  /// outside `destination` (naming the range and the size), buffers of another device, a
-  /// released or null buffer.
+  /// (a structure of pinned tensors into one allocation). Errors: `bytes` 0.
   TimelinePoint upload_into(const HostBuffer& source, std::uint64_t source_offset, std::uint64_t bytes,
                             const DeviceBuffer& destination, std::uint64_t destination_offset,
                             UploadOptions options = {},
@@ -352,14 +368,8 @@ class FERRY_API Transfer {
   /// `source_offsets[i]` of `source` (ranges of the source may overlap). One call does what
   /// that many range `upload_into`s would, with one completion point and the copies back to
   /// back (one driver call where the backend has a batched copy: CUDA's
-  /// `cudaMemcpyBatchAsync`). Ordering per destination as `upload_into`, with
-  /// `destination_unused`, `wait` and `signal` applying to the call; with `owner_waits` each
-  /// distinct owner waits once for the call's point. Returns the point at which every byte
-  /// is in place; the source must stay unchanged until then.
-  /// Errors (`invalid_argument`, naming the index; nothing is enqueued): an empty span,
-  /// more than `max_batch_views` destinations, counts that differ, a null, released or
-  /// other-device buffer, a source range outside `source`, a mode other than
-  /// `owner_owned`/`preallocated` (both mean this). Destinations that share memory (two
+  /// `cudaMemcpyBatchAsync`). The options apply to the call; with `owner_waits` each
+  /// distinct owner waits once for the call's point. Destinations that share memory (two
   /// adoptions of one range) are the caller's error, as with two `upload_into` calls.
   TimelinePoint upload_into(const HostBuffer& source, std::span<const std::uint64_t> source_offsets,
                             std::span<const DeviceBuffer> destinations, UploadOptions options = {},
@@ -369,96 +379,61 @@ class FERRY_API Transfer {
   /// pinned staging ring, with one DMA per chunk of each run of views whose destination
   /// ranges are contiguous (or separated by padding only, with
   /// `UploadOptions::overwrite_padding`). Bytes of `destination` outside the views' ranges
-  /// are kept (padding excepted, with that option). Sources
-  /// may be reused when the call returns. Ordering as `upload_into`: the executor waits for
-  /// the destination owner's work enqueued so far; the owner waits for the copy when
-  /// `owner_waits`. Returns the point at which every view is copied.
-  /// Errors (`invalid_argument`, naming the view index; nothing is enqueued): an empty span,
-  /// more than `max_batch_views` views, counts of views and offsets that differ, a null or
-  /// empty view, a range outside the destination, two destination ranges that overlap,
-  /// staging disabled, a mode other than `owner_owned`/`preallocated` (both mean this).
+  /// are kept (padding excepted, with that option). Errors: an empty view.
   TimelinePoint upload_into(std::span<const HostView> views, const DeviceBuffer& destination,
                             std::span<const std::uint64_t> offsets, UploadOptions options = {},
                             std::source_location where = std::source_location::current());
-  /// @brief Copy a device buffer into pinned/registered host memory at `offset`. The executor
-  /// waits for the source owner's work enqueued so far; the owner's later work (including a
-  /// release) is ordered after the read. Host: wait on the returned point (or on a point of
-  /// `options.signal`) before reading.
+  /// @brief Copy all of a device buffer into pinned/registered host memory at `offset`.
   TimelinePoint download(const DeviceBuffer& source, const HostBuffer& destination,
                          std::uint64_t offset = 0, CallOptions options = {},
                          std::source_location where = std::source_location::current());
   /// @brief Download several device buffers, each whole, into one pinned/registered
   /// HostBuffer: `sources[i]` goes to `offsets[i]` of `destination`. One call does what that
-  /// many single `download`s would, with one completion point: the executor waits for each
-  /// source owner's work enqueued so far, runs the copies back to back (one driver call
-  /// where the backend has a batched copy: CUDA's `cudaMemcpyBatchAsync`), and each owner's
-  /// later work (including a release) is ordered after the reads, as for `download`. For many
-  /// buffers (a model's state) this costs the host far less than one call per buffer.
-  /// Returns the point at which every byte is in host memory; wait on it before reading.
-  /// Thread-safety: like every Transfer call, serialized with the Transfer's other calls.
-  /// Errors (`invalid_argument`, naming the index; nothing is enqueued): an empty span,
-  /// more than `max_batch_views` sources, counts of sources and offsets that differ, a null,
-  /// released or other-device buffer, a range outside `destination`, two destination ranges
-  /// that overlap.
+  /// many single `download`s would, with one completion point and the copies back to back
+  /// (one driver call where the backend has a batched copy: CUDA's `cudaMemcpyBatchAsync`).
+  /// For many buffers (a model's state) this costs the host far less than one call per
+  /// buffer.
   TimelinePoint download(std::span<const DeviceBuffer> sources, const HostBuffer& destination,
                          std::span<const std::uint64_t> offsets, CallOptions options = {},
                          std::source_location where = std::source_location::current());
-  /// @brief Copy a device buffer into pageable memory; blocks until the data is there.
-  /// Goes through the staging ring (`invalid_argument` when staging is disabled). Blocking:
-  /// points in `options.wait` must be signalled by another thread or queue.
+  /// @brief Copy a device buffer into pageable memory through the staging ring (blocking).
   void download(const DeviceBuffer& source, std::span<std::byte> destination, CallOptions options = {},
                 std::source_location where = std::source_location::current());
   /// @brief Batch download, the mirror of the batch upload: for every view, `size` bytes of
   /// `source` at `offset` are copied to `data`. The source ranges are coalesced (sorted by
   /// offset, nearby ranges merged) and moved through the pinned staging ring with one DMA per
   /// chunk and run; helper threads scatter each chunk into the destinations as soon as its DMA
-  /// completes.
-  ///  - Blocking: returns once every byte is in host memory; the destinations may then be read.
-  ///  - Ordering: the copy follows the source owner's work enqueued before the call (e.g. a
-  ///    kernel that wrote it); the owner's later work (including a release)
-  ///    is ordered after the read.
-  ///  - Ownership: the caller owns the destinations and must keep them alive and untouched by
-  ///    other threads during the call; nothing is retained after it returns. Source ranges may
-  ///    overlap each other (the same bytes downloaded twice); non-empty destinations may not.
-  ///  - Empty views are valid (see DownloadView): they read and write nothing. When every view
-  ///    is empty the call enqueues no copy and returns once the arguments are checked; the
-  ///    executor still waits for `options.wait` before it signals `options.signal`.
-  ///  - Thread-safety: like every Transfer call, serialized with the Transfer's other calls.
-  /// Errors (`invalid_argument`, naming the view index; nothing is enqueued): an empty span,
-  /// more than `max_batch_views` views, a null destination with a size > 0, a range outside
-  /// the source buffer, two non-empty destination ranges that overlap, staging disabled (for
-  /// a view with a size > 0).
+  /// completes (blocking). Source ranges may overlap each other (the same bytes downloaded
+  /// twice); non-empty destinations may not. Empty views are valid (see DownloadView): they
+  /// read and write nothing. When every view is empty the call enqueues no copy and returns
+  /// once the arguments are checked; the executor still waits for `options.wait` before it
+  /// signals `options.signal`.
   void download(const DeviceBuffer& source, std::span<const DownloadView> views,
                 CallOptions options = {}, std::source_location where = std::source_location::current());
   /// @brief Download a batch upload's inputs back into `destinations` (destination i receives
   /// input i, `batch.offsets[i]`; its size must equal input i's size, 0 for an empty input).
-  /// Same contract as the DownloadView overload, plus `invalid_argument` when the counts or a
-  /// size differ.
+  /// Otherwise as the DownloadView overload. Errors: a size that differs from its input's.
   void download(const UploadBatch& batch, std::span<const HostSpan> destinations, CallOptions options = {},
                 std::source_location where = std::source_location::current());
-  /// @brief Device-to-device copy of `bytes` (0 = all of `source`) on the executor; both
-  /// owners are ordered around it like `download`, and `options` adds waits and signals.
+  /// @brief Device-to-device copy of `bytes` (0 = all of `source`) on the executor. The
+  /// destination's owner is made to wait for the copy (GPU-side, as with
+  /// `UploadOptions::owner_waits`).
   ///
   /// **Peer copies.** The source and the destination may be buffers of two devices A and B
   /// (of one backend, opened in this process), one of which is the Transfer's device: the
   /// copy then runs on the executor, on a copy engine, by the path `peer_path(other)` names
   /// (CUDA/HIP: `cudaMemcpyPeerAsync`, with peer access enabled where the topology allows,
   /// else staged by the driver through host memory; host devices: a memory copy).
-  ///  - Ordering, as for every Transfer call: the executor waits on the device for the work
-  ///    of the source's owner enqueued so far (its writes to the source) and for the
-  ///    destination owner's work so far (its last reads of the old contents); the destination's
-  ///    owner is then made to wait for the copy (GPU-side, as `UploadOptions::owner_waits`),
-  ///    so its work enqueued after the call sees the bytes. The source's owner's later work
-  ///    (a release too) is ordered after the copy's read. Cross-device waits are semaphores
-  ///    of one device waited on by a queue of the other (CUDA: events, valid across devices
-  ///    of one process; host: plain host objects).
+  ///  - Ordering as in the contract, across the two devices: cross-device waits are
+  ///    semaphores of one device waited on by a queue of the other (CUDA: events, valid across
+  ///    devices of one process; host: plain host objects).
   ///  - `options.wait` may name points of either device; `options.signal` only semaphores of
   ///    the Transfer's device (a queue signals its own device's semaphores).
   ///  - Memory and budgets: nothing is allocated; each buffer stays in its own pool.
   ///  - Lifetime: both devices stay open for the call. Closing either later is safe: a device
   ///    that closes hands the semaphores a peer's queue may still wait on to that peer, which
   ///    destroys them when it closes.
-  /// Errors: the rules of the one-device copy, and: `invalid_argument` when neither buffer is
+  /// Errors: `invalid_argument` when neither buffer is
   /// on the Transfer's device, a buffer's device is closed, or a wait point is of a third
   /// device; `unsupported`, naming the reason, when the backend has no peer copies (Vulkan,
   /// interop pairs, null), for devices of different backends, or where the driver refuses.
@@ -468,16 +443,11 @@ class FERRY_API Transfer {
   /// @brief Copy all of `source` into a new buffer from the pool of `owner`'s device, owned by
   /// `owner`: a peer copy when `owner` is a queue of another device than the source's (one of
   /// the two is the Transfer's device), else a plain device-to-device copy.
-  ///  - The destination is allocated in the owner device's pool, in the owner's stream order,
-  ///    exactly as an upload's (`UploadOptions::overlap` chooses between waiting for a block
-  ///    the owner released and growing the pool); it counts in that pool's budget only.
-  ///  - Ordering: the executor waits for the source owner's work so far and for the
-  ///    destination block's free point; with `options.owner_waits` (the default) the owner
-  ///    waits for the copy. `options.wait`/`signal` as for `copy`; `options.tag` labels the
-  ///    allocation. `options.mode` must be `owner_owned`.
+  ///  - The destination is allocated in the owner device's pool exactly as an upload's
+  ///    (`UploadOptions::overlap` chooses between waiting for a block the owner released and
+  ///    growing the pool); it counts in that pool's budget only. `options.tag` labels it.
   ///  - Returns the buffer, its ready point and the path the copy took.
-  /// Errors: those of `copy`, and `invalid_argument` for a null owner, a mode other than
-  /// `owner_owned`; `out_of_memory` from the owner's pool.
+  /// Errors: those of `copy`, and a mode other than `owner_owned`.
   PeerCopy copy_to(const DeviceBuffer& source, const Queue& owner, UploadOptions options = {},
                    std::source_location where = std::source_location::current());
   /// @brief How this Transfer's copies to or from buffers of `other` run: `same_device` for
@@ -489,54 +459,40 @@ class FERRY_API Transfer {
                                    std::source_location where = std::source_location::current()) const;
   /// @name Images (image.hpp)
   /// Copies between linear memory and an adopted image, in regions (`ImageRegion`), on the
-  /// executor. Common contract of the six calls:
-  ///  - Ordering (image.hpp): the executor waits for the image owner's work enqueued before
-  ///    the call, for ferry's earlier accesses of the image, for the image's `ready_after`
-  ///    (first access) and for `options.wait`; `options.signal` is signalled after the copy.
-  ///    The calls that write the image take `UploadOptions`: with `owner_waits` (the default)
-  ///    the owner waits for the copy (and, on Vulkan, records the ownership acquire); without
-  ///    it, the owner waits itself (`Queue::wait` on the returned point, which also records
-  ///    the acquire, or `vulkan::engine_acquire` for the engine's own submission). `mode`
-  ///    must be `owner_owned` or `preallocated` (both mean "into the given image").
+  /// executor, under the contract (an image is ordered like a buffer: image.hpp). What the
+  /// six calls add:
   ///  - Vulkan: the copy carries the layout transitions and queue-family ownership transfers
   ///    of image.hpp; the image is in its final layout, the owner's, after the point.
   ///  - Regions: every region is checked (see `ImageRegion`) before anything is enqueued;
-  ///    regions that write the image must not overlap. Errors name the region's index.
-  ///  - Errors (`invalid_argument`, at the caller's `where`, nothing enqueued): an empty span
-  ///    of regions or more than `max_batch_views`, a released, null or other device's image
-  ///    or buffer, a region's rule broken, a region's footprint outside the buffer, a pageable
-  ///    path with staging disabled or a block row larger than one staging chunk; the wait and
-  ///    signal list errors of every Transfer call. The backend's error when the copy fails.
+  ///    regions that write the image must not overlap. Errors name the region's index: a
+  ///    region's rule broken, a region's footprint outside the buffer, a block row larger than
+  ///    one staging chunk (pageable paths).
   /// @{
 
   /// @brief Upload pinned host memory into `destination`'s regions, by DMA from the
-  /// HostBuffer itself (no staging; its row pitch as given). Returns at once; the source must
-  /// stay unchanged until the returned point.
+  /// HostBuffer itself (no staging; its row pitch as given).
   TimelinePoint upload_image(const HostBuffer& source, const Image& destination, std::span<const ImageRegion> regions,
                              UploadOptions options = {}, std::source_location where = std::source_location::current());
   /// @brief Upload pageable host memory into `destination`'s regions through the staging ring:
   /// each region's rows are read at their pitch and packed tightly into staging, whole rows of
-  /// blocks per chunk. The source may be reused when the call returns (which may wait for a
-  /// staging buffer to come free); the copy is complete at the returned point.
+  /// blocks per chunk.
   TimelinePoint upload_image(std::span<const std::byte> source, const Image& destination,
                              std::span<const ImageRegion> regions, UploadOptions options = {},
                              std::source_location where = std::source_location::current());
   /// @brief Copy `source`'s regions into pinned host memory at each region's buffer offset
-  /// and pitch (bytes between rows are kept). The bytes are in place at the returned point.
+  /// and pitch (bytes between rows are kept).
   TimelinePoint download_image(const Image& source, const HostBuffer& destination, std::span<const ImageRegion> regions,
                                CallOptions options = {}, std::source_location where = std::source_location::current());
   /// @brief Copy `source`'s regions into pageable memory through the staging ring, at each
-  /// region's offset and pitch (bytes between rows are kept). Blocking: returns once every
-  /// byte is there, so points in `options.wait` must be signalled by another thread or queue.
+  /// region's offset and pitch (bytes between rows are kept; blocking).
   void download_image(const Image& source, std::span<std::byte> destination, std::span<const ImageRegion> regions,
                       CallOptions options = {}, std::source_location where = std::source_location::current());
   /// @brief Device-to-device copy from a DeviceBuffer (a pool block or adopted memory) into
-  /// `destination`'s regions, on the executor: both owners are ordered around it as for
-  /// `copy` (the buffer's owner's later work, a release too, follows the copy's read).
+  /// `destination`'s regions.
   TimelinePoint copy_to_image(const DeviceBuffer& source, const Image& destination, std::span<const ImageRegion> regions,
                               UploadOptions options = {}, std::source_location where = std::source_location::current());
-  /// @brief Device-to-device copy of `source`'s regions into a DeviceBuffer, on the executor;
-  /// the buffer's bytes outside the regions' rows are kept, and its owner waits for the copy.
+  /// @brief Device-to-device copy of `source`'s regions into a DeviceBuffer; the buffer's
+  /// bytes outside the regions' rows are kept, and its owner waits for the copy.
   TimelinePoint copy_from_image(const Image& source, const DeviceBuffer& destination,
                                 std::span<const ImageRegion> regions, CallOptions options = {},
                                 std::source_location where = std::source_location::current());
@@ -547,10 +503,10 @@ class FERRY_API Transfer {
   /// for, and the host memory they use stays alive until they complete.
   void synchronize(std::chrono::nanoseconds timeout = std::chrono::seconds(60),
                    std::source_location where = std::source_location::current());
-  /// @brief Submit the copies recorded and not submitted yet (see "Deferred submission" in
-  /// the file comment), so that they start; does not wait. Errors: `invalid_argument` for a
-  /// moved-from Transfer or a closed device; the backend's error when the submission fails.
-  /// Thread-safety: like every call; it submits other threads' pending calls too.
+  /// @brief Submit the copies recorded and not submitted yet (see "Deferred submission"
+  /// above), so that they start; does not wait. It submits other threads' pending calls too.
+  /// Errors: `invalid_argument` for a moved-from Transfer or a closed device; the backend's
+  /// error when the submission fails.
   void flush(std::source_location where = std::source_location::current());
 
  private:
@@ -729,12 +685,9 @@ concept Downloadable = !std::is_const_v<T> && requires(T& value, detail::Downloa
 ///  - Empty leaves are valid (an offset and a view of size 0, no byte copied), and so is a
 ///    structure whose leaves are all empty (see UploadBatch). A structure with no leaf at all
 ///    is `invalid_argument`.
-///  - Ordering, copy modes and ownership are those of the batch upload
-///    (`Transfer::upload(std::span<const HostView>, ...)`): the host leaves may be reused
-///    when the call returns; `options` applies to the batch.
-///  - Thread-safety: `value` must not be modified by other threads during the call, which
-///    runs `ferry_leaves(value, ...)` twice on the calling thread; the upload itself is
-///    serialized with the Transfer's other calls.
+///  - It is a batch upload (`Transfer::upload(std::span<const HostView>, ...)`) under the
+///    contract of every copy call; `options` applies to the batch. `ferry_leaves(value, ...)`
+///    runs twice on the calling thread.
 /// Errors: any error of the batch upload, its message prefixed with `ferry::upload_structured`
 /// (its "view i" is leaf i); `invalid_argument` when the two passes of `ferry_leaves` visit
 /// different leaves (then the batch is released).
@@ -763,18 +716,13 @@ auto upload_structured(Transfer& transfer, const T& value, const Queue& owner, U
 /// to leaf i of `value`, in `ferry_leaves` order.
 ///  - `value` must already have the batch's shape: as many leaves, each of the size of its
 ///    input (containers are not resized). Empty leaves read and write nothing.
-///  - Blocking: returns once every byte is in `value`. Ordering: the read follows the work
-///    of the buffer's owner enqueued before the call (e.g. compute that wrote it in place);
-///    the owner's later work, including a release, is ordered after it.
-///  - Ownership: the caller owns `value` and `batch`; nothing is retained after the call.
-///  - Thread-safety: `value`'s leaves must not be touched by other threads during the call;
-///    `ferry_leaves(value, ...)` runs once on the calling thread; the download is serialized
-///    with the Transfer's other calls.
+///  - It is a batch download (`Transfer::download(const UploadBatch&, ...)`, blocking) under
+///    the contract of every copy call; `options` adds waits and signals as there.
+///    `ferry_leaves(value, ...)` runs once on the calling thread.
 /// Errors (`invalid_argument`, nothing is read): a count of leaves other than the batch's
 /// inputs, a leaf whose size differs from its input's (both named), then any error of the
 /// batch download (`Transfer::download(const UploadBatch&, ...)`), its message prefixed with
-/// `ferry::download_structured` (its "destination i" is leaf i). `options` adds waits and
-/// signals as for that download.
+/// `ferry::download_structured` (its "destination i" is leaf i).
 template <Downloadable T>
 void download_structured(Transfer& transfer, const UploadBatch& batch, T& value, CallOptions options = {},
                          std::source_location where = std::source_location::current()) {

@@ -32,15 +32,11 @@ class QueueRole(enum.Enum):
     transfer = 1
 
 class CopyMode(enum.Enum):
-    """The copy strategies of an upload (see ferry/transfer.hpp)."""
+    """Where an upload's destination comes from (see ferry/transfer.hpp)."""
 
-    blocking = 0
+    preallocated = 0
 
-    executor_owned = 1
-
-    preallocated = 2
-
-    owner_owned = 3
+    owner_owned = 1
 
 class Capabilities:
     """Device capabilities and limits, filled at open."""

@@ -17,11 +17,10 @@ namespace {
 ferry::CopyMode copy_mode(nb::handle mode) {
   if (nb::isinstance<ferry::CopyMode>(mode)) return nb::cast<ferry::CopyMode>(mode);
   const std::string name = nb::cast<std::string>(nb::str(mode));
-  for (auto m : {ferry::CopyMode::blocking, ferry::CopyMode::executor_owned, ferry::CopyMode::preallocated,
-                 ferry::CopyMode::owner_owned}) {
+  for (auto m : {ferry::CopyMode::preallocated, ferry::CopyMode::owner_owned}) {
     if (ferry::to_string(m) == name) return m;
   }
-  invalid("copy mode '" + name + "' is not one of blocking, executor_owned, preallocated, owner_owned");
+  invalid("copy mode '" + name + "' is not one of preallocated, owner_owned");
 }
 
 ferry::UploadOptions upload_options(nb::handle mode, const std::string& tag, bool overlap, bool owner_waits,

@@ -39,8 +39,6 @@ NB_MODULE(_ferry, m) {
       .value("compute", ferry::QueueRole::compute)
       .value("transfer", ferry::QueueRole::transfer);
   nb::enum_<ferry::CopyMode>(m, "CopyMode", "The copy strategies of an upload (see ferry/transfer.hpp).")
-      .value("blocking", ferry::CopyMode::blocking)
-      .value("executor_owned", ferry::CopyMode::executor_owned)
       .value("preallocated", ferry::CopyMode::preallocated)
       .value("owner_owned", ferry::CopyMode::owner_owned);
 

@@ -56,7 +56,9 @@ void calls_keep_binding(Device& dev, CUcontext expected, CtxGetCurrent get_curre
   for (std::size_t i = 0; i < n; ++i) src.data()[i] = static_cast<std::byte>(i * 7 + 1);
   Upload up = xfer.upload(src, owner);
   CHECK(binding() == expected);
-  Upload blocking = xfer.upload(src, owner, {.mode = CopyMode::blocking});
+  Transfer on_owner(dev, {.executor = owner});  // a copy on the owner queue, waited for by the host
+  Upload blocking = on_owner.upload(src, owner);
+  blocking.ready.wait();
   CHECK(binding() == expected);
   DeviceBuffer copy = dev.pool().allocate(n, owner);
   (void)xfer.copy(up.buffer, copy);

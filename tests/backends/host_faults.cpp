@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "reference.hpp"
 
 using namespace ferry;
 using conformance::expect_error;
@@ -60,8 +61,8 @@ void expect_pattern(std::span<const std::byte> bytes, std::uint64_t seed, int ad
   CHECK_MESSAGE(at == -1, what << ": first wrong byte at " << at);
 }
 
-/// Every transfer path once, each checked as soon as its wait returns: pinned uploads in the
-/// owner_owned, blocking and executor_owned modes, a staged batch upload and its batch
+/// Every transfer path once, each checked as soon as its wait returns: pinned uploads by
+/// ferry and by the bench's blocking and executor_owned references, a staged batch upload and its batch
 /// download, a pageable upload and download, a device-to-device copy and upload_into.
 /// Throws the first ferry::Error; whatever completes before it must hold the right data.
 void transfer_paths(Device& dev, Transfer& xfer) {
@@ -77,17 +78,14 @@ void transfer_paths(Device& dev, Transfer& xfer) {
     xfer.download(out, dst).wait(kWait);
     expect_pattern(dst.span(), 1, 1, "owner_owned upload, compute");
   }
+  ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
   {
-    UploadOptions o;
-    o.mode = CopyMode::blocking;
-    Upload up = xfer.upload(src, owner, o);
+    Upload up = uploads.blocking(src);
     xfer.download(up.buffer, dst).wait(kWait);
     expect_pattern(dst.span(), 1, 0, "blocking upload");
   }
   {
-    UploadOptions o;
-    o.mode = CopyMode::executor_owned;
-    Upload up = xfer.upload(src, owner, o);
+    Upload up = uploads.executor_owned(src);
     DeviceBuffer out = dev.pool().allocate(n, owner);
     run_synthetic_compute(owner, up.buffer, out);
     xfer.download(out, dst).wait(kWait);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "reference.hpp"
 
 using namespace ferry;
 using conformance::expect_error;
@@ -331,11 +332,11 @@ CONFORMANCE_CASE("batch: empty views at the start, middle and end of batch uploa
   // Empty views with null and non-null data, first, between the inputs and last.
   const std::vector<HostView> views{{nullptr, 0}, {a.data(), a.size()}, {&one, 0},
                                     {nullptr, 0}, {b.data(), b.size()}, {nullptr, 0}};
-  for (CopyMode mode : {CopyMode::owner_owned, CopyMode::blocking}) {
-    CAPTURE(to_string(mode));
-    UploadOptions o;
-    o.mode = mode;
-    UploadBatch batch = xfer.upload(std::span<const HostView>(views), owner, o);
+  ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
+  for (const bool blocking : {false, true}) {
+    CAPTURE(blocking);
+    const std::span<const HostView> all(views);
+    UploadBatch batch = blocking ? uploads.blocking(all) : xfer.upload(all, owner);
     REQUIRE(batch.offsets.size() == views.size());
     REQUIRE(batch.views.size() == views.size());
     const DeviceView base = batch.buffer.view();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "reference.hpp"
 
 using namespace ferry;
 
@@ -78,26 +79,29 @@ CONFORMANCE_CASE("budget: executor_owned strands the blocks its consumer still h
   }
   DevicePool& pool = dev.pool();
   Gate gate(dev, owner);
-  // A 12 MiB request takes 12 MiB of a 20 MiB segment and leaves 8 MiB clean. Released by its
-  // consumer (the owner, still behind the gate), the 12 MiB block is pending on the owner, so
-  // the executor's next 12 MiB request cannot use it: the pool grows, stranding exactly it.
+  ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
+  // A 12 MiB request takes 12 MiB of a 20 MiB segment and leaves 8 MiB clean (the consumer's
+  // 12 MiB output takes a segment of its own). Released after its consumer's use (compute on
+  // the owner, still behind the gate), the 12 MiB block is pending on the owner, so the
+  // executor's next 12 MiB request cannot use it: the pool grows, stranding exactly it.
   constexpr std::uint64_t n = 12 * MiB;
   HostBuffer src = dev.host_pool().allocate(n);
   conformance::fill_pattern(src.span(), 90);
-  UploadOptions o;
-  o.mode = CopyMode::executor_owned;
-  Upload first = xfer.upload(src, owner, o);
-  owner.wait(first.ready);
+  Upload first = uploads.executor_owned(src);
+  CHECK(first.buffer.owner() == xfer.executor());
+  DeviceBuffer out = pool.allocate(n, owner);
+  run_synthetic_compute(owner, first.buffer, out);  // records the owner as a user of the block
   const PoolBudget before = pool.get_budget();
   CHECK(before.stranded_bytes == 0);
-  first.buffer.release();  // deferred until the owner's work so far (the gate) completes
-  Upload second = xfer.upload(src, owner, o);
+  first.buffer.release();  // deferred until the owner's use (behind the gate) completes
+  Upload second = uploads.executor_owned(src);
   const PoolBudget after = pool.get_budget();
   CHECK(after.segment_allocations == before.segment_allocations + 1);
   CHECK(after.stranded_bytes == n);
   CHECK(after.peak_stranded_bytes == n);
 
   gate.open();
+  out.release();
   HostBuffer back = dev.host_pool().allocate(n);
   xfer.download(second.buffer, back).wait(std::chrono::seconds(60));
   CHECK(conformance::first_mismatch(back.span(), 90) == -1);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "reference.hpp"
 
 using namespace ferry;
 using conformance::fill_pattern;
@@ -163,17 +164,18 @@ CONFORMANCE_CASE("data: every copy mode delivers the bytes to the owner") {
   HostBuffer src = dev.host_pool().allocate(n);
   HostBuffer dst = dev.host_pool().allocate(n);
   std::uint64_t seed = 20;
-  for (CopyMode mode : {CopyMode::blocking, CopyMode::executor_owned, CopyMode::owner_owned}) {
-    CAPTURE(to_string(mode));
+  ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
+  using ferry_bench::Strategy;
+  for (Strategy mode : {Strategy::blocking, Strategy::executor_owned, Strategy::owner_owned}) {
+    CAPTURE(ferry_bench::to_string(mode));
     fill_pattern(src.span(), seed);
     UploadOptions o;
-    o.mode = mode;
     o.tag = "mode-test";
-    Upload up = xfer.upload(src, owner, o);
-    if (mode == CopyMode::blocking) {
+    Upload up = uploads.upload(mode, src, o);
+    if (mode == Strategy::blocking) {
       CHECK_MESSAGE(up.ready.reached(), "blocking upload returned before the copy completed");
     }
-    if (mode == CopyMode::executor_owned) {
+    if (mode == Strategy::executor_owned) {
       CHECK(up.buffer.owner() == xfer.executor());
     } else {
       CHECK(up.buffer.owner() == owner);
@@ -321,11 +323,11 @@ CONFORMANCE_CASE("data: batch upload of many scattered host ranges") {
   std::vector<HostView> views = host_views(input);
   views.push_back({pinned.data(), pinned.size()});
 
-  for (CopyMode mode : {CopyMode::owner_owned, CopyMode::blocking}) {
-    CAPTURE(to_string(mode));
-    UploadOptions o;
-    o.mode = mode;
-    UploadBatch batch = xfer.upload(std::span<const HostView>(views), owner, o);
+  ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
+  for (const bool blocking : {false, true}) {
+    CAPTURE(blocking);
+    const std::span<const HostView> all(views);
+    UploadBatch batch = blocking ? uploads.blocking(all) : xfer.upload(all, owner);
     REQUIRE(batch.offsets.size() == views.size());
     REQUIRE(batch.views.size() == views.size());
     CHECK(batch.buffer.owner() == owner);

@@ -448,8 +448,6 @@ void bad_input(ImageFormat format) {
   expect_error(ErrorCode::invalid_argument, [&] { (void)xfer.upload_image(h, image, std::span<const ImageRegion>()); },
                "no regions");
   const ImageRegion one[] = {good};
-  expect_error(ErrorCode::invalid_argument,
-               [&] { (void)xfer.upload_image(h, image, one, {.mode = CopyMode::blocking}); }, "blocking mode");
   expect_error(ErrorCode::invalid_argument, [&] { (void)xfer.upload_image(h, Image{}, one); }, "null image");
   {
     Transfer unstaged(dev, {.staging = false});

@@ -193,11 +193,6 @@ CONFORMANCE_CASE("many: bad input of many-buffer downloads and uploads") {
   expect_invalid_naming([&] { up(b, {0, ~std::uint64_t{0}, 0}); }, {"destination 1", "exceeds the host buffer"},
                  "source offset past the end");
   {
-    UploadOptions blocking;
-    blocking.mode = CopyMode::blocking;
-    expect_invalid_naming([&] { up(b, fine, blocking); }, {"preallocated mode"}, "an upload mode other than preallocated");
-  }
-  {
     Device other = conformance::open_device();
     Queue other_owner = other.queue(QueueRole::compute);
     std::vector<DeviceBuffer> mixed;

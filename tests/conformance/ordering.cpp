@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "reference.hpp"
 
 using namespace ferry;
 using conformance::fill_pattern;
@@ -27,8 +28,10 @@ CONFORMANCE_CASE("ordering: the owner never sees stale data (pipelined reuse)") 
   const int iterations = conformance::small() ? 60 : 200;
   constexpr int ring = 4;  // host buffers in flight
 
-  for (CopyMode mode : {CopyMode::owner_owned, CopyMode::executor_owned, CopyMode::blocking}) {
-    CAPTURE(to_string(mode));
+  ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
+  using ferry_bench::Strategy;
+  for (Strategy mode : {Strategy::owner_owned, Strategy::executor_owned, Strategy::blocking}) {
+    CAPTURE(ferry_bench::to_string(mode));
     struct Slot {
       HostBuffer src, dst;
       TimelinePoint done;
@@ -54,9 +57,7 @@ CONFORMANCE_CASE("ordering: the owner never sees stale data (pipelined reuse)") 
       Slot& s = slots[static_cast<std::size_t>(k % ring)];
       verify(s);  // frees the slot's host memory for reuse
       fill_pattern(s.src.span(), static_cast<std::uint64_t>(k));
-      UploadOptions o;
-      o.mode = mode;
-      Upload up = xfer.upload(s.src, owner, o);
+      Upload up = uploads.upload(mode, s.src);
       // Blocks released by the previous iteration are reused here while its compute may
       // still be queued on the owner.
       DeviceBuffer out = dev.pool().allocate(n, owner);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "reference.hpp"
 
 using namespace ferry;
 using conformance::expect_error;
@@ -27,10 +28,11 @@ struct Footprint {
 
 /// The issue-2 scenario: `steps` of upload → compute on the owner (into a temporary drawn from
 /// the same pool) → release, with at most two steps in flight.
-Footprint run_steps(CopyMode mode, std::uint64_t bytes, int steps) {
+Footprint run_steps(ferry_bench::Strategy strategy, std::uint64_t bytes, int steps) {
   Device dev = conformance::open_device();
   Queue owner = dev.queue(QueueRole::compute);
   Transfer xfer(dev);
+  ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
   HostBuffer src = dev.host_pool().allocate(bytes);
   conformance::fill_pattern(src.span(), 1);
   HostBuffer check = dev.host_pool().allocate(bytes);
@@ -41,9 +43,8 @@ Footprint run_steps(CopyMode mode, std::uint64_t bytes, int steps) {
       computed.pop_front();
     }
     UploadOptions o;
-    o.mode = mode;
     o.tag = "input";
-    Upload up = xfer.upload(src, owner, o);
+    Upload up = uploads.upload(strategy, src, o);
     AllocationOptions ao;
     ao.tag = "temporary";
     DeviceBuffer out = dev.pool().allocate(bytes, owner, ao);  // the step's temporary
@@ -70,9 +71,9 @@ Footprint run_steps(CopyMode mode, std::uint64_t bytes, int steps) {
 CONFORMANCE_CASE("pool: footprint: owner_owned reserves no more than a blocking copy") {
   const std::uint64_t bytes = conformance::small() ? 8 * MiB : 64 * MiB;
   const int steps = 30;
-  const Footprint blocking = run_steps(CopyMode::blocking, bytes, steps);
-  const Footprint executor = run_steps(CopyMode::executor_owned, bytes, steps);
-  const Footprint owner = run_steps(CopyMode::owner_owned, bytes, steps);
+  const Footprint blocking = run_steps(ferry_bench::Strategy::blocking, bytes, steps);
+  const Footprint executor = run_steps(ferry_bench::Strategy::executor_owned, bytes, steps);
+  const Footprint owner = run_steps(ferry_bench::Strategy::owner_owned, bytes, steps);
   MESSAGE("peak reserved MiB over " << steps << " steps of " << bytes / MiB
                                     << " MiB: blocking " << blocking.peak_reserved / MiB
                                     << ", executor_owned " << executor.peak_reserved / MiB

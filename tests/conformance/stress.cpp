@@ -34,11 +34,13 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "reference.hpp"
 
 using namespace ferry;
 using conformance::fill_pattern;
 using conformance::first_mismatch;
 using conformance::pattern_byte;
+using ferry_bench::Strategy;
 
 namespace {
 
@@ -219,16 +221,40 @@ class Worker {
   }
   void fail(const std::string& what) { s_.fail(where() + ": " + what); }
 
-  /// Options of an upload: mostly the default; blocking and executor_owned now and then; the
-  /// owner's wait left to the caller sometimes.
-  UploadOptions upload_options(bool executor_owned_allowed) {
-    UploadOptions o;
+  /// An upload's strategy and options: mostly ferry's upload; now and then the bench's
+  /// references in public-API terms (blocking: the host waits for the copy; executor_owned: a
+  /// block of the executor filled by upload_into); the owner's wait left to the caller
+  /// sometimes.
+  struct Plan {
+    Strategy strategy = Strategy::owner_owned;
+    UploadOptions options{};
+  };
+  Plan upload_plan(bool executor_owned_allowed) {
+    Plan p;
     const std::uint64_t k = uniform(0, 99);
-    if (k < 8) o.mode = CopyMode::blocking;
-    else if (k < 15 && executor_owned_allowed) o.mode = CopyMode::executor_owned;
-    o.overlap = chance(25);
-    o.owner_waits = chance(80);
-    return o;
+    if (k < 8) p.strategy = Strategy::blocking;
+    else if (k < 15 && executor_owned_allowed) p.strategy = Strategy::executor_owned;
+    p.options.overlap = chance(25);
+    p.options.owner_waits = chance(80);
+    return p;
+  }
+
+  /// `n` bytes of `h` from `offset` uploaded for `owner` with the plan's strategy.
+  Upload pinned_upload_with(const Plan& p, const HostBuffer& h, bool range, std::uint64_t offset, std::uint64_t n,
+                            Queue& owner) {
+    if (p.strategy == Strategy::executor_owned) {
+      Upload up;
+      up.buffer = s_.dev.pool().allocate(n, s_.executor);
+      UploadOptions o = p.options;
+      o.mode = CopyMode::preallocated;
+      o.owner_waits = false;  // the destination's owner is the executor
+      up.ready = xfer().upload_into(h, offset, n, up.buffer, 0, o);
+      if (p.options.owner_waits) owner.wait(up.ready);
+      return up;
+    }
+    Upload up = range ? xfer().upload(h, offset, n, owner, p.options) : xfer().upload(h, owner, p.options);
+    if (p.strategy == Strategy::blocking) up.ready.wait(std::chrono::hours(1));
+    return up;
   }
 
   /// With owner_waits off, either place the owner's wait here or leave it out: ferry orders
@@ -314,7 +340,7 @@ class Worker {
     live_.push_back(std::move(e));
   }
 
-  static std::string mode_name(CopyMode mode) { return std::string(to_string(mode)); }
+  static std::string mode_name(Strategy s) { return std::string(ferry_bench::to_string(s)); }
 
   /// Pinned source, handle dropped right after the call: the transfer keeps the memory alive
   /// until the copy has completed (pool.hpp, HostBuffer).
@@ -323,7 +349,7 @@ class Worker {
     const std::uint64_t before = range ? uniform(0, 4 * KiB) : 0, after = range ? uniform(0, 4 * KiB) : 0;
     const std::uint64_t seed = next_seed();
     Queue& owner = any_queue();
-    const UploadOptions o = upload_options(true);
+    const Plan p = upload_plan(true);
     Upload up;
     {
       HostBuffer h = s_.dev.host_pool().allocate(before + n + after);
@@ -331,11 +357,11 @@ class Worker {
       std::fill(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(before), kGuard);
       fill_pattern(all.subspan(before, n), seed);
       std::fill(all.begin() + static_cast<std::ptrdiff_t>(before + n), all.end(), kGuard);
-      up = range ? xfer().upload(h, before, n, owner, o) : xfer().upload(h, owner, o);
+      up = pinned_upload_with(p, h, range, before, n, owner);
     }
-    finish_upload(std::move(up), o, owner, n, seed,
+    finish_upload(std::move(up), p, owner, n, seed,
                   std::string(range ? "pinned range upload " : "pinned upload ") + std::to_string(n) + " B (" +
-                      mode_name(o.mode) + ") for " + owner.name());
+                      mode_name(p.strategy) + ") for " + owner.name());
   }
 
   /// Pageable source, overwritten as soon as the call returns (the contract allows it).
@@ -343,23 +369,23 @@ class Worker {
     const std::uint64_t n = random_size();
     const std::uint64_t seed = next_seed();
     Queue& owner = any_queue();
-    const UploadOptions o = upload_options(false);
+    const Plan p = upload_plan(false);
     std::vector<std::byte> source(n);
     fill_pattern(source, seed);
-    Upload up = xfer().upload(std::span<const std::byte>(source), owner, o);
+    Upload up = xfer().upload(std::span<const std::byte>(source), owner, p.options);
+    if (p.strategy == Strategy::blocking) up.ready.wait(std::chrono::hours(1));
     std::fill(source.begin(), source.end(), kScribble);
-    finish_upload(std::move(up), o, owner, n, seed,
-                  "pageable upload " + std::to_string(n) + " B (" + mode_name(o.mode) + ") for " + owner.name());
+    finish_upload(std::move(up), p, owner, n, seed,
+                  "pageable upload " + std::to_string(n) + " B (" + mode_name(p.strategy) + ") for " + owner.name());
   }
 
-  void finish_upload(Upload up, const UploadOptions& o, Queue& owner, std::uint64_t n, std::uint64_t seed,
+  void finish_upload(Upload up, const Plan& p, Queue& owner, std::uint64_t n, std::uint64_t seed,
                      std::string history) {
     if (up.buffer.size() != n) fail(history + ": the buffer has " + std::to_string(up.buffer.size()) + " bytes");
-    const Queue want_owner = o.mode == CopyMode::executor_owned ? s_.executor : owner;
+    const Queue want_owner = p.strategy == Strategy::executor_owned ? s_.executor : owner;
     if (!(up.buffer.owner() == want_owner)) fail(history + ": the buffer's owner is " + up.buffer.owner().name());
-    if (o.mode == CopyMode::blocking && !up.ready.reached()) fail(history + ": a blocking upload returned early");
-    if (o.mode != CopyMode::blocking) last_executor_point_ = up.ready;
-    maybe_owner_wait(o, owner, up.ready);
+    last_executor_point_ = up.ready;
+    maybe_owner_wait(p.options, owner, up.ready);
     Entry e;
     e.buffer = std::move(up.buffer);
     e.regions = {{0, n, seed, 0, 0}};
@@ -373,7 +399,7 @@ class Worker {
   void batch_upload() {
     const std::size_t k = uniform(1, 6);
     Queue& owner = any_queue();
-    UploadOptions o = upload_options(false);
+    const Plan p = upload_plan(false);
     std::vector<std::vector<std::byte>> pageable;
     std::vector<HostBuffer> pinned;
     std::vector<HostView> views;
@@ -393,10 +419,11 @@ class Worker {
       fill_pattern(bytes, seeds.back());
       views.push_back({bytes.data(), n});
     }
-    UploadBatch b = xfer().upload(std::span<const HostView>(views), owner, o);
+    UploadBatch b = xfer().upload(std::span<const HostView>(views), owner, p.options);
+    if (p.strategy == Strategy::blocking) b.ready.wait(std::chrono::hours(1));
     pinned.clear();
     for (auto& v : pageable) std::fill(v.begin(), v.end(), kScribble);
-    std::string history = "batch upload of " + std::to_string(k) + " (" + mode_name(o.mode) + ") for " + owner.name();
+    std::string history = "batch upload of " + std::to_string(k) + " (" + mode_name(p.strategy) + ") for " + owner.name();
     if (b.offsets.size() != k || b.views.size() != k) {
       fail(history + ": " + std::to_string(b.offsets.size()) + " offsets, " + std::to_string(b.views.size()) + " views");
       return;
@@ -411,8 +438,7 @@ class Worker {
       }
       e.regions.push_back({b.offsets[i], views[i].size, seeds[i], 0, 0});
     }
-    if (o.mode == CopyMode::blocking && !b.ready.reached()) fail(history + ": a blocking upload returned early");
-    maybe_owner_wait(o, owner, b.ready);
+    maybe_owner_wait(p.options, owner, b.ready);
     e.ready = b.ready;
     e.history = std::move(history);
     e.batch = std::move(b);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "reference.hpp"
 
 using namespace ferry;
 using conformance::fill_pattern;
@@ -162,11 +163,12 @@ CONFORMANCE_CASE("structured: round trip with empty leaves at the start, middle 
   CHECK(sizes.front() == 0);
   CHECK(sizes.back() == 0);
 
-  for (CopyMode mode : {CopyMode::owner_owned, CopyMode::blocking}) {
-    CAPTURE(to_string(mode));
-    UploadOptions o;
-    o.mode = mode;
-    auto [batch, shape] = upload_structured(xfer, s, owner, o);
+  ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
+  for (const bool blocking : {false, true}) {
+    CAPTURE(blocking);
+    // blocking: the reference strategy, a copy on the owner queue waited for by the host.
+    auto [batch, shape] = upload_structured(blocking ? uploads.on_owner() : xfer, s, owner);
+    if (blocking) batch.ready.wait();
     REQUIRE(batch.views.size() == sizes.size());
     REQUIRE(shape.features.size() == s.features.size());
     // The shape holds the batch's views in ferry_leaves order; empty leaves have size 0 at an

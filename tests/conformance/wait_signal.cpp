@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "reference.hpp"
 
 using namespace ferry;
 using namespace std::chrono_literals;
@@ -62,12 +63,14 @@ CONFORMANCE_CASE("wait/signal: a copy waits for an engine-signalled point") {
   TimelineSemaphore engine = dev.create_semaphore(0);
 
   SUBCASE("pinned upload: the source is read only after the point") {
-    for (CopyMode mode : {CopyMode::owner_owned, CopyMode::executor_owned}) {
-      CAPTURE(to_string(mode));
+    ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
+    using ferry_bench::Strategy;
+    for (Strategy mode : {Strategy::owner_owned, Strategy::executor_owned}) {
+      CAPTURE(ferry_bench::to_string(mode));
       const std::uint64_t v = engine.value() + 1;
       HostBuffer src = dev.host_pool().allocate(kBytes);
       fill_pattern(src.span(), 1);
-      Upload up = xfer.upload(src, owner, {.mode = mode, .wait = {engine.at(v)}});
+      Upload up = uploads.upload(mode, src, {.wait = {engine.at(v)}});
       fill_pattern(src.span(), 2);  // the engine produces the data, then signals
       std::this_thread::sleep_for(kGrace);
       CHECK_FALSE_MESSAGE(up.ready.reached(), "the upload completed before its wait point was signalled");
@@ -150,7 +153,8 @@ CONFORMANCE_CASE("wait/signal: a copy waits for an engine-signalled point") {
     // wait that another thread's host signal ends, which validation layers before 1.3.259 can
     // stall for their 10 s state timeout (the Vulkan backend prints that message uncounted;
     // see kSignalBehindWait in backends/vulkan/vulkan_device.cpp).
-    // Blocking mode: the copy runs on the owner queue, after the point.
+    // The blocking reference: the copy runs on the owner queue, after the point.
+    ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
     HostBuffer src = dev.host_pool().allocate(kBytes);
     fill_pattern(src.span(), 11);
     const std::uint64_t v = engine.value() + 1;
@@ -159,7 +163,7 @@ CONFORMANCE_CASE("wait/signal: a copy waits for an engine-signalled point") {
       fill_pattern(src.span(), 12);
       engine.signal(v);
     });
-    Upload up = xfer.upload(src, owner, {.mode = CopyMode::blocking, .wait = {engine.at(v)}});
+    Upload up = uploads.blocking(src, {.wait = {engine.at(v)}});
     CHECK(engine.at(v).reached());
     producer.join();
     HostBuffer back = read_back(dev, xfer, up.buffer);
@@ -272,10 +276,12 @@ CONFORMANCE_CASE("wait/signal: a copy signals an engine semaphore") {
     Upload pup = xfer.upload(std::span<const std::byte>(pageable), owner, {.signal = {sem.at(7)}});
     const HostView views[2] = {{pageable.data(), 1000}, {pageable.data() + 1000, kBytes - 1000}};
     UploadBatch batch = xfer.upload(std::span<const HostView>(views), owner, {.signal = {sem.at(8)}});
-    // A blocking upload signals on the owner queue: a semaphore of its own, since values of
-    // one semaphore signalled from two queues must be reached in increasing order.
+    // A Transfer over the owner queue (the blocking reference) signals there: a semaphore of
+    // its own, since values of one semaphore signalled from two queues must be reached in
+    // increasing order.
+    ferry_bench::ReferenceUploads uploads(dev, xfer, owner);
     TimelineSemaphore on_owner = dev.create_semaphore(0);
-    Upload blocking = xfer.upload(src, owner, {.mode = CopyMode::blocking, .signal = {on_owner.at(1)}});
+    Upload blocking = uploads.blocking(src, {.signal = {on_owner.at(1)}});
     on_owner.wait(1, 30s);
     DeviceBuffer into = dev.pool().allocate(kBytes, owner);
     (void)xfer.upload_into(src, into, {.signal = {sem.at(9)}});
@@ -355,14 +361,6 @@ CONFORMANCE_CASE("wait/signal: bad lists are refused and enqueue nothing") {
   using CallFn = std::function<void(const Points&, const Points&)>;
   const std::vector<std::pair<const char*, CallFn>> calls = {
       {"upload(HostBuffer)", [&](const Points& w, const Points& g) { (void)xfer.upload(src, owner, {.wait = w, .signal = g}); }},
-      {"upload(HostBuffer, executor_owned)",
-       [&](const Points& w, const Points& g) {
-         (void)xfer.upload(src, owner, {.mode = CopyMode::executor_owned, .wait = w, .signal = g});
-       }},
-      {"upload(HostBuffer, blocking)",
-       [&](const Points& w, const Points& g) {
-         (void)xfer.upload(src, owner, {.mode = CopyMode::blocking, .wait = w, .signal = g});
-       }},
       {"upload(HostBuffer range)",
        [&](const Points& w, const Points& g) { (void)xfer.upload(src, 1, 100, owner, {.wait = w, .signal = g}); }},
       {"upload(span)",

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Exporters test: builds snapshots from a real host-backend run (executor_owned and
-// owner_owned), writes all four formats and checks their framing here. The Python checker
+// Exporters test: builds snapshots from a real host-backend run (the bench's executor_owned
+// reference and ferry's owner_owned), writes all four formats and checks their framing here. The Python checker
 // (check_exporters.py) runs this program with FERRY_EXPORTERS_OUT=DIR and then checks the files
 // against the PyTorch fixture, the JSON schema, XML and trace-event rules.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
@@ -19,22 +19,24 @@
 #include "ferry/export.hpp"
 #include "ferry/ferry.hpp"
 #include "ferry/testing.hpp"
+#include "reference.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-// A few uploads, temporaries and releases with one copy mode, on a fresh host device.
-ferry::MemorySnapshot run_host(ferry::CopyMode mode) {
+// A few uploads, temporaries and releases with one strategy, on a fresh host device.
+ferry::MemorySnapshot run_host(ferry_bench::Strategy strategy) {
   auto dev = ferry::Device::open({.backend = ferry::Backend::host, .host_latency_us = 0});
   auto compute = dev.queue(ferry::QueueRole::compute);
   ferry::Transfer xfer(dev);
+  ferry_bench::ReferenceUploads uploads(dev, xfer, compute);
   constexpr std::uint64_t bytes = 3u << 20;  // a "large" (20 MiB segment) request
   auto src = dev.host_pool().allocate(bytes);
   std::vector<ferry::TimelinePoint> marks;
   for (int i = 0; i < 4; ++i) {
     if (i >= 2) marks[static_cast<std::size_t>(i - 2)].wait();
-    auto up = xfer.upload(src, compute, {.mode = mode, .tag = "input \"<&>\" " + std::to_string(i)});
+    auto up = uploads.upload(strategy, src, {.tag = "input \"<&>\" " + std::to_string(i)});
     auto tmp = dev.pool().allocate(bytes, compute, {.tag = "temporary"});
     ferry::run_synthetic_compute(compute, up.buffer, tmp, 1);
     auto small = dev.pool().allocate(512, compute, {.tag = "small"});  // a "small" segment
@@ -72,9 +74,9 @@ fs::path out_dir() {
 TEST_CASE("exporters write all four formats from a host run") {
   const fs::path dir = out_dir();
   std::vector<std::pair<std::string, ferry::MemorySnapshot>> columns;
-  for (auto mode : {ferry::CopyMode::executor_owned, ferry::CopyMode::owner_owned}) {
-    const std::string name(ferry::to_string(mode));
-    ferry::MemorySnapshot snap = run_host(mode);
+  for (auto strategy : {ferry_bench::Strategy::executor_owned, ferry_bench::Strategy::owner_owned}) {
+    const std::string name(ferry_bench::to_string(strategy));
+    ferry::MemorySnapshot snap = run_host(strategy);
     CHECK(!snap.events.empty());
     CHECK(!snap.segments.empty());
     CHECK(!snap.activity.empty());

@@ -36,7 +36,8 @@ int run() {
   ferry::Upload up = xfer.upload(batch, compute, {.overlap = true});
   ferry::Upload tagged = pinned_only.upload(batch, compute, {.tag = "batch", .owner_waits = false});
   compute.wait(tagged.ready);
-  ferry::Upload blocking = inline_packing.upload(batch, compute, ferry::UploadOptions{.mode = ferry::CopyMode::blocking});
+  ferry::Upload blocking = inline_packing.upload(batch, compute, ferry::UploadOptions{.tag = "waited"});
+  blocking.ready.wait();
 
   ferry::DeviceBuffer out = dev.pool().allocate(batch.size(), compute, {.tag = "x"});
   ferry::DeviceBuffer staged = dev.pool().allocate(

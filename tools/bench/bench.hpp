@@ -11,6 +11,7 @@
 
 #include "ferry/ferry.hpp"
 #include "ferry/testing.hpp"
+#include "reference.hpp"
 #include "step_trace.hpp"
 #include "vendor.hpp"
 
@@ -58,8 +59,7 @@ struct Options {
   int inflight = 2;                          ///< steps the host lets run ahead
   std::vector<Workload> workloads{Workload::seed, Workload::pipeline};
   std::vector<Order> orders{Order::seed, Order::compute_first};  ///< the seed workload's orders
-  std::vector<ferry::CopyMode> strategies{ferry::CopyMode::blocking, ferry::CopyMode::executor_owned,
-                                          ferry::CopyMode::preallocated, ferry::CopyMode::owner_owned};
+  std::vector<Strategy> strategies{all_strategies.begin(), all_strategies.end()};
   std::optional<std::filesystem::path> out;       ///< results.json folder
   std::optional<std::filesystem::path> snapshot;  ///< snapshot exports folder
   bool quiet = false;
@@ -106,7 +106,7 @@ std::string size_label(std::uint64_t bytes);
 struct Scenario {
   Workload workload = Workload::pipeline;
   Order order = Order::seed;  ///< the seed workload's order (the pipeline keeps the default)
-  ferry::CopyMode mode = ferry::CopyMode::owner_owned;
+  Strategy mode = Strategy::owner_owned;
   std::uint64_t bytes = 0;
   int steps = 30;
   std::uint32_t units = 20;

@@ -33,11 +33,8 @@ long long parse_int(const std::string& text, const char* option, long long lo, l
   return v;
 }
 
-ferry::CopyMode parse_strategy(const std::string& name) {
-  for (auto m : {ferry::CopyMode::blocking, ferry::CopyMode::executor_owned, ferry::CopyMode::preallocated,
-                 ferry::CopyMode::owner_owned}) {
-    if (name == ferry::to_string(m)) return m;
-  }
+Strategy parse_strategy(const std::string& name) {
+  if (const std::optional<Strategy> s = parse_strategy_name(name)) return *s;
   throw std::invalid_argument("--strategies: unknown strategy '" + name +
                               "' (blocking, executor_owned, preallocated, owner_owned)");
 }

@@ -22,7 +22,7 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-const Result* find(const Run& run, Workload workload, ferry::CopyMode mode, std::uint64_t bytes,
+const Result* find(const Run& run, Workload workload, Strategy mode, std::uint64_t bytes,
                    bool overlap = false, Order order = Order::seed) {
   for (const auto& r : run.results) {
     if (r.scenario.workload == workload && r.scenario.mode == mode && r.scenario.bytes == bytes &&
@@ -98,9 +98,9 @@ std::string bar_note(bool applies, const std::string& bar) {
 void seed_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& out) {
   const bool gpu_bars = bandwidth_bar(run) > 0;
   for (const Order order : run.options.orders) {
-    const Result* blocking = find(run, Workload::seed, ferry::CopyMode::blocking, bytes, false, order);
-    const Result* owner = find(run, Workload::seed, ferry::CopyMode::owner_owned, bytes, false, order);
-    const Result* executor = find(run, Workload::seed, ferry::CopyMode::executor_owned, bytes, false, order);
+    const Result* blocking = find(run, Workload::seed, Strategy::blocking, bytes, false, order);
+    const Result* owner = find(run, Workload::seed, Strategy::owner_owned, bytes, false, order);
+    const Result* executor = find(run, Workload::seed, Strategy::executor_owned, bytes, false, order);
     const std::string where = size_label(bytes) + ", " + order_name(order) + (order == Order::seed ? " order" : "");
     const std::string suffix = order == Order::seed ? "" : std::string("_") + order_name(order);
     if (blocking && owner && blocking->peak_reserved > 0) {
@@ -126,10 +126,10 @@ void seed_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& ou
 
 void pipeline_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& out) {
   const bool gpu_bars = bandwidth_bar(run) > 0;
-  const Result* blocking = find(run, Workload::pipeline, ferry::CopyMode::blocking, bytes);
-  const Result* owner = find(run, Workload::pipeline, ferry::CopyMode::owner_owned, bytes);
-  const Result* overlap = find(run, Workload::pipeline, ferry::CopyMode::owner_owned, bytes, true);
-  const Result* executor = find(run, Workload::pipeline, ferry::CopyMode::executor_owned, bytes);
+  const Result* blocking = find(run, Workload::pipeline, Strategy::blocking, bytes);
+  const Result* owner = find(run, Workload::pipeline, Strategy::owner_owned, bytes);
+  const Result* overlap = find(run, Workload::pipeline, Strategy::owner_owned, bytes, true);
+  const Result* executor = find(run, Workload::pipeline, Strategy::executor_owned, bytes);
   const std::string size = size_label(bytes);
   // Every overlapping schedule holds one batch more than a blocking copy: that is the minimum.
   const std::uint64_t minimum = blocking ? blocking->peak_reserved + bytes : 0;
@@ -170,7 +170,7 @@ void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& ou
   const bool gpu_bars = bandwidth_bar(run) > 0;
   const Workload w = has_workload(run, Workload::pipeline) ? Workload::pipeline : Workload::seed;
   const Order first = w == Workload::seed ? run.options.orders.front() : Order::seed;
-  const Result* owner = find(run, w, ferry::CopyMode::owner_owned, bytes, false, first);
+  const Result* owner = find(run, w, Strategy::owner_owned, bytes, false, first);
   const RawCopy* raw = find_raw(run, bytes);
   // Against the vendor's own copy: the backend's bar, CUDA's where the backend has none.
   // Copies that Vulkan executes are judged against the raw Vulkan loop where it was measured
@@ -217,7 +217,7 @@ void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& ou
                          fmt("%.2f", a.d2h_gbps) + " GB/s)" + bar_note(gpu_bars, ">= 98%")});
     }
     // The raw loop submits each step's copy before its compute: the seed's order.
-    const Result* seed_owner = find(run, Workload::seed, ferry::CopyMode::owner_owned, bytes);
+    const Result* seed_owner = find(run, Workload::seed, Strategy::owner_owned, bytes);
     if (seed_owner && seed_owner->overlap > 0 && a.seed.overlap > 0) {
       const double bar = a.seed.overlap + vulkan_anchor_overlap_slack;
       out.push_back({bytes, "seed", "owner_owned_step_vs_raw_vulkan", seed_owner->overlap, gpu_bars ? bar : 0, true,
@@ -225,7 +225,7 @@ void copy_verdicts(const Run& run, std::uint64_t bytes, std::vector<Verdict>& ou
                          " vs the raw Vulkan loop's " +
                          fmt("%.3f", a.seed.overlap) + bar_note(gpu_bars, "<= raw + 0.03")});
     }
-    const Result* pipe_overlap = find(run, Workload::pipeline, ferry::CopyMode::owner_owned, bytes, true);
+    const Result* pipe_overlap = find(run, Workload::pipeline, Strategy::owner_owned, bytes, true);
     if (pipe_overlap && pipe_overlap->overlap > 0 && a.pipeline.overlap > 0) {
       const double bar = a.pipeline.overlap + vulkan_anchor_overlap_slack;
       out.push_back({bytes, "pipeline", "overlap_step_vs_raw_vulkan", pipe_overlap->overlap, gpu_bars ? bar : 0, true,

@@ -71,15 +71,15 @@ struct StepInput {
 // places the wait.
 bool call_places_wait(const Scenario& sc) { return !(sc.workload == Workload::seed && sc.order == Order::seed); }
 
-StepInput upload_once(ferry::Transfer& xfer, const ferry::HostBuffer& source, ferry::Queue& owner,
+StepInput upload_once(ferry::Transfer& xfer, ReferenceUploads& reference, const ferry::HostBuffer& source,
                       const Scenario& sc, const ferry::DeviceBuffer& destination) {
   StepInput in;
   const bool owner_waits = call_places_wait(sc);
-  if (sc.mode == ferry::CopyMode::preallocated) {
-    in.ready = xfer.upload_into(source, destination, {.mode = sc.mode, .tag = "input", .owner_waits = owner_waits});
+  if (sc.mode == Strategy::preallocated) {
+    in.ready = xfer.upload_into(source, destination,
+                                {.mode = ferry::CopyMode::preallocated, .tag = "input", .owner_waits = owner_waits});
   } else {
-    in.upload = xfer.upload(source, owner,
-                            {.mode = sc.mode, .tag = "input", .overlap = sc.overlap, .owner_waits = owner_waits});
+    in.upload = reference.upload(sc.mode, source, {.tag = "input", .overlap = sc.overlap, .owner_waits = owner_waits});
     in.ready = in.upload.ready;
   }
   return in;
@@ -115,9 +115,17 @@ void step_compute(ferry::Queue& compute, const Scenario& sc, const ferry::Device
 }
 
 struct Context {
+  Context(ferry::Device device, std::vector<ferry::HostBuffer> host = {})
+      : dev(std::move(device)),
+        compute(dev.queue(ferry::QueueRole::compute)),
+        xfer(dev),
+        reference(dev, xfer, compute),
+        ring(std::move(host)) {}
+
   ferry::Device dev;
   ferry::Queue compute;
   ferry::Transfer xfer;
+  ReferenceUploads reference;  ///< the blocking and executor_owned strategies
   std::vector<ferry::HostBuffer> ring;
   ferry::DeviceBuffer weights;  ///< the seed workload's unrelated compute input
 };
@@ -129,7 +137,7 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
   pool.reset_peaks();
   pool.clear_events();
   ferry::DeviceBuffer destination;
-  if (sc.mode == ferry::CopyMode::preallocated) {
+  if (sc.mode == Strategy::preallocated) {
     destination = pool.allocate(sc.bytes, c.compute, {.tag = "preallocated input"});
   }
   if (sc.workload == Workload::seed) {
@@ -164,9 +172,9 @@ void footprint_run(Context& c, const Scenario& sc, Result& r, const Progress& pr
     };
     if (compute_first) begin_step();
     const auto u0 = clock_type::now();
-    StepInput in = upload_once(c.xfer, source, c.compute, sc, destination);
+    StepInput in = upload_once(c.xfer, c.reference, source, sc, destination);
     host_us.push_back(ms_since(u0) * 1e3);
-    const ferry::DeviceBuffer& input = sc.mode == ferry::CopyMode::preallocated ? destination : in.upload.buffer;
+    const ferry::DeviceBuffer& input = sc.mode == Strategy::preallocated ? destination : in.upload.buffer;
     if (!compute_first) begin_step();
     use_batch(c.compute, sc, input, in.ready, tmp);
     tmp.release();
@@ -217,11 +225,11 @@ double compute_only_ms(Context& c, const Scenario& sc) {
 // Copy only with the scenario's strategy: N uploads, one host wait at the end (host-timed).
 double copy_only_ms(Context& c, const Scenario& sc, int n) {
   ferry::DeviceBuffer destination;
-  if (sc.mode == ferry::CopyMode::preallocated) {
+  if (sc.mode == Strategy::preallocated) {
     destination = c.dev.pool().allocate(sc.bytes, c.compute, {.tag = "preallocated input"});
   }
   auto once = [&](std::size_t i) {
-    StepInput in = upload_once(c.xfer, c.ring[i % c.ring.size()], c.compute, sc, destination);
+    StepInput in = upload_once(c.xfer, c.reference, c.ring[i % c.ring.size()], sc, destination);
     if (in.upload.buffer) in.upload.buffer.release();
     return in.ready;
   };
@@ -284,7 +292,7 @@ const char* workload_name(Workload workload) { return workload == Workload::seed
 const char* order_name(Order order) { return order == Order::seed ? "seed" : "compute_first"; }
 
 std::string strategy_name(const Scenario& scenario) {
-  return std::string(ferry::to_string(scenario.mode)) + (scenario.overlap ? "+overlap" : "");
+  return std::string(to_string(scenario.mode)) + (scenario.overlap ? "+overlap" : "");
 }
 
 std::string row_name(const Scenario& scenario) {
@@ -330,7 +338,7 @@ Result run_scenario(const DeviceFactory& factory, const Scenario& sc, const Prog
   Result r;
   r.scenario = sc;
   ferry::Device dev = factory.open();
-  Context c{dev, dev.queue(ferry::QueueRole::compute), ferry::Transfer(dev), {}, {}};
+  Context c(dev);
   progress.phase(label + ": pinning " + std::to_string(sc.inflight + 1) + " host batches");
   c.ring = host_ring(dev, sc.bytes, sc.inflight + 1);
 
@@ -351,8 +359,8 @@ RawCopy run_raw_copy(const DeviceFactory& factory, std::uint64_t bytes, int iter
                      std::uint32_t units, int inflight, bool trace) {
   ferry::Device dev = factory.open();
   // Same run-ahead as the strategies' copy-only passes, so the rows compare like for like.
-  Scenario sc{.mode = ferry::CopyMode::preallocated, .bytes = bytes, .steps = iterations, .units = 1, .inflight = 2};
-  Context c{dev, dev.queue(ferry::QueueRole::compute), ferry::Transfer(dev), host_ring(dev, bytes, 1), {}};
+  Scenario sc{.mode = Strategy::preallocated, .bytes = bytes, .steps = iterations, .units = 1, .inflight = 2};
+  Context c(dev, host_ring(dev, bytes, 1));
   RawCopy raw;
   raw.bytes = bytes;
   raw.gbps = gbps(bytes, copy_only_ms(c, sc, iterations));
