@@ -34,6 +34,7 @@ step() {  # step NAME LIMIT_S COMMAND...: the command's output in OUTDIR/NAME.lo
   timeout "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   echo "step $name: rc $rc, $((SECONDS - t0)) s"
+  [ "$rc" = 0 ] || tail -n 25 "$out/$name.log"
   return $rc
 }
 
