@@ -226,7 +226,10 @@ struct QueueTraits {
 ///
 /// Its QueueTraits are data each backend passes to the constructor, not a virtual: the type
 /// then guarantees what the front end's cached copy relies on, that they never change. A pair
-/// queue passes its inner queue's.
+/// queue passes its inner queue's. What remains a virtual acts per call, not per queue:
+/// hold_signals brackets one front-end call under deferred submission (see there), flush
+/// submits, driver_submits is a statistic; family() is data that ownership transfers exchange
+/// between queues of a backend.
 class BackendQueue {
  public:
   virtual ~BackendQueue() = default;
@@ -235,7 +238,7 @@ class BackendQueue {
   virtual void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) = 0;
   virtual void copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) = 0;
   virtual void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) = 0;
-  /// Copies between pinned host memory and device ranges, in enqueue order like that many
+  /// Optional: copies between pinned host memory and device ranges, in enqueue order like that many
   /// copy_h2d / copy_d2h calls. A backend with a batched copy call (CUDA's
   /// cudaMemcpyBatchAsync) makes one driver call for them all, which costs the host far less
   /// than one call per copy. Default: one copy_h2d / copy_d2h each.
@@ -263,16 +266,20 @@ class BackendQueue {
                                  std::uint32_t /*units*/) {
     return false;
   }
-  /// Make enqueued work start (Vulkan: submit what was recorded). Called by the front end
-  /// after each public call, or later when it defers submission (QueueTraits::defers_signals).
-  /// Safe to call from any thread at any time. Default: work starts when enqueued.
+  /// Optional: make enqueued work start (Vulkan: submit what was recorded). Called by the
+  /// front end after each public call, or later when it defers submission
+  /// (QueueTraits::defers_signals). Safe to call from any thread at any time. Default: work
+  /// starts when enqueued.
   virtual void flush() {}
-  /// On a queue that defers signals (QueueTraits::defers_signals; called only there): while
-  /// held, signal() only records (the front end's deferred submission batches calls);
-  /// otherwise each signal submits what was recorded up to it at once. Default: nothing to hold.
+  /// Optional (QueueTraits::defers_signals): while held, signal() only records; otherwise
+  /// each signal submits what was recorded up to it at once. A scope, not a trait: the front
+  /// end holds a queue's signals around one call's work when it may defer that call's
+  /// submission (TransferOptions::submit_batch > 1), a choice it makes per call from its counts
+  /// of pending calls and bytes, which the backend does not see. Called only on a queue whose
+  /// traits defer signals. Default: nothing to hold.
   virtual void hold_signals(bool /*held*/) {}
-  /// Driver submissions made so far (Device::submissions); thread-safe. Default 0: no
-  /// submission step.
+  /// Optional: driver submissions made so far (Device::submissions); thread-safe. Default 0:
+  /// no submission step.
   [[nodiscard]] virtual std::uint64_t driver_submits() const { return 0; }
   /// Optional (images): copy regions between a buffer (pinned host memory at `src`/`dst`, or
   /// a segment range) and an image of this queue's device, in enqueue order like every copy.
@@ -286,7 +293,8 @@ class BackendQueue {
   /// family ownership transfer; see ImageHandOff), over every level and layer. Default:
   /// nothing to record (images have no layouts or families).
   virtual void image_barrier(BackendImage& /*image*/, const ImageHandOff& /*hand_off*/) {}
-  /// Queue family index (Vulkan); 0 elsewhere.
+  /// Optional: queue family index (Vulkan; kExternalQueueFamily for a pair's other API).
+  /// Default 0.
   [[nodiscard]] virtual std::uint32_t family() const { return 0; }
   /// Optional (peer copies): copy `bytes` from `src`, a segment of `src_device`, to `dst`, a
   /// segment of `dst_device`; one of the two is this queue's device, and its peer_support for
@@ -357,7 +365,7 @@ class BackendDevice {
   virtual void unbind_thread(ThreadBinding& /*binding*/) noexcept {}
   /// Block until all queues of the device are idle (used at close).
   virtual void wait_idle() = 0;
-  /// Vulkan validation message count (0 elsewhere).
+  /// Optional: Vulkan validation message count. Default 0.
   [[nodiscard]] virtual std::uint64_t validation_messages() const { return 0; }
 
   // ---- Optional interop hooks (backends/pair/). Defaults (backend.cpp) throw `unsupported`. ----
@@ -390,8 +398,9 @@ class BackendDevice {
   /// made of, for the public calls that address one API's objects (vulkan::native_handles).
   /// Default null: the device is made of no other.
   [[nodiscard]] virtual BackendDevice* part(Backend /*backend*/) { return nullptr; }
-  /// Interop: another API also signals and waits on this device's semaphores (Vulkan: the
-  /// validation layer cannot see those operations; see vulkan_device.cpp). Default: nothing.
+  /// Optional (interop): another API also signals and waits on this device's semaphores
+  /// (Vulkan: the validation layer cannot see those operations; see vulkan_device.cpp).
+  /// Default: nothing.
   virtual void note_external_signals() {}
   /// Optional: describe an engine's memory (Device::adopt_memory). The front end checked the
   /// backend-neutral rules (size > 0, 4-byte aligned start, no wrap-around); the backend
@@ -406,18 +415,18 @@ class BackendDevice {
   /// Default (backend.cpp): `unsupported`.
   virtual std::unique_ptr<BackendImage> adopt_image(const NativeImage& native, const ImageDesc& desc,
                                                     std::uint32_t owner_family);
-  /// The granularity of image copies on a queue of `family`, in texel blocks (Vulkan:
+  /// Optional (images): the granularity of image copies on a queue of `family`, in texel blocks (Vulkan:
   /// VkQueueFamilyProperties::minImageTransferGranularity; (0, 0, 0): whole levels only). The
   /// front end refuses regions that break it. Default (1, 1, 1): any block-aligned box.
   [[nodiscard]] virtual Extent3D image_copy_granularity(std::uint32_t /*family*/) const { return {1, 1, 1}; }
-  /// Whether handing `image` from a queue of `src_family` to one of `dst_family` transfers
+  /// Optional (images): whether handing `image` from a queue of `src_family` to one of `dst_family` transfers
   /// queue-family ownership (Vulkan: families differ and the image is EXCLUSIVE), so that the
   /// receiving queue owes an acquire (recorded at its wait, or by the engine). Default: no.
   [[nodiscard]] virtual bool image_hand_off_needed(const BackendImage& /*image*/, std::uint32_t /*src_family*/,
                                                    std::uint32_t /*dst_family*/) const {
     return false;
   }
-  /// Alignment that register_host needs for pointer and size (1 = any).
+  /// Optional: alignment that register_host needs for pointer and size. Default 1: any.
   [[nodiscard]] virtual std::uint64_t host_registration_alignment() const { return 1; }
   /// Optional (peer copies): whether this device's queues can copy between its segments and
   /// those of `other` (another device of the same backend, opened in this process, possibly
