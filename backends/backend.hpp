@@ -198,39 +198,47 @@ struct HostDeviceCopy {
 
 class BackendDevice;
 
+/// How a queue's work behaves where the front end's path depends on it. Each field is fixed
+/// for the queue's life, so the front end reads the traits once, when it makes the queue's
+/// state, and branches on its copy. They describe a queue, not a device (not Capabilities):
+/// an interop pair's two sides answer differently on one device. Each stays a front-end
+/// decision because it acts on state that spans queues or calls, which a backend does not see.
+/// Defaults: every wait is enqueued, ownership is a no-op, work is submitted as it is enqueued.
+struct QueueTraits {
+  /// A wait orders *all* later work of the queue after the waited value (a stream operation:
+  /// CUDA, HIP, host, null), so the front end skips a wait for a value the queue has waited
+  /// for already; only the front end knows a queue's earlier waits on its timelines. False: a
+  /// wait may cover one submission only (Vulkan).
+  bool wait_orders_later_work = false;
+  /// acquire_ownership does something on the queue (Vulkan), so the front end records the
+  /// acquire that a later access owes after a queue-family release: the debt outlives the call
+  /// that released it and is paid on another queue. False: ownership is a no-op.
+  bool acquires_ownership = false;
+  /// Signals (and the work before them) reach the device only at the next flush() (Vulkan):
+  /// a wait on a value flushes the queue that recorded its signal first, and the front end may
+  /// defer a call's submission (TransferOptions::submit_batch); both need the front end's
+  /// record of which queue signals which value. False: a signal is on its way once enqueued.
+  bool defers_signals = false;
+};
+
 /// A queue of the backend. Operations execute in enqueue order. Each call enqueues and
 /// returns; nothing blocks the host except where stated.
 ///
-/// Behaviour flags. Four members change what the front end does rather than what the backend
-/// does: wait_orders_later_work, acquires_ownership, defers_signals and hold_signals. The
-/// first three answer the same for the whole life of a queue, so the front end may read them
-/// once when it makes the queue's state. They stay queries of the queue, not fields of
-/// Capabilities, because an interop pair's two sides answer differently on one device. Each
-/// stays in the front end because it acts on state that spans queues or calls, which a
-/// backend does not see:
-///  - wait_orders_later_work (stream backends: CUDA, HIP, host, null) lets the front end skip
-///    a wait this queue already made; only the front end knows a queue's earlier waits on
-///    its timelines.
-///  - acquires_ownership (Vulkan) makes the front end record the acquire that a later access
-///    owes after a queue-family release; the debt outlives the call that released it and is
-///    paid on another queue.
-///  - defers_signals (Vulkan) makes a wait on a value flush the queue that recorded its
-///    signal first, and lets the front end defer a call's submission; both need the front
-///    end's record of which queue signals which value.
-///  - hold_signals is a scope, not a capability: under deferred submission
-///    (TransferOptions::submit_batch > 1) it brackets a call's work on the executor, so that
-///    the call's signals wait for the front end's choice to submit or defer. It could become
-///    a backend-side policy only if the backend knew that choice, which rests on front-end
-///    counts of pending calls and bytes. A no-op where defers_signals is false.
-/// driver_submits is a statistic and family() data about the queue: neither changes the front
-/// end's path.
+/// Its QueueTraits are data each backend passes to the constructor, not a virtual: the type
+/// then guarantees what the front end's cached copy relies on, that they never change. A pair
+/// queue passes its inner queue's. What remains a virtual acts per call, not per queue:
+/// hold_signals brackets one front-end call under deferred submission (see there), flush
+/// submits, driver_submits is a statistic; family() is data that ownership transfers exchange
+/// between queues of a backend.
 class BackendQueue {
  public:
   virtual ~BackendQueue() = default;
+  /// What the queue's work does (QueueTraits), as set at construction.
+  [[nodiscard]] const QueueTraits& traits() const noexcept { return traits_; }
   virtual void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) = 0;
   virtual void copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) = 0;
   virtual void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) = 0;
-  /// Copies between pinned host memory and device ranges, in enqueue order like that many
+  /// Optional: copies between pinned host memory and device ranges, in enqueue order like that many
   /// copy_h2d / copy_d2h calls. A backend with a batched copy call (CUDA's
   /// cudaMemcpyBatchAsync) makes one driver call for them all, which costs the host far less
   /// than one call per copy. Default: one copy_h2d / copy_d2h each.
@@ -252,34 +260,27 @@ class BackendQueue {
   /// queue's signal). Default: nothing to do.
   virtual void acquire_ownership(DeviceRef /*range*/, std::uint64_t /*bytes*/,
                                  BackendQueue& /*from*/) {}
-  /// Whether acquire_ownership does anything on this queue (Vulkan), so that the front end
-  /// must record the acquires a later access owes. Default false: ownership is a no-op.
-  [[nodiscard]] virtual bool acquires_ownership() const { return false; }
   /// Optional: the synthetic compute kernel (see run_synthetic_compute, include/ferry/testing.hpp):
   /// out[i] = in[i] + 1, `units` passes. Return false if not supported.
   virtual bool synthetic_compute(DeviceRef /*in*/, DeviceRef /*out*/, std::uint64_t /*bytes*/,
                                  std::uint32_t /*units*/) {
     return false;
   }
-  /// Make enqueued work start (Vulkan: submit what was recorded). Called by the front end
-  /// after each public call, or later when it defers submission (see defers_signals). Safe to
-  /// call from any thread at any time. Default: work starts when enqueued.
+  /// Optional: make enqueued work start (Vulkan: submit what was recorded). Called by the
+  /// front end after each public call, or later when it defers submission
+  /// (QueueTraits::defers_signals). Safe to call from any thread at any time. Default: work
+  /// starts when enqueued.
   virtual void flush() {}
-  /// Whether signals (and the work before them) reach the device only at the next flush()
-  /// (Vulkan), so that a wait on a signalled value must flush the signalling queue first.
-  /// Default false: a signal is on its way once enqueued (stream backends).
-  [[nodiscard]] virtual bool defers_signals() const { return false; }
-  /// On a backend that defers signals: while held, signal() only records (the front end's
-  /// deferred submission batches calls); otherwise each signal submits what was recorded up
-  /// to it at once. Default: nothing to hold.
+  /// Optional (QueueTraits::defers_signals): while held, signal() only records; otherwise
+  /// each signal submits what was recorded up to it at once. A scope, not a trait: the front
+  /// end holds a queue's signals around one call's work when it may defer that call's
+  /// submission (TransferOptions::submit_batch > 1), a choice it makes per call from its counts
+  /// of pending calls and bytes, which the backend does not see. Called only on a queue whose
+  /// traits defer signals. Default: nothing to hold.
   virtual void hold_signals(bool /*held*/) {}
-  /// Driver submissions made so far (Device::submissions); thread-safe. Default 0: no
-  /// submission step.
+  /// Optional: driver submissions made so far (Device::submissions); thread-safe. Default 0:
+  /// no submission step.
   [[nodiscard]] virtual std::uint64_t driver_submits() const { return 0; }
-  /// Whether a wait orders *all* later work of this queue after the waited value (a stream
-  /// operation: CUDA, HIP, host), so the front end may skip a wait for a value this queue has
-  /// waited for already. Default false: a wait may cover one submission only (Vulkan).
-  [[nodiscard]] virtual bool wait_orders_later_work() const { return false; }
   /// Optional (images): copy regions between a buffer (pinned host memory at `src`/`dst`, or
   /// a segment range) and an image of this queue's device, in enqueue order like every copy.
   /// The front end checked every region and ordered the access (image_barrier). Defaults
@@ -292,7 +293,8 @@ class BackendQueue {
   /// family ownership transfer; see ImageHandOff), over every level and layer. Default:
   /// nothing to record (images have no layouts or families).
   virtual void image_barrier(BackendImage& /*image*/, const ImageHandOff& /*hand_off*/) {}
-  /// Queue family index (Vulkan); 0 elsewhere.
+  /// Optional: queue family index (Vulkan; kExternalQueueFamily for a pair's other API).
+  /// Default 0.
   [[nodiscard]] virtual std::uint32_t family() const { return 0; }
   /// Optional (peer copies): copy `bytes` from `src`, a segment of `src_device`, to `dst`, a
   /// segment of `dst_device`; one of the two is this queue's device, and its peer_support for
@@ -300,6 +302,12 @@ class BackendQueue {
   /// `unsupported`.
   virtual void copy_peer(DeviceRef dst, BackendDevice& dst_device, DeviceRef src, BackendDevice& src_device,
                          std::uint64_t bytes);
+
+ protected:
+  explicit BackendQueue(QueueTraits traits = {}) noexcept : traits_(traits) {}
+
+ private:
+  QueueTraits traits_;
 };
 
 /// What BackendDevice::peer_support answers for another device.
@@ -357,7 +365,7 @@ class BackendDevice {
   virtual void unbind_thread(ThreadBinding& /*binding*/) noexcept {}
   /// Block until all queues of the device are idle (used at close).
   virtual void wait_idle() = 0;
-  /// Vulkan validation message count (0 elsewhere).
+  /// Optional: Vulkan validation message count. Default 0.
   [[nodiscard]] virtual std::uint64_t validation_messages() const { return 0; }
 
   // ---- Optional interop hooks (backends/pair/). Defaults (backend.cpp) throw `unsupported`. ----
@@ -390,8 +398,9 @@ class BackendDevice {
   /// made of, for the public calls that address one API's objects (vulkan::native_handles).
   /// Default null: the device is made of no other.
   [[nodiscard]] virtual BackendDevice* part(Backend /*backend*/) { return nullptr; }
-  /// Interop: another API also signals and waits on this device's semaphores (Vulkan: the
-  /// validation layer cannot see those operations; see vulkan_device.cpp). Default: nothing.
+  /// Optional (interop): another API also signals and waits on this device's semaphores
+  /// (Vulkan: the validation layer cannot see those operations; see vulkan_device.cpp).
+  /// Default: nothing.
   virtual void note_external_signals() {}
   /// Optional: describe an engine's memory (Device::adopt_memory). The front end checked the
   /// backend-neutral rules (size > 0, 4-byte aligned start, no wrap-around); the backend
@@ -406,18 +415,18 @@ class BackendDevice {
   /// Default (backend.cpp): `unsupported`.
   virtual std::unique_ptr<BackendImage> adopt_image(const NativeImage& native, const ImageDesc& desc,
                                                     std::uint32_t owner_family);
-  /// The granularity of image copies on a queue of `family`, in texel blocks (Vulkan:
+  /// Optional (images): the granularity of image copies on a queue of `family`, in texel blocks (Vulkan:
   /// VkQueueFamilyProperties::minImageTransferGranularity; (0, 0, 0): whole levels only). The
   /// front end refuses regions that break it. Default (1, 1, 1): any block-aligned box.
   [[nodiscard]] virtual Extent3D image_copy_granularity(std::uint32_t /*family*/) const { return {1, 1, 1}; }
-  /// Whether handing `image` from a queue of `src_family` to one of `dst_family` transfers
+  /// Optional (images): whether handing `image` from a queue of `src_family` to one of `dst_family` transfers
   /// queue-family ownership (Vulkan: families differ and the image is EXCLUSIVE), so that the
   /// receiving queue owes an acquire (recorded at its wait, or by the engine). Default: no.
   [[nodiscard]] virtual bool image_hand_off_needed(const BackendImage& /*image*/, std::uint32_t /*src_family*/,
                                                    std::uint32_t /*dst_family*/) const {
     return false;
   }
-  /// Alignment that register_host needs for pointer and size (1 = any).
+  /// Optional: alignment that register_host needs for pointer and size. Default 1: any.
   [[nodiscard]] virtual std::uint64_t host_registration_alignment() const { return 1; }
   /// Optional (peer copies): whether this device's queues can copy between its segments and
   /// those of `other` (another device of the same backend, opened in this process, possibly

@@ -38,7 +38,7 @@ void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents, boo
   const bool hand_off = keep_contents && b.holder && b.holder != exec;
   // A hand-back the backend performs (Vulkan queue-family ownership) runs on the user after
   // its queued work; where ownership is a no-op (CUDA, HIP, host) there is nothing to hand.
-  if (user_idle && !(hand_off && exec->backend->acquires_ownership())) {
+  if (user_idle && !(hand_off && exec->traits.acquires_ownership)) {
     // The caller guarantees that no queue used the block beyond ferry's copies since its
     // allocation: the copy follows the block's previous life (ready_after) and ferry's own
     // accesses, and none of the user's queued work, so it can overlap that work. Not queried:
@@ -100,7 +100,7 @@ TimelinePoint finish_access(const QueuePtr& exec, std::span<BlockState* const> b
     b.last_access = done;
     b.holder = next[i];
     b.owed.reset();
-    if (next[i] != exec && next[i]->backend->acquires_ownership()) {
+    if (next[i] != exec && next[i]->traits.acquires_ownership) {
       auto owed = std::make_shared<OwedAcquire>();
       owed->point = done;
       owed->range = ref(b);

@@ -203,7 +203,7 @@ class Call {
     std::lock_guard elock(exec->mutex);
     enqueue_waits(*exec);
     // Deferred submission: the call's signals wait for submit_or_defer() in finish().
-    const bool hold = state_.options.submit_batch > 1;
+    const bool hold = state_.options.submit_batch > 1 && exec->traits.defers_signals;
     if (hold) exec->backend->hold_signals(true);
     struct Unhold {  // also when op() throws
       detail::BackendQueue* q;

@@ -60,9 +60,10 @@ std::shared_ptr<QueueState> make_queue(DeviceState& device, const std::shared_pt
   q->role = role;
   q->owned = std::move(owned);
   q->backend = q->owned ? q->owned.get() : backend;
+  q->traits = q->backend->traits();
   q->timeline = make_semaphore(device, self, 0);
   q->timeline->queue_private = true;
-  if (q->backend->defers_signals()) {
+  if (q->traits.defers_signals) {
     q->timeline->submitter = q->backend;
     q->timeline->submitted.store(0);
   }

@@ -286,7 +286,7 @@ TimelinePoint executor_hands_back(detail::DeviceState& d, const QueuePtr& exec, 
   TimelinePoint done = detail::enqueue_mark(*exec);
   img.last_access = done;
   img.owed.reset();
-  if (owner != exec && owner->backend->acquires_ownership() && d.backend->image_hand_off_needed(*img.backend, ef, of)) {
+  if (owner != exec && owner->traits.acquires_ownership && d.backend->image_hand_off_needed(*img.backend, ef, of)) {
     auto owed = std::make_shared<detail::OwedAcquire>();
     owed->point = done;
     owed->from = exec->backend;

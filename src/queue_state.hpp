@@ -27,6 +27,9 @@ struct QueueState {
   QueueRole role = QueueRole::compute;
   std::unique_ptr<BackendQueue> owned;  // null for the backend's default queues
   BackendQueue* backend = nullptr;      // null once the device closed
+  /// The backend queue's traits, read once when the state is made (make_queue); every
+  /// front-end branch on them reads this copy, which outlives `backend`.
+  QueueTraits traits{};
   std::shared_ptr<SemaphoreState> timeline;  // private progress timeline
   std::recursive_mutex mutex;                // serializes enqueues on this queue
   std::uint64_t last_mark = 0;               // last value signalled on `timeline`
@@ -39,7 +42,7 @@ struct QueueState {
   /// queue of the family took them first (see OwedAcquire).
   std::vector<std::shared_ptr<OwedAcquire>> pending_acquires;
   /// Waits enqueued on this queue, (timeline id, greatest value): on a backend whose waits
-  /// order all later work (BackendQueue::wait_orders_later_work), a wait at or below is
+  /// order all later work (QueueTraits::wait_orders_later_work), a wait at or below is
   /// redundant. A small cache: forgetting an entry only costs a redundant wait. Ids are never
   /// reused, so an entry cannot be mistaken for another semaphore's.
   struct Waited {

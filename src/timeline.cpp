@@ -65,11 +65,11 @@ void flush(QueueState& q) {
   q.backend->flush();
   q.deferred_calls = 0;
   q.deferred_bytes = 0;
-  if (q.backend->defers_signals()) raise_to(q.timeline->submitted, q.last_mark);
+  if (q.traits.defers_signals) raise_to(q.timeline->submitted, q.last_mark);
 }
 
 void submit_or_defer(QueueState& q, std::uint64_t bytes, std::uint32_t max_calls, std::uint64_t max_bytes) {
-  if (!q.backend->defers_signals()) {
+  if (!q.traits.defers_signals) {
     flush(q);
     return;
   }
@@ -96,7 +96,7 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
         q.backend->wait(*s.backend, point.value);
         q.dirty = true;
         waited = true;
-        if (q.backend->wait_orders_later_work()) note_waited(q, s.timeline_id, point.value);
+        if (q.traits.wait_orders_later_work) note_waited(q, s.timeline_id, point.value);
       }
     }
     // Outside s.mutex: holding queries q's own timeline, whose mutex must never be taken

@@ -55,7 +55,7 @@ struct SemaphoreState {
   /// (observe_throttled) reads.
   std::atomic<std::int64_t> last_query_ns{INT64_MIN / 2};
   /// A private timeline of a queue whose backend defers signals to its next flush
-  /// (BackendQueue::defers_signals): that queue, so that a wait on one of its values flushes
+  /// (QueueTraits::defers_signals): that queue, so that a wait on one of its values flushes
   /// it first (ensure_submitted). Null otherwise, and once the device closed. Under `mutex`.
   BackendQueue* submitter = nullptr;
   /// Greatest value whose signal is known submitted to the device: every value of a

@@ -138,6 +138,11 @@ int ordinal_of(BackendDevice& device);
 // the queue) or adopted (never destroyed).
 class Queue final : public BackendQueue {
  public:
+  /// cudaStreamWaitEvent and cuStreamWaitValue64 are stream operations: all later work of the
+  /// stream starts after them.
+  static constexpr QueueTraits kTraits{.wait_orders_later_work = true, .acquires_ownership = false,
+                                       .defers_signals = false};
+
   Queue(std::shared_ptr<Core> core, cudaStream_t stream, bool owned);
   ~Queue() override;
 
@@ -162,10 +167,6 @@ class Queue final : public BackendQueue {
   void copy_d2i(BackendImage& dst, DeviceRef src, std::span<const ImageCopy> regions) override;
   void copy_i2d(DeviceRef dst, BackendImage& src, std::span<const ImageCopy> regions) override;
 #endif
-
-  /// cudaStreamWaitEvent and cuStreamWaitValue64 are stream operations: all later work of the
-  /// stream starts after them.
-  [[nodiscard]] bool wait_orders_later_work() const override { return true; }
 
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) override;
 

@@ -17,7 +17,7 @@
 namespace ferry::detail::FERRY_GPU_NS {
 
 Queue::Queue(std::shared_ptr<Core> core, cudaStream_t stream, bool owned)
-    : core_(std::move(core)), stream_(stream), owned_(owned) {
+    : BackendQueue(kTraits), core_(std::move(core)), stream_(stream), owned_(owned) {
   std::lock_guard lock(core_->mutex);
   core_->streams.push_back(stream_);
 }

@@ -133,6 +133,10 @@ struct QueueRegistry {
 
 class HostQueue final : public BackendQueue {
  public:
+  /// The worker blocks on a wait before anything queued after it.
+  static constexpr QueueTraits kTraits{.wait_orders_later_work = true, .acquires_ownership = false,
+                                       .defers_signals = false};
+
   HostQueue(std::shared_ptr<QueueRegistry> registry, std::uint32_t latency_us, std::shared_ptr<FaultState> faults);
   ~HostQueue() override;
 
@@ -150,8 +154,6 @@ class HostQueue final : public BackendQueue {
                  std::uint64_t bytes) override;
   void signal(BackendSemaphore& sem, std::uint64_t value) override;
   void wait(BackendSemaphore& sem, std::uint64_t value) override;
-  /// The worker blocks on a wait before anything queued after it.
-  [[nodiscard]] bool wait_orders_later_work() const override { return true; }
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) override;
 
   // Block until everything enqueued before this call has run or was dropped (a lost device),

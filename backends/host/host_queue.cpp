@@ -36,7 +36,7 @@ void add_one(std::byte* dst, const std::byte* src, std::uint64_t bytes) {
 }  // namespace
 
 HostQueue::HostQueue(std::shared_ptr<QueueRegistry> registry, std::uint32_t latency_us, std::shared_ptr<FaultState> faults)
-    : registry_(std::move(registry)), latency_us_(latency_us), faults_(std::move(faults)) {
+    : BackendQueue(kTraits), registry_(std::move(registry)), latency_us_(latency_us), faults_(std::move(faults)) {
   if (latency_us_ > 0) rng_.seed(std::random_device{}());
   {
     std::lock_guard lock(registry_->mutex);

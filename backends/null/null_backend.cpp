@@ -81,6 +81,9 @@ class NullSemaphore final : public BackendSemaphore {
 
 class NullQueue final : public BackendQueue {
  public:
+  /// As a stream: a wait would order all later work of the queue.
+  NullQueue()
+      : BackendQueue(QueueTraits{.wait_orders_later_work = true, .acquires_ownership = false, .defers_signals = false}) {}
   void copy_h2d(DeviceRef, HostRef, std::uint64_t) override {}
   void copy_d2h(HostRef, DeviceRef, std::uint64_t) override {}
   void copy_d2d(DeviceRef, DeviceRef, std::uint64_t) override {}
@@ -88,8 +91,6 @@ class NullQueue final : public BackendQueue {
     static_cast<NullSemaphore&>(sem).queue_signal(value);  // same backend: front end checked
   }
   void wait(BackendSemaphore&, std::uint64_t) override {}
-  /// As a stream: a wait would order all later work of the queue.
-  [[nodiscard]] bool wait_orders_later_work() const override { return true; }
 };
 
 /// FERRY_NULL_LAG, a decimal count of signals; unset or empty = 0.

@@ -114,9 +114,13 @@ class PairSemaphore final : public BackendSemaphore {
 
 class PairQueue final : public BackendQueue {
  public:
-  /// `inner` is owned when `owned` is set (created or adopted through the pair).
+  /// `inner` is owned when `owned` is set (created or adopted through the pair). The inner
+  /// queue's traits are the pair queue's.
   PairQueue(Side side, BackendQueue* inner, std::unique_ptr<BackendQueue> owned)
-      : side_(side), owned_(std::move(owned)), inner_(owned_ ? owned_.get() : inner) {}
+      : BackendQueue((owned ? owned.get() : inner)->traits()),
+        side_(side),
+        owned_(std::move(owned)),
+        inner_(owned_ ? owned_.get() : inner) {}
 
   void copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) override {
     inner_->copy_h2d(mine(dst), mine(src), bytes);
@@ -164,11 +168,8 @@ class PairQueue final : public BackendQueue {
     inner_->image_barrier(mine(image), hand_off);
   }
   void flush() override { inner_->flush(); }
-  [[nodiscard]] bool defers_signals() const override { return inner_->defers_signals(); }
   void hold_signals(bool held) override { inner_->hold_signals(held); }
   [[nodiscard]] std::uint64_t driver_submits() const override { return inner_->driver_submits(); }
-  [[nodiscard]] bool wait_orders_later_work() const override { return inner_->wait_orders_later_work(); }
-  [[nodiscard]] bool acquires_ownership() const override { return inner_->acquires_ownership(); }
   [[nodiscard]] std::uint32_t family() const override {
     return side_ == kVulkan ? inner_->family() : kExternalQueueFamily;
   }

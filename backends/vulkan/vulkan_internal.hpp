@@ -207,6 +207,11 @@ class VulkanSemaphore final : public BackendSemaphore {
 /// (several VulkanQueues may share one VkQueue: both roles on a one-queue device, adoption).
 class VulkanQueue final : public BackendQueue {
  public:
+  /// A wait applies to one submission; EXCLUSIVE buffers change queue family through a
+  /// release and an acquire; signals are submitted at flush() (see above).
+  static constexpr QueueTraits kTraits{.wait_orders_later_work = false, .acquires_ownership = true,
+                                       .defers_signals = true};
+
   VulkanQueue(VulkanDevice& device, VkQueue queue, std::uint32_t family, std::uint32_t index,
               bool owns_index);
   /// Submits what was recorded and not flushed (a waiter of its signals must not hang), waits
@@ -228,10 +233,8 @@ class VulkanQueue final : public BackendQueue {
   void copy_i2d(DeviceRef dst, BackendImage& src, std::span<const ImageCopy> regions) override;
   void image_barrier(BackendImage& image, const ImageHandOff& hand_off) override;
   void flush() override;
-  [[nodiscard]] bool defers_signals() const override { return true; }
   void hold_signals(bool held) override;
   [[nodiscard]] std::uint32_t family() const override { return family_; }
-  [[nodiscard]] bool acquires_ownership() const override { return true; }
 
   [[nodiscard]] VkQueue handle() const noexcept { return queue_; }
   [[nodiscard]] std::uint64_t driver_submits() const override {

@@ -18,7 +18,7 @@ constexpr VkPipelineStageFlags kAllCommands = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
 
 VulkanQueue::VulkanQueue(VulkanDevice& device, VkQueue queue, std::uint32_t family,
                          std::uint32_t index, bool owns_index)
-    : device_(device), queue_(queue), family_(family), index_(index), owns_index_(owns_index) {
+    : BackendQueue(kTraits), device_(device), queue_(queue), family_(family), index_(index), owns_index_(owns_index) {
   VkCommandPoolCreateInfo info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT | VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
   info.queueFamilyIndex = family;
