@@ -38,18 +38,19 @@ step() {  # step NAME LIMIT_S COMMAND...: the command's output in OUTDIR/NAME.lo
   return $rc
 }
 
-build_tree() {  # build_tree SRC DIR MESON_OPTIONS...
+build_tree() {  # build_tree SRC DIR MESON_OPTIONS...: configure once, then build
   local src=$1 dir=$2
   shift 2
   { [ -f "$dir/build.ninja" ] || meson setup "$dir" "$src" "$@"; } && ninja -C "$dir" -j8
 }
+export -f build_tree
 
 for phase in "$@"; do
   case $phase in
     build)
       [ -d .prev ] || { echo "no .prev/: git archive REV | tar -x -C .prev first" >&2; exit 2; }
-      step build-new 420 build_tree . build-gpu -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled &
-      step build-prev 420 build_tree .prev build-prev -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled \
+      step build-new 420 bash -c 'build_tree "$@"' _ . build-gpu -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled &
+      step build-prev 420 bash -c 'build_tree "$@"' _ .prev build-prev -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled \
         -Dtests=false -Dvulkan=disabled &
       wait
       ;;

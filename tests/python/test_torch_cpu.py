@@ -156,12 +156,14 @@ def test_leaves_the_glue_does_not_read_as_they_are_are_made_plain(monkeypatch, l
     assert not r[1].is_conj() and not r[1].is_neg()
 
 
-def test_a_leaf_requiring_grad_is_refused_before_the_glue_is_called(monkeypatch):
+def test_a_leaf_requiring_grad_is_refused_before_anything_is_copied(monkeypatch):
+    # The glue reads every leaf before it allocates or copies; it declines this one, and the
+    # checks then name it.
     calls = _count_glue_calls(monkeypatch)
     with pytest.raises(ferry.Error) as e:
         ft.to([torch.ones(2), torch.ones(3, requires_grad=True)], "cpu")
     assert e.value.code == "invalid_argument" and "requires grad" in str(e.value)
-    assert calls == {"glue": 0, "declined": 0}
+    assert calls == {"glue": 1, "declined": 1}
 
 
 def test_the_destinations_wait_for_the_latest_overlapping_release_point():

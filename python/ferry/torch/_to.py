@@ -191,13 +191,11 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
 
 def _copy_leaves(xfer: Any, sources: list[torch.Tensor], index: int, target_stream: Any, wait_stream: Any,
                  packed: list[int]) -> list[torch.Tensor]:
-    """The glue's one call for the CPU leaves `sources` (leaves `packed` of the structure). A
-    leaf the glue does not read as it is (not contiguous, a conjugate view) is made plain and
-    the call made again; one it cannot read at all is named."""
+    """The glue's one call for the checked CPU leaves `sources` (leaves `packed` of the
+    structure), each made plain first (not contiguous, a conjugate or negative view); a leaf
+    the glue cannot read even so is named."""
+    sources = [_plain(s) for s in sources]
     out = _to(xfer, sources, index, target_stream, wait_stream)
-    if isinstance(out, int):
-        sources = [_plain(s) for s in sources]
-        out = _to(xfer, sources, index, target_stream, wait_stream)
     if isinstance(out, int):
         t = sources[out]
         raise Error("unsupported", f"ferry.torch.to: leaf {packed[out]} ({tuple(t.shape)}, {t.dtype}) is a "
@@ -253,6 +251,14 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
         for name, st in (("target_stream", target_stream), ("wait_stream", wait_stream)):
             if st is not None and torch.device(st.device) != dev_t:
                 raise Error("invalid_argument", f"ferry.torch.to: {name} is a stream of {st.device}, not of {dev_t}")
+    if leaves and (cpu or ordinal == _current_device()):
+        # The common call, every leaf a plain CPU tensor: one glue call, which reads every
+        # leaf first and declines (an index) before it allocates or copies anything when one
+        # is not plain; the checks and conversions below then take the call.
+        _, xfer = engine(backend, ordinal)
+        out = _to(xfer, leaves, -1 if cpu else ordinal, target_stream, wait_stream)
+        if not isinstance(out, int):
+            return rebuild(out)
     # Every leaf is checked before anything is allocated or copied. The plain strided CPU
     # tensor (the common leaf) passes one inline test; any other leaf gets the full check,
     # which names what is wrong with it.
