@@ -85,6 +85,22 @@ for phase in "$@"; do
         grep -E "ferry_torch|FAIL" "$out/seed-$side.log" | sed "s/^/$side: /" | head -40
       done
       ;;
+    cost)  # the host-time A/B alone, on builds of the Python package only
+      step build-new 300 bash -c 'build_tree "$@"' _ . build-py -Dhip=disabled -Dvulkan=disabled -Dtests=false \
+        -Dpython=enabled -Dtorch_native=enabled &
+      step build-prev 300 bash -c 'build_tree "$@"' _ .prev build-py-prev -Dhip=disabled -Dvulkan=disabled \
+        -Dtests=false -Dpython=enabled -Dtorch_native=enabled &
+      wait
+      for i in $(seq 1 "$rounds"); do
+        for side in prev new; do
+          dir=build-py
+          [ "$side" = prev ] && dir=build-py-prev
+          step "cost-$side-$i" 90 env PYTHONPATH="$dir/python" python3 lab/python/call_cost.py --pinned --big 64M \
+            --leaves 1,67 --calls 2000
+          sed "s/^/$side $i: /" "$out/cost-$side-$i.log"
+        done
+      done
+      ;;
     glues)
       step glues 120 env PYTHONPATH=build-prev/python python3 - <<'EOF'
 import statistics, time
