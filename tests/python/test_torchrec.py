@@ -30,6 +30,15 @@ torch = pytest.importorskip("torch")
 STANDINS = os.environ.get("FERRY_TORCHREC_STANDINS") == "1"
 
 
+class _InertClass(type):
+    """A stand-in class: its attributes (enum members, constants) are inert modules."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Inert(f"{cls.__name__}.{name}")
+
+
 class _Inert(types.ModuleType):
     """A stand-in module: every attribute is another inert module (a class, a function or a
     value as far as an import-time reference needs)."""
@@ -39,7 +48,9 @@ class _Inert(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        sub = _Inert(f"{self.__name__}.{name}")
+        # A capitalized name is a class nothing is an instance of (TorchRec tests
+        # isinstance(x, TensorDict)); any other is another inert module.
+        sub = _InertClass(name, (), {}) if name[:1].isupper() else _Inert(f"{self.__name__}.{name}")
         setattr(self, name, sub)
         return sub
 
