@@ -21,12 +21,13 @@ ferry_python_packages=(nanobind pytest numpy torch)
 # Linux: torch 2.14.0 (2026-09-02), fbgemm-gpu-cpu 1.9.0 (2026-09-21, built for torch 2.14),
 # torchrec 1.9.2 (2026-10-14, the 1.9 series that goes with fbgemm 1.9). torchrec declares
 # `fbgemm-gpu` (the CUDA build), so it is installed with --no-deps beside fbgemm-gpu-cpu and
-# its other requirements (torchmetrics pinned by torchrec itself). Move the three together.
+# its other requirements: torchmetrics as torchrec pins it, and tensordict (whose releases also
+# follow torch's) at the version seen working with this set. Move them together.
 # ferry._torch_native is built against the torch the build's python3 imports, so torch must be
 # installed before meson configures (tools/test.sh and .ci/run install first).
 ferry_torch_pin=2.14.0
 ferry_torchrec_pin=1.9.2
-ferry_torchrec_packages=(fbgemm-gpu-cpu==1.9.0 tensordict torchmetrics==1.0.3 tqdm pyre-extensions)
+ferry_torchrec_packages=(fbgemm-gpu-cpu==1.9.0 tensordict==0.15.3 torchmetrics==1.0.3 tqdm pyre-extensions)
 
 ferry_install_deps() {
   if [ "${FERRY_SKIP_INSTALL:-0}" != 0 ] || ! command -v dpkg >/dev/null 2>&1; then
@@ -101,7 +102,7 @@ print(v("torch").split("+")[0], v("torchrec"), v("fbgemm-gpu-cpu"), v("tensordic
     ferry_pip "$py" "torch==$ferry_torch_pin" || return 1
   fi
   if [ "$torchrec_v" = "$ferry_torchrec_pin" ] && [ "$fbgemm_v" = "${ferry_torchrec_packages[0]#*==}" ] &&
-     [ "$tensordict_v" != - ]; then
+     [ "$tensordict_v" = "${ferry_torchrec_packages[1]#*==}" ]; then
     return 0
   fi
   echo "ferry: pip installing torchrec==$ferry_torchrec_pin ${ferry_torchrec_packages[*]}"

@@ -12,7 +12,7 @@ torch (fbgemm-gpu is built for one torch minor); FERRY_REQUIRE_TORCHREC=1 (CI, w
 the pinned set) turns that skip into a failure. FERRY_TORCHREC_STANDINS=1 (for a machine whose
 torch has no matching fbgemm-gpu) first makes fbgemm_gpu, tensordict and pyre_extensions inert
 stand-in modules and registers fbgemm's asynchronous_complete_cumsum as plain torch: TorchRec's
-own classes still run, and the skip reasons and the suite's header say so.
+own classes still run, and a warning in pytest's summary says so.
 """
 import dataclasses
 import importlib.abc
@@ -20,6 +20,7 @@ import importlib.machinery
 import os
 import sys
 import types
+import warnings
 
 import pytest
 
@@ -107,7 +108,11 @@ try:
 except ferry.Error as exc:
     _skip(f"ferry.torch does not import: {exc}")
 
-_standin_lib = _install_standins() if STANDINS else None
+_standin_lib = None
+if STANDINS:
+    _standin_lib = _install_standins()
+    warnings.warn("FERRY_TORCHREC_STANDINS=1: fbgemm_gpu, tensordict and pyre_extensions are inert stand-ins and "
+                  "fbgemm's asynchronous_complete_cumsum is plain torch; TorchRec's own classes run")
 try:
     import torchrec
     from torchrec.datasets.utils import Batch
@@ -127,10 +132,6 @@ except Exception as exc:  # noqa: BLE001
 has_cuda = torch.cuda.is_available() and ferry.Device.built_with(ferry.Backend.cuda)
 needs_cuda = pytest.mark.skipif(not has_cuda, reason="needs a CUDA GPU and ferry built with its CUDA backend")
 CPU = torch.device("cpu")
-
-
-def pytest_report_header(config):  # pragma: no cover - only when collected as a plugin
-    return "torchrec stand-ins for fbgemm_gpu/tensordict/pyre_extensions" if STANDINS else None
 
 
 @dataclasses.dataclass
