@@ -60,6 +60,13 @@ Structures (walked recursively; empty tensors are leaves like any other):
   dtype gets the converted tensor (converted on the target stream).
 - Anything else (ints, strings, None, ...) is returned unchanged.
 
+``ferry.torch.pipeline_to(batch, device, non_blocking, data_copy_stream)`` is TorchRec's
+in-place batch copy (``enable_inplace_copy_batch=True``) for any batch, by way of its own
+``.to``: the results are the current (training) stream's memory and the copy is ordered for
+``data_copy_stream``, which the pipeline's ``wait_stream`` then orders the use after; no
+``record_stream``. ``ferry.torch.batches(dataloader)`` wraps each batch so that a TorchRec
+train pipeline's ``batch.to(...)`` is that call.
+
 ``ferry.torch.stash(tensors)`` moves CUDA tensors' storage to pinned host memory and frees the
 device memory, and ``Stash.restore()`` brings it back, with no host wait (see ``stash``).
 
@@ -72,10 +79,11 @@ from __future__ import annotations
 
 from ._engine import engine, glue, held_sources, synchronize
 from ._engine import close_engines as _close_engines
+from ._pipeline import batches, pipeline_to
 from ._stash import Stash, stash
 from ._to import to
 
-__all__ = ["to", "stash", "Stash", "engine", "synchronize", "held_sources", "ALIGNMENT", "DMA_MIN_BYTES",
+__all__ = ["to", "pipeline_to", "batches", "stash", "Stash", "engine", "synchronize", "held_sources", "ALIGNMENT", "DMA_MIN_BYTES",
            "RECORD_EVENTS"]
 
 #: Whether the devices that ferry.torch opens record pool events and queue activity for

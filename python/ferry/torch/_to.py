@@ -151,24 +151,31 @@ def _flatten(obj: Any, leaves: list[torch.Tensor], device: torch.device):
         return lambda out: node.unflatten_fn([p(out) for p in parts], context)
     to = getattr(obj, "to", None)
     if callable(to) and not isinstance(obj, type):
-        capture = _ToCapture(type(obj).__name__)
-        with capture:
-            to(device, non_blocking=True)
-        first = len(leaves)
-        leaves.extend(capture.seen)
-        count = len(capture.seen)
-
-        def rebuild_to(out):
-            second = _ToCapture(type(obj).__name__, replacements=list(out[first:first + count]), seen=capture.seen)
-            with second:
-                result = to(device, non_blocking=True)
-            if second.next != count:
-                raise Error("invalid_argument",
-                            f"ferry.torch.to: {type(obj).__name__}.to moved {second.next} tensors on its second "
-                            f"call and {count} on its first: it must move the same tensors both times")
-            return result
-        return rebuild_to
+        return _flatten_method(obj, to, leaves, device)
     return lambda out: obj
+
+
+def _flatten_method(obj: Any, to: Any, leaves: list[torch.Tensor], device: torch.device):
+    """`_flatten` for an object moved by its own `to` method (called as `to(device,
+    non_blocking=True)`): the tensors it moves with ``Tensor.to`` become leaves, and rebuild
+    calls it again with the uploaded tensors handed back in their place."""
+    capture = _ToCapture(type(obj).__name__)
+    with capture:
+        to(device, non_blocking=True)
+    first = len(leaves)
+    leaves.extend(capture.seen)
+    count = len(capture.seen)
+
+    def rebuild_to(out):
+        second = _ToCapture(type(obj).__name__, replacements=list(out[first:first + count]), seen=capture.seen)
+        with second:
+            result = to(device, non_blocking=True)
+        if second.next != count:
+            raise Error("invalid_argument",
+                        f"ferry.torch.to: {type(obj).__name__}.to moved {second.next} tensors on its second "
+                        f"call and {count} on its first: it must move the same tensors both times")
+        return result
+    return rebuild_to
 
 
 def _pytree_node(kind: type):
@@ -236,9 +243,14 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
             return out
     check_stream("ferry.torch.to", "target_stream", target_stream)
     check_stream("ferry.torch.to", "wait_stream", wait_stream)
-    dev_t = _target(device)
+    return move(obj, _target(device), target_stream, wait_stream)
+
+
+def move(obj: Any, dev_t: torch.device, target_stream: Any, wait_stream: Any, method: Any = None) -> Any:
+    """`to` once its streams are known to be None or torch.cuda.Streams and its device is
+    resolved; with `method`, `obj` is moved by calling it as its own `to` method."""
     leaves: list[torch.Tensor] = []
-    rebuild = _flatten(obj, leaves, dev_t)
+    rebuild = _flatten(obj, leaves, dev_t) if method is None else _flatten_method(obj, method, leaves, dev_t)
 
     cpu = dev_t.type == "cpu"
     if cpu:
