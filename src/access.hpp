@@ -35,7 +35,7 @@ const QueuePtr& last_user(const BlockState& b);
 /// and after any other queue's access. When `keep_contents` (a read) and the last user holds
 /// the range, the user releases it to the executor, which acquires it after the wait.
 /// Overwritten contents need no ownership transfer. With `user_idle` (the caller's guarantee
-/// that the block is unused since its allocation, UploadOptions::destination_unused) the
+/// that the block is unused since its allocation, UploadIntoOptions::destination_unused) the
 /// executor waits only for the block's ready_after and earlier accesses, unless the user must
 /// hand the range back first (queue-family ownership), which runs after the user's work.
 /// Caller holds no queue mutex.

@@ -58,7 +58,7 @@ struct BlockState {
   std::shared_ptr<QueueState> holder;  // queue holding queue-family ownership (null: none yet)
   TimelinePoint ready_after;
   /// The queue id of AllocationOptions::first_writer, when given: ready_after then covers the
-  /// block's previous life for that queue (UploadOptions::destination_unused relies on it).
+  /// block's previous life for that queue (UploadIntoOptions::destination_unused relies on it).
   std::optional<std::uint32_t> first_writer;
   TimelinePoint last_access;  // last access by a queue other than the owner (a copy)
   std::shared_ptr<OwedAcquire> owed;  // the acquire of the last release of the range, if any

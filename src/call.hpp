@@ -38,10 +38,10 @@ class Call {
   [[nodiscard]] detail::TransferState& state() const { return state_; }
   [[nodiscard]] const QueuePtr& exec() const { return state_.exec; }
 
-  /// Check the caller's wait and signal lists (UploadOptions, CallOptions) and keep them for
-  /// the call; an argument check, so before lock(). The signal values are read under each
-  /// semaphore's mutex; enqueue_signals() checks them again, since another thread may signal
-  /// the semaphore meanwhile.
+  /// Check the caller's wait and signal lists (UploadOptions, UploadIntoOptions, CallOptions)
+  /// and keep them for the call; an argument check, so before lock(). The signal values are
+  /// read under each semaphore's mutex; enqueue_signals() checks them again, since another
+  /// thread may signal the semaphore meanwhile.
   void order(const std::vector<TimelinePoint>& wait, const std::vector<TimelinePoint>& signal) {
     for (std::size_t i = 0; i < wait.size(); ++i) {
       const TimelinePoint& p = wait[i];
@@ -174,7 +174,7 @@ class Call {
     // since its allocation" would let the copy overwrite what the owner's queued work of that
     // life still reads: a block the owner allocated for itself carries no such point.
     FERRY_REQUIRE(!user_idle || b.adopted || b.owner == state_.exec || b.first_writer == state_.exec->id, function_,
-                  "UploadOptions::destination_unused needs adopted memory or a block allocated with "
+                  "UploadIntoOptions::destination_unused needs adopted memory or a block allocated with "
                   "AllocationOptions::first_writer = this transfer's executor (its ready_after then covers the "
                   "block's previous use); this block was allocated for its owner alone",
                   where_);

@@ -232,10 +232,15 @@ Extent3D granularity(detail::DeviceState& d, const detail::QueueState& exec) {
   return d.backend->image_copy_granularity(exec.backend->family());
 }
 
-void check_options_mode(CopyMode mode, const char* fn, const std::source_location& where) {
-  FERRY_REQUIRE(mode == CopyMode::owner_owned || mode == CopyMode::preallocated, fn,
-                "a copy into a given image runs in the preallocated mode (owner_owned means the same here), not " +
-                    std::string(to_string(mode)),
+/// The flags of UploadIntoOptions that concern DeviceBuffer destinations only.
+void check_image_options(const UploadIntoOptions& options, const char* fn, const std::source_location& where) {
+  FERRY_REQUIRE(!options.destination_unused, fn,
+                "UploadIntoOptions::destination_unused applies only to a DeviceBuffer destination (upload_into), "
+                "not to an image",
+                where);
+  FERRY_REQUIRE(!options.overwrite_padding, fn,
+                "UploadIntoOptions::overwrite_padding applies only to the batch upload_into (HostViews at offsets), "
+                "not to an image",
                 where);
 }
 
@@ -450,9 +455,9 @@ class ImageCall {
 
   /// The checks after the arguments', then the ordering and the lock (see the class comment);
   /// `buffer_size`: the bytes of the linear side.
-  void prepare(std::span<const ImageRegion> regions, std::uint64_t buffer_size, const UploadOptions& options,
+  void prepare(std::span<const ImageRegion> regions, std::uint64_t buffer_size, const UploadIntoOptions& options,
                bool staged) {
-    check_options_mode(options.mode, fn_, where_);
+    check_image_options(options, fn_, where_);
     prepare(regions, buffer_size, options.wait, options.signal, staged);
   }
   void prepare(std::span<const ImageRegion> regions, std::uint64_t buffer_size, const CallOptions& options,
@@ -666,7 +671,7 @@ bool Image::valid() const noexcept {
 // ---- Transfer's image copies -------------------------------------------------------------
 
 TimelinePoint Transfer::upload_image(const HostBuffer& source, const Image& destination,
-                                     std::span<const ImageRegion> regions, UploadOptions options,
+                                     std::span<const ImageRegion> regions, UploadIntoOptions options,
                                      std::source_location where) {
   constexpr const char* fn = "Transfer::upload_image";
   ImageCall call(state_, ImageUse::copy_dst, fn, where);
@@ -682,7 +687,7 @@ TimelinePoint Transfer::upload_image(const HostBuffer& source, const Image& dest
 }
 
 TimelinePoint Transfer::upload_image(std::span<const std::byte> source, const Image& destination,
-                                     std::span<const ImageRegion> regions, UploadOptions options,
+                                     std::span<const ImageRegion> regions, UploadIntoOptions options,
                                      std::source_location where) {
   constexpr const char* fn = "Transfer::upload_image(pageable)";
   ImageCall call(state_, ImageUse::copy_dst, fn, where);
@@ -753,7 +758,7 @@ void Transfer::download_image(const Image& source, std::span<std::byte> destinat
 }
 
 TimelinePoint Transfer::copy_to_image(const DeviceBuffer& source, const Image& destination,
-                                      std::span<const ImageRegion> regions, UploadOptions options,
+                                      std::span<const ImageRegion> regions, UploadIntoOptions options,
                                       std::source_location where) {
   constexpr const char* fn = "Transfer::copy_to_image";
   ImageCall call(state_, ImageUse::copy_dst, fn, where);

@@ -13,14 +13,6 @@
 
 namespace ferry {
 
-std::string_view to_string(CopyMode mode) noexcept {
-  switch (mode) {
-    case CopyMode::preallocated: return "preallocated";
-    case CopyMode::owner_owned: return "owner_owned";
-  }
-  return "unknown";
-}
-
 Transfer::Transfer(const Device& device, TransferOptions options, std::source_location where) {
   FERRY_REQUIRE(static_cast<bool>(device) && device.is_open(), "Transfer::Transfer", "null or closed device", where);
   FERRY_REQUIRE(options.staging_chunk_bytes >= 4096 && options.staging_chunk_bytes <= (1ull << 32),
@@ -95,6 +87,15 @@ std::vector<detail::BlockState*> checked_blocks(std::span<const DeviceBuffer> bu
   return blocks;
 }
 
+/// `overwrite_padding` concerns the gaps between the views of the batch upload_into; the
+/// other upload_into calls have none, so the flag there is a mistake of the caller's.
+void check_no_padding(const UploadIntoOptions& options, const char* fn, const std::source_location& where) {
+  FERRY_REQUIRE(!options.overwrite_padding, fn,
+                "UploadIntoOptions::overwrite_padding applies only to the batch upload_into (HostViews at "
+                "offsets): this call copies no views with padding between them",
+                where);
+}
+
 }  // namespace
 
 Upload Transfer::upload(const HostBuffer& source, const Queue& owner, UploadOptions options,
@@ -110,10 +111,6 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
   auto& host = detail::checked_host(source, &d, "Transfer::upload", where);
   detail::check_range(offset, bytes, host.memory->size, "Transfer::upload", "source", where);
   const auto& q = checked_owner(owner, d, "Transfer::upload", where);
-  FERRY_REQUIRE(options.mode == CopyMode::owner_owned, "Transfer::upload",
-                "CopyMode::" + std::string(to_string(options.mode)) +
-                    ": an upload allocates its destination (owner_owned); a given destination is upload_into's",
-                where);
   call.order(options.wait, options.signal);
   call.lock();
   const auto& self = detail::access::state(state_->device);
@@ -150,10 +147,6 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   FERRY_REQUIRE(views.size() <= max_batch_views, fn,
           std::to_string(views.size()) + " views exceed the limit of " + std::to_string(max_batch_views), where);
   const auto& q = checked_owner(owner, d, fn, where);
-  FERRY_REQUIRE(options.mode == CopyMode::owner_owned, fn,
-                "CopyMode::" + std::string(to_string(options.mode)) +
-                    ": a batch upload allocates its destination (owner_owned); a given destination is upload_into's",
-                where);
   for (std::size_t i = 0; i < views.size(); ++i) {
     const HostView& v = views[i];
     if (v.size == 0) continue;  // an empty view reads nothing: any data pointer, no staging
@@ -210,11 +203,12 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
 }
 
 TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer& destination,
-                                    UploadOptions options, std::source_location where) {
+                                    UploadIntoOptions options, std::source_location where) {
   Call call(state_, "Transfer::upload_into", where);
   auto& d = call.device();
   auto& host = detail::checked_host(source, &d, "Transfer::upload_into", where);
   auto& b = detail::checked_block(destination, &d, "Transfer::upload_into", where);
+  check_no_padding(options, "Transfer::upload_into", where);
   FERRY_REQUIRE(host.memory->size <= b.requested, "Transfer::upload_into",
           "source (" + std::to_string(host.memory->size) + " bytes) is larger than the destination (" +
               std::to_string(b.requested) + " bytes)",
@@ -234,12 +228,13 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
 
 TimelinePoint Transfer::upload_into(const HostBuffer& source, std::uint64_t source_offset, std::uint64_t bytes,
                                     const DeviceBuffer& destination, std::uint64_t destination_offset,
-                                    UploadOptions options, std::source_location where) {
+                                    UploadIntoOptions options, std::source_location where) {
   constexpr const char* fn = "Transfer::upload_into(range)";
   Call call(state_, fn, where);
   auto& d = call.device();
   auto& host = detail::checked_host(source, &d, fn, where);
   auto& b = detail::checked_block(destination, &d, fn, where);
+  check_no_padding(options, fn, where);
   detail::check_range(source_offset, bytes, host.memory->size, fn, "source", where);
   detail::check_range(destination_offset, bytes, b.requested, fn, "destination", where);
   call.order(options.wait, options.signal);
@@ -258,16 +253,13 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, std::uint64_t sour
 }
 
 TimelinePoint Transfer::upload_into(const HostBuffer& source, std::span<const std::uint64_t> source_offsets,
-                                    std::span<const DeviceBuffer> destinations, UploadOptions options,
+                                    std::span<const DeviceBuffer> destinations, UploadIntoOptions options,
                                     std::source_location where) {
   constexpr const char* fn = "Transfer::upload_into(buffers)";
   Call call(state_, fn, where);
   auto& d = call.device();
   auto& host = detail::checked_host(source, &d, fn, where);
-  FERRY_REQUIRE(options.mode == CopyMode::owner_owned || options.mode == CopyMode::preallocated, fn,
-                "a copy into given destinations runs in the preallocated mode (owner_owned means the same here), "
-                "not " + std::string(to_string(options.mode)),
-                where);
+  check_no_padding(options, fn, where);
   const std::vector<detail::BlockState*> blocks =
       checked_blocks(destinations, d, fn, "destination", source_offsets.size(), where);
   std::uint64_t total = 0;
@@ -308,16 +300,12 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, std::span<const st
 }
 
 TimelinePoint Transfer::upload_into(std::span<const HostView> views, const DeviceBuffer& destination,
-                                    std::span<const std::uint64_t> offsets, UploadOptions options,
+                                    std::span<const std::uint64_t> offsets, UploadIntoOptions options,
                                     std::source_location where) {
   constexpr const char* fn = "Transfer::upload_into(batch)";
   Call call(state_, fn, where);
   auto& d = call.device();
   auto& b = detail::checked_block(destination, &d, fn, where);
-  FERRY_REQUIRE(options.mode == CopyMode::owner_owned || options.mode == CopyMode::preallocated, fn,
-                "a batch into a given destination runs in the preallocated mode (owner_owned means the same "
-                "here), not " + std::string(to_string(options.mode)),
-                where);
   FERRY_REQUIRE(!views.empty(), fn, "empty span of views", where);
   FERRY_REQUIRE(views.size() <= max_batch_views, fn,
                 std::to_string(views.size()) + " views exceed the limit of " + std::to_string(max_batch_views), where);
@@ -364,7 +352,7 @@ TimelinePoint Transfer::upload_into(std::span<const HostView> views, const Devic
     const bool joins = !runs.empty() && (runs.back().base + runs.back().total == offsets[c] ||
                                          (options.overwrite_padding &&
                                           offsets[c] - (runs.back().base + runs.back().total) <
-                                              UploadOptions::kPaddingLimit));
+                                              UploadIntoOptions::kPaddingLimit));
     if (!joins) runs.push_back({offsets[c], 0, {}});
     Run& r = runs.back();
     const std::uint64_t at = offsets[c] - r.base;
@@ -615,10 +603,6 @@ PeerCopy Transfer::copy_to(const DeviceBuffer& source, const Queue& owner, Uploa
   FERRY_REQUIRE(static_cast<bool>(owner), fn, "null queue handle", where);
   const QueuePtr& q = detail::access::state(owner);
   const std::shared_ptr<detail::DeviceState> dst_device = detail::lock_device(q->device, fn, where);
-  FERRY_REQUIRE(options.mode == CopyMode::owner_owned, fn,
-                "the destination comes from the owner's pool: CopyMode::owner_owned, not " +
-                    std::string(to_string(options.mode)),
-                where);
   FERRY_REQUIRE(src_device.get() == &d || dst_device.get() == &d, fn,
                 "neither the source nor the owner queue is on the Transfer's device: a peer copy runs on a queue "
                 "of the source's or the destination's device",

@@ -391,7 +391,7 @@ class FERRY_API Device {
   ///
   /// Ordering: the protocol of pool memory (transfer.hpp). Every copy into or out of the
   /// range waits on the device for the owner's work enqueued before the call (and, for the
-  /// first access, `options.ready_after`); with `UploadOptions::owner_waits` the owner waits
+  /// first access, `options.ready_after`); with `UploadIntoOptions::owner_waits` the owner waits
   /// for the copy. The contents are kept: ferry treats the memory as written by the owner.
   /// On Vulkan, an `exclusive` buffer's range must be owned by the owner queue's family when
   /// adopted (or never used by a queue); ferry moves it to the executor's family and back

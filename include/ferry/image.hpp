@@ -14,8 +14,8 @@
 ///  - every copy into or out of an image runs on the Transfer's executor, after the owner's
 ///    work enqueued before the call (and, for the first access, `ImageAdoptOptions::ready_after`)
 ///    and after ferry's earlier accesses of the image;
-///  - the owner uses the image only after the copy's point; with `UploadOptions::owner_waits`
-///    (the default) the call enqueues that wait on the owner;
+///  - the owner uses the image only after the copy's point; with
+///    `UploadIntoOptions::owner_waits` (the default) the call enqueues that wait on the owner;
 ///  - `Image::release()` ends ferry's use on the owner queue and returns the release point.
 ///
 /// ## Vulkan: layouts and queue families

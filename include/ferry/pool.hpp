@@ -178,7 +178,7 @@ struct AllocationOptions {
   /// The queue that will first write the block, when it is not the owner (an upload's
   /// executing queue). The pool then may hand out a block whose free point is still pending
   /// and reports that point in `DeviceBuffer::ready_after()`. A `Transfer` copy with
-  /// `UploadOptions::destination_unused` into the block needs this set to its executor.
+  /// `UploadIntoOptions::destination_unused` into the block needs this set to its executor.
   Queue first_writer{};
 };
 

@@ -40,14 +40,14 @@
 ///    the call, for ferry's earlier accesses to it and for its `ready_after()` (`A0`: the
 ///    previous owner work that freed the block). A destination the call allocates (`upload`,
 ///    `copy_to`) is new: only its `ready_after()` is waited for. With
-///    `UploadOptions::destination_unused` the executor skips the owner's queued work.
+///    `UploadIntoOptions::destination_unused` the executor skips the owner's queued work.
 ///  - Every call that does not block returns a point (a `TimelinePoint`, `Upload::ready`,
 ///    `UploadBatch::ready`, `PeerCopy::ready`) reached once its device work is complete
 ///    (`T1`): the bytes are in place and the sources read.
 ///  - The owner's work enqueued after the call -- a release included -- is ordered after the
-///    call's access to its buffer. For a destination, the calls that take `UploadOptions`
-///    enqueue `owner.wait(point)` (and, on Vulkan, the queue-family acquire) when
-///    `UploadOptions::owner_waits` is set, the default; without it the caller places that wait
+///    call's access to its buffer. For a destination, the calls that take `UploadOptions` or
+///    `UploadIntoOptions` enqueue `owner.wait(point)` (and, on Vulkan, the queue-family
+///    acquire) when `owner_waits` is set, the default; without it the caller places that wait
 ///    (`owner.wait(point)`, or `vulkan::engine_acquire` for the engine's own submission).
 ///    The other calls make a destination's owner wait themselves. ferry's own later
 ///    operations on a buffer (copies, downloads, `release`) are ordered after the copy either
@@ -81,10 +81,10 @@
 /// its host wait times out. Every other call returns once its work is enqueued.
 ///
 /// ## Wait and signal lists
-/// Every call takes a list of points to wait on and a list of points to signal
-/// (`UploadOptions::wait` and `::signal`, `CallOptions`), in the shape of IREE HAL's queue
-/// operations, so an engine can chain copies into its own timelines without a host round trip:
-/// a copy ordered after a point the engine signals, a copy that signals a semaphore the
+/// Every call takes a list of points to wait on and a list of points to signal (`wait` and
+/// `signal` of `UploadOptions`, `UploadIntoOptions`, `CallOptions`), in the shape of IREE HAL's
+/// queue operations, so an engine can chain copies into its own timelines without a host round
+/// trip: a copy ordered after a point the engine signals, a copy that signals a semaphore the
 /// engine's queue then waits on.
 ///  - `wait`: the call's device work starts only once every point is reached, in addition to
 ///    the ordering above. Waits are device-side, like `Queue::wait`: they do not block the
@@ -148,7 +148,8 @@
 ///    a null data pointer with a size > 0; a range outside its buffer (naming the range and
 ///    the size); two destination ranges that overlap; counts of two parallel lists that
 ///    differ; staging needed (a pageable source or destination with bytes to move) while
-///    `TransferOptions::staging` is false; a `CopyMode` the call does not take.
+///    `TransferOptions::staging` is false; an option set for a call it does not apply to
+///    (see `UploadIntoOptions`).
 ///  - `invalid_argument` for the lists: a wait or signal point on a semaphore of another
 ///    device; an empty signal point; a signal point on a queue's private timeline; a signal
 ///    value at or below the highest value signalled or enqueued for signal on its semaphore,
@@ -164,13 +165,6 @@ namespace ferry {
 namespace detail {
 struct TransferState;
 }
-
-/// @brief Where an upload's destination comes from: `owner_owned`, a
-/// new block of the owner's pool (`upload`), or `preallocated`, the caller's (`upload_into`).
-enum class CopyMode : std::uint8_t { preallocated, owner_owned };
-
-/// @brief Lower-case name of a copy mode.
-FERRY_API std::string_view to_string(CopyMode mode) noexcept;
 
 /// @brief Options of a Transfer.
 struct TransferOptions {
@@ -245,11 +239,11 @@ struct HostSpan {
 /// @brief Most views one batch upload or batch download accepts.
 inline constexpr std::size_t max_batch_views = std::size_t{1} << 20;
 
-/// @brief Options of one upload.
+/// @brief Options of a call that allocates its destination from the owner's pool: `upload`
+/// (every overload), `upload_structured` and `copy_to`.
 struct UploadOptions {
-  CopyMode mode = CopyMode::owner_owned;  ///< strategy; `preallocated` only via upload_into
-  std::string tag{};                      ///< label for pool events
-  /// owner_owned only: the pool's choice when no free block of the owner is ready yet.
+  std::string tag{};  ///< label of the destination in pool events and snapshots
+  /// The pool's choice when no free block of the owner is ready yet.
   /// false (footprint first, the default): take a block the owner released but may still be
   /// reading, and make the copy wait for that owner work -- the footprint of a blocking copy,
   /// but the copy of batch i+1 cannot overlap the compute that reads batch i. true (overlap
@@ -265,19 +259,33 @@ struct UploadOptions {
   std::vector<TimelinePoint> wait{};
   /// Points signalled once the copy is complete (see "Wait and signal lists" above).
   std::vector<TimelinePoint> signal{};
-  /// Batch `upload_into` only: the destination bytes between two consecutive views (in
-  /// destination order) that are less than `kPaddingLimit` bytes apart are padding, which the
-  /// copy may overwrite with unspecified bytes. Views separated only by padding then share one
-  /// staged stream: one staging pass and one DMA per chunk instead of one per view, which is
-  /// what a layout aligning every view to 256 bytes (UploadBatch's, ferry.torch's) needs
-  /// for many small views. Set it only when nothing else lives in such gaps: with it the
-  /// call's "bytes outside the views are kept" holds only for gaps of `kPaddingLimit` bytes
-  /// or more and outside the first and last view. Default false.
+};
+
+/// @brief Options of a call that writes a caller-supplied destination: `upload_into` (every
+/// overload), `upload_image` and `copy_to_image`. A flag set for a call it does not apply to
+/// is `invalid_argument`, naming the flag and the call.
+struct UploadIntoOptions {
+  /// Enqueue `owner.wait(point)` for the destination's owner (and any queue-family acquire) in
+  /// the call. When false, place the wait yourself; ferry's own later operations on the
+  /// destination (copies, downloads, release) are ordered after the copy either way.
+  bool owner_waits = true;
+  /// Points the copy waits for before it starts (see "Wait and signal lists" above).
+  std::vector<TimelinePoint> wait{};
+  /// Points signalled once the copy is complete (see "Wait and signal lists" above).
+  std::vector<TimelinePoint> signal{};
+  /// Batch `upload_into` (HostViews at offsets) only: the destination bytes between two
+  /// consecutive views (in destination order) that are less than `kPaddingLimit` bytes apart
+  /// are padding, which the copy may overwrite with unspecified bytes. Views separated only by
+  /// padding then share one staged stream: one staging pass and one DMA per chunk instead of
+  /// one per view, which is what a layout aligning every view to 256 bytes (UploadBatch's,
+  /// ferry.torch's) needs for many small views. Set it only when nothing else lives in such
+  /// gaps: with it the call's "bytes outside the views are kept" holds only for gaps of
+  /// `kPaddingLimit` bytes or more and outside the first and last view. Default false.
   bool overwrite_padding = false;
-  /// `upload_into` only: the caller guarantees that no work on any queue has used the
-  /// destination since it was allocated (`DevicePool::allocate`) or adopted
-  /// (`Device::adopt_memory`), other than ferry's own copies. The copy then waits only for
-  /// `destination.ready_after()` and ferry's earlier accesses to it, not for all of the
+  /// `upload_into` only (a DeviceBuffer destination): the caller guarantees that no work on
+  /// any queue has used the destination since it was allocated (`DevicePool::allocate`) or
+  /// adopted (`Device::adopt_memory`), other than ferry's own copies. The copy then waits only
+  /// for `destination.ready_after()` and ferry's earlier accesses to it, not for all of the
   /// owner's work enqueued so far, so the copy into a fresh block overlaps the compute already
   /// queued on the owner. Where the owner must first hand the range back (Vulkan exclusive
   /// buffers, after an earlier copy into part of it), that hand-back runs after the owner's
@@ -327,8 +335,7 @@ class FERRY_API Transfer {
   [[nodiscard]] Queue executor(std::source_location where = std::source_location::current()) const;
 
   /// @brief Copy pinned/registered host memory to a new device buffer owned by `owner`, by
-  /// DMA from the HostBuffer itself. Errors: an empty source, `mode == preallocated` (use
-  /// `upload_into`).
+  /// DMA from the HostBuffer itself. Errors: an empty source.
   Upload upload(const HostBuffer& source, const Queue& owner, UploadOptions options = {},
                 std::source_location where = std::source_location::current());
   /// @brief Copy a byte range of pinned host memory (`offset`, `bytes` within `source`) to a
@@ -345,26 +352,26 @@ class FERRY_API Transfer {
   /// staging by helper threads and moved with one DMA per staging chunk. Empty views are
   /// valid (see HostView and UploadBatch): they get an offset and a view of size 0 and copy
   /// nothing; views that are all empty allocate the batch's buffer and copy nothing. Errors:
-  /// a total size overflow, `mode == preallocated` (use `upload_into`).
+  /// a total size overflow.
   UploadBatch upload(std::span<const HostView> views, const Queue& owner, UploadOptions options = {},
                      std::source_location where = std::source_location::current());
-  /// @brief Copy all of pinned `source` into the start of a caller-supplied destination
-  /// (`preallocated`); the destination's bytes past `source.size()` are kept. Errors:
+  /// @brief Copy all of pinned `source` into the start of a caller-supplied destination; the
+  /// destination's bytes past `source.size()` are kept. Errors:
   /// `source.size()` larger than `destination.size()`.
   TimelinePoint upload_into(const HostBuffer& source, const DeviceBuffer& destination,
-                            UploadOptions options = {},
+                            UploadIntoOptions options = {},
                             std::source_location where = std::source_location::current());
   /// @brief Copy `bytes` of pinned host memory from `source_offset` of `source` to
-  /// `destination_offset` of a caller-supplied destination (`preallocated`), by DMA from the
+  /// `destination_offset` of a caller-supplied destination, by DMA from the
   /// HostBuffer itself (pool, registered or adopted memory; no staging). Bytes of
   /// `destination` outside the range are kept, so several sources can fill one destination
   /// (a structure of pinned tensors into one allocation). Errors: `bytes` 0.
   TimelinePoint upload_into(const HostBuffer& source, std::uint64_t source_offset, std::uint64_t bytes,
                             const DeviceBuffer& destination, std::uint64_t destination_offset,
-                            UploadOptions options = {},
+                            UploadIntoOptions options = {},
                             std::source_location where = std::source_location::current());
-  /// @brief Upload ranges of one pinned HostBuffer into several caller-supplied destinations
-  /// (`preallocated`), each filled whole: `destinations[i].size()` bytes from
+  /// @brief Upload ranges of one pinned HostBuffer into several caller-supplied destinations,
+  /// each filled whole: `destinations[i].size()` bytes from
   /// `source_offsets[i]` of `source` (ranges of the source may overlap). One call does what
   /// that many range `upload_into`s would, with one completion point and the copies back to
   /// back (one driver call where the backend has a batched copy: CUDA's
@@ -372,16 +379,16 @@ class FERRY_API Transfer {
   /// distinct owner waits once for the call's point. Destinations that share memory (two
   /// adoptions of one range) are the caller's error, as with two `upload_into` calls.
   TimelinePoint upload_into(const HostBuffer& source, std::span<const std::uint64_t> source_offsets,
-                            std::span<const DeviceBuffer> destinations, UploadOptions options = {},
+                            std::span<const DeviceBuffer> destinations, UploadIntoOptions options = {},
                             std::source_location where = std::source_location::current());
-  /// @brief Batch upload into a caller-supplied destination (`preallocated`): view i is
+  /// @brief Batch upload into a caller-supplied destination: view i is
   /// copied to `offsets[i]` of `destination` (a pool buffer or adopted memory), through the
   /// pinned staging ring, with one DMA per chunk of each run of views whose destination
   /// ranges are contiguous (or separated by padding only, with
-  /// `UploadOptions::overwrite_padding`). Bytes of `destination` outside the views' ranges
+  /// `UploadIntoOptions::overwrite_padding`). Bytes of `destination` outside the views' ranges
   /// are kept (padding excepted, with that option). Errors: an empty view.
   TimelinePoint upload_into(std::span<const HostView> views, const DeviceBuffer& destination,
-                            std::span<const std::uint64_t> offsets, UploadOptions options = {},
+                            std::span<const std::uint64_t> offsets, UploadIntoOptions options = {},
                             std::source_location where = std::source_location::current());
   /// @brief Copy all of a device buffer into pinned/registered host memory at `offset`.
   TimelinePoint download(const DeviceBuffer& source, const HostBuffer& destination,
@@ -447,7 +454,7 @@ class FERRY_API Transfer {
   ///    (`UploadOptions::overlap` chooses between waiting for a block the owner released and
   ///    growing the pool); it counts in that pool's budget only. `options.tag` labels it.
   ///  - Returns the buffer, its ready point and the path the copy took.
-  /// Errors: those of `copy`, and a mode other than `owner_owned`.
+  /// Errors: those of `copy`.
   PeerCopy copy_to(const DeviceBuffer& source, const Queue& owner, UploadOptions options = {},
                    std::source_location where = std::source_location::current());
   /// @brief How this Transfer's copies to or from buffers of `other` run: `same_device` for
@@ -472,12 +479,13 @@ class FERRY_API Transfer {
   /// @brief Upload pinned host memory into `destination`'s regions, by DMA from the
   /// HostBuffer itself (no staging; its row pitch as given).
   TimelinePoint upload_image(const HostBuffer& source, const Image& destination, std::span<const ImageRegion> regions,
-                             UploadOptions options = {}, std::source_location where = std::source_location::current());
+                             UploadIntoOptions options = {},
+                             std::source_location where = std::source_location::current());
   /// @brief Upload pageable host memory into `destination`'s regions through the staging ring:
   /// each region's rows are read at their pitch and packed tightly into staging, whole rows of
   /// blocks per chunk.
   TimelinePoint upload_image(std::span<const std::byte> source, const Image& destination,
-                             std::span<const ImageRegion> regions, UploadOptions options = {},
+                             std::span<const ImageRegion> regions, UploadIntoOptions options = {},
                              std::source_location where = std::source_location::current());
   /// @brief Copy `source`'s regions into pinned host memory at each region's buffer offset
   /// and pitch (bytes between rows are kept).
@@ -490,7 +498,8 @@ class FERRY_API Transfer {
   /// @brief Device-to-device copy from a DeviceBuffer (a pool block or adopted memory) into
   /// `destination`'s regions.
   TimelinePoint copy_to_image(const DeviceBuffer& source, const Image& destination, std::span<const ImageRegion> regions,
-                              UploadOptions options = {}, std::source_location where = std::source_location::current());
+                              UploadIntoOptions options = {},
+                              std::source_location where = std::source_location::current());
   /// @brief Device-to-device copy of `source`'s regions into a DeviceBuffer; the buffer's
   /// bytes outside the regions' rows are kept, and its owner waits for the copy.
   TimelinePoint copy_from_image(const Image& source, const DeviceBuffer& destination,

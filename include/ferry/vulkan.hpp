@@ -153,9 +153,9 @@ FERRY_API NativeHandles native_handles(const Device& device,
                                        std::source_location where = std::source_location::current());
 
 /// @brief What an engine's own submission needs to use the destination of a ferry copy made
-/// with `UploadOptions::owner_waits = false`, so that ferry submits nothing on the engine's
-/// queue (see `engine_acquire`): `EngineAcquire` for a buffer's range, `EngineImageAcquire`
-/// for an image. One shape for both, as the buffer and the image hand-over follow one rule.
+/// with `owner_waits = false` (`UploadOptions`, `UploadIntoOptions`), so that ferry submits
+/// nothing on the engine's queue (see `engine_acquire`): `EngineAcquire` for a buffer's range,
+/// `EngineImageAcquire` for an image. One shape for both, as the buffer and the image hand-over follow one rule.
 template <class Barrier, VkStructureType Type>
 struct BasicEngineAcquire {
   /// Whether the engine must record `barrier` (a queue-family ownership acquire) in its
@@ -195,7 +195,7 @@ using EngineImageAcquire = BasicEngineAcquire<VkImageMemoryBarrier2, VK_STRUCTUR
 ///
 /// `ready` is the point of the latest ferry call that wrote or read `buffer` (an
 /// `Upload::ready`, `UploadBatch::ready`, the point `upload_into` or `copy` returned), made
-/// with `UploadOptions::owner_waits = false` (with `owner_waits` ferry already made the owner
+/// with `owner_waits = false` (with `owner_waits` ferry already made the owner
 /// wait and recorded the acquire: `barrier_needed` is then false, and waiting again is
 /// harmless). The call submits the executor's pending work (deferred submission,
 /// transfer.hpp), so the engine's wait is on a signal already submitted, and records that the

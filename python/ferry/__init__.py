@@ -20,7 +20,6 @@ from ._ferry import (
     Backend,
     BufferView,
     Capabilities,
-    CopyMode,
     Device,
     DeviceBuffer,
     DevicePool,
@@ -42,7 +41,7 @@ from ._ferry import (
 )
 
 __all__ = [
-    "Backend", "BufferView", "Capabilities", "CopyMode", "Device", "DeviceBuffer", "DevicePool",
+    "Backend", "BufferView", "Capabilities", "Device", "DeviceBuffer", "DevicePool",
     "Error", "HostBuffer", "HostPool", "MemorySnapshot", "PoolBudget", "PoolDetailedStatistics",
     "Queue", "QueueBudget", "QueueRole", "TimelinePoint", "TimelineSemaphore", "Transfer",
     "Upload", "UploadBatch", "backend_name", "parse_backend",

@@ -31,13 +31,6 @@ class QueueRole(enum.Enum):
 
     transfer = 1
 
-class CopyMode(enum.Enum):
-    """Where an upload's destination comes from (see ferry/transfer.hpp)."""
-
-    preallocated = 0
-
-    owner_owned = 1
-
 class Capabilities:
     """Device capabilities and limits, filled at open."""
 
@@ -508,19 +501,19 @@ class Transfer:
     @property
     def executor(self) -> Queue: ...
 
-    def upload(self, source: object, owner: Queue, *, mode: object = CopyMode.owner_owned, tag: str = '', overlap: bool = False, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> Upload:
+    def upload(self, source: object, owner: Queue, *, tag: str = '', overlap: bool = False, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> Upload:
         """
-        Copy host memory to a new device buffer owned by `owner`: a HostBuffer (pinned: DMA from it, kept alive until the copy completes) or any contiguous buffer (pageable: staged through the pinned ring before the call returns). Keyword options (every upload): mode (CopyMode or its name; default owner_owned), tag (label of pool events), overlap (grow the pool rather than wait for the owner's pending free), owner_waits (enqueue owner.wait(ready) in the call; default True), wait (points the copy waits for), signal (user points signalled once the copy is complete).
+        Copy host memory to a new device buffer owned by `owner`: a HostBuffer (pinned: DMA from it, kept alive until the copy completes) or any contiguous buffer (pageable: staged through the pinned ring before the call returns). Keyword options (every upload): tag (label of the destination in pool events), overlap (grow the pool rather than wait for the owner's pending free), owner_waits (enqueue owner.wait(ready) in the call; default True), wait (points the copy waits for), signal (user points signalled once the copy is complete).
         """
 
-    def upload_batch(self, sources: Sequence[object], owner: Queue, *, mode: object = CopyMode.owner_owned, tag: str = '', overlap: bool = False, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> UploadBatch:
+    def upload_batch(self, sources: Sequence[object], owner: Queue, *, tag: str = '', overlap: bool = False, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> UploadBatch:
         """
         Upload many contiguous buffers (empty ones allowed) in one call into one owner-owned allocation, staged through the pinned ring; the sources may be reused when it returns.
         """
 
     def upload_into(self, source: object, destination: DeviceBuffer, offsets: object | None = None, *, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = [], destination_unused: bool = False) -> TimelinePoint:
         """
-        Copy into a caller-supplied destination: a HostBuffer (pinned: DMA from it; `offsets`, when given, is the one destination offset it goes to, the other bytes are kept), or a list of contiguous buffers placed at `offsets` (staged; none may be empty). The executor waits for the destination owner's work so far (only for its ready_after and ferry's earlier copies with destination_unused, the caller's guarantee that nothing used the buffer since its allocation: UploadOptions::destination_unused); the owner waits for the copy when owner_waits. Returns the point at which every byte is in place.
+        Copy into a caller-supplied destination: a HostBuffer (pinned: DMA from it; `offsets`, when given, is the one destination offset it goes to, the other bytes are kept), or a list of contiguous buffers placed at `offsets` (staged; none may be empty). The executor waits for the destination owner's work so far (only for its ready_after and ferry's earlier copies with destination_unused, the caller's guarantee that nothing used the buffer since its allocation: UploadIntoOptions::destination_unused); the owner waits for the copy when owner_waits. Returns the point at which every byte is in place.
         """
 
     def download(self, source: DeviceBuffer, destination: object, offset: int = 0, *, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> object:

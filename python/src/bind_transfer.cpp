@@ -14,20 +14,10 @@ using namespace nb::literals;
 
 namespace {
 
-ferry::CopyMode copy_mode(nb::handle mode) {
-  if (nb::isinstance<ferry::CopyMode>(mode)) return nb::cast<ferry::CopyMode>(mode);
-  const std::string name = nb::cast<std::string>(nb::str(mode));
-  for (auto m : {ferry::CopyMode::preallocated, ferry::CopyMode::owner_owned}) {
-    if (ferry::to_string(m) == name) return m;
-  }
-  invalid("copy mode '" + name + "' is not one of preallocated, owner_owned");
-}
-
-ferry::UploadOptions upload_options(nb::handle mode, const std::string& tag, bool overlap, bool owner_waits,
+ferry::UploadOptions upload_options(const std::string& tag, bool overlap, bool owner_waits,
                                     std::vector<ferry::TimelinePoint> wait,
                                     std::vector<ferry::TimelinePoint> signal) {
   ferry::UploadOptions o;
-  o.mode = copy_mode(mode);
   o.tag = tag;
   o.overlap = overlap;
   o.owner_waits = owner_waits;
@@ -46,10 +36,10 @@ PyUploadBatch make_batch(ferry::UploadBatch b, const PyDevice& dev) {
 }
 
 const char* const kUploadOptionsDoc =
-    "Keyword options (every upload): mode (CopyMode or its name; default owner_owned), tag (label "
-    "of pool events), overlap (grow the pool rather than wait for the owner's pending free), "
-    "owner_waits (enqueue owner.wait(ready) in the call; default True), wait (points the copy "
-    "waits for), signal (user points signalled once the copy is complete).";
+    "Keyword options (every upload): tag (label of the destination in pool events), overlap "
+    "(grow the pool rather than wait for the owner's pending free), owner_waits (enqueue "
+    "owner.wait(ready) in the call; default True), wait (points the copy waits for), signal "
+    "(user points signalled once the copy is complete).";
 
 }  // namespace
 
@@ -88,10 +78,10 @@ void bind_transfer(nb::module_& m) {
            }, "device"_a, "executor"_a = nb::none(), "staging_chunk_bytes"_a = 16ull << 20, "staging_chunks"_a = 4,
            "staging"_a = true, "staging_threads"_a = -1)
       .def_prop_ro("executor", [](PyTransfer& t) { return t.get().executor(); })
-      .def("upload", [](PyTransfer& t, nb::handle source, const ferry::Queue& owner, nb::handle mode,
+      .def("upload", [](PyTransfer& t, nb::handle source, const ferry::Queue& owner,
                         const std::string& tag, bool overlap, bool owner_waits, std::vector<ferry::TimelinePoint> wait,
                         std::vector<ferry::TimelinePoint> signal) {
-             ferry::UploadOptions o = upload_options(mode, tag, overlap, owner_waits, std::move(wait), std::move(signal));
+             ferry::UploadOptions o = upload_options(tag, overlap, owner_waits, std::move(wait), std::move(signal));
              ferry::Upload up;
              if (nb::isinstance<PyHostBuffer>(source)) {
                const PyHostBuffer& h = nb::cast<const PyHostBuffer&>(source);
@@ -104,13 +94,13 @@ void bind_transfer(nb::module_& m) {
                                    std::move(o));
              }
              return PyUpload{wrap(std::move(up.buffer), t.device, up.ready), up.ready};
-           }, "source"_a, "owner"_a, nb::kw_only(), "mode"_a = ferry::CopyMode::owner_owned, "tag"_a = "",
+           }, "source"_a, "owner"_a, nb::kw_only(), "tag"_a = "",
            "overlap"_a = false, "owner_waits"_a = true, "wait"_a = std::vector<ferry::TimelinePoint>{},
            "signal"_a = std::vector<ferry::TimelinePoint>{}, upload_doc.c_str())
       .def("upload_batch", [](PyTransfer& t, const std::vector<nb::object>& sources, const ferry::Queue& owner,
-                              nb::handle mode, const std::string& tag, bool overlap, bool owner_waits,
+                              const std::string& tag, bool overlap, bool owner_waits,
                               std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal) {
-             ferry::UploadOptions o = upload_options(mode, tag, overlap, owner_waits, std::move(wait), std::move(signal));
+             ferry::UploadOptions o = upload_options(tag, overlap, owner_waits, std::move(wait), std::move(signal));
              std::vector<Buffer> held;
              held.reserve(sources.size());
              std::vector<ferry::HostView> views;
@@ -124,7 +114,7 @@ void bind_transfer(nb::module_& m) {
                b = t.get().upload(std::span<const ferry::HostView>(views), owner, std::move(o));
              }
              return make_batch(std::move(b), t.device);
-           }, "sources"_a, "owner"_a, nb::kw_only(), "mode"_a = ferry::CopyMode::owner_owned, "tag"_a = "",
+           }, "sources"_a, "owner"_a, nb::kw_only(), "tag"_a = "",
            "overlap"_a = false, "owner_waits"_a = true, "wait"_a = std::vector<ferry::TimelinePoint>{},
            "signal"_a = std::vector<ferry::TimelinePoint>{},
            "Upload many contiguous buffers (empty ones allowed) in one call into one owner-owned "
@@ -133,9 +123,10 @@ void bind_transfer(nb::module_& m) {
                              bool owner_waits, std::vector<ferry::TimelinePoint> wait,
                              std::vector<ferry::TimelinePoint> signal, bool destination_unused,
                              std::uint64_t source_offset, nb::object size) {
-             ferry::UploadOptions o = upload_options(nb::cast(ferry::CopyMode::preallocated), "", false, owner_waits,
-                                                     std::move(wait), std::move(signal));
-             o.destination_unused = destination_unused;
+             ferry::UploadIntoOptions o{.owner_waits = owner_waits,
+                                        .wait = std::move(wait),
+                                        .signal = std::move(signal),
+                                        .destination_unused = destination_unused};
              ferry::TimelinePoint p;
              if (nb::isinstance<PyHostBuffer>(source)) {
                const PyHostBuffer& h = nb::cast<const PyHostBuffer&>(source);
@@ -181,7 +172,7 @@ void bind_transfer(nb::module_& m) {
            "list of contiguous buffers placed at `offsets` (staged; none may be empty). The "
            "executor waits for the destination owner's work so far (only for its ready_after and "
            "ferry's earlier copies with destination_unused, the caller's guarantee that nothing "
-           "used the buffer since its allocation: UploadOptions::destination_unused); the owner "
+           "used the buffer since its allocation: UploadIntoOptions::destination_unused); the owner "
            "waits for the copy when owner_waits. Returns the point at which every byte is in place.")
       .def("download", [](PyTransfer& t, PyDeviceBuffer& source, nb::handle destination, std::uint64_t offset,
                           std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal) -> nb::object {

@@ -38,9 +38,6 @@ NB_MODULE(_ferry, m) {
   nb::enum_<ferry::QueueRole>(m, "QueueRole", "compute (owner) or transfer (executing).")
       .value("compute", ferry::QueueRole::compute)
       .value("transfer", ferry::QueueRole::transfer);
-  nb::enum_<ferry::CopyMode>(m, "CopyMode", "The copy strategies of an upload (see ferry/transfer.hpp).")
-      .value("preallocated", ferry::CopyMode::preallocated)
-      .value("owner_owned", ferry::CopyMode::owner_owned);
 
   ferry::python::bind_device(m);
   ferry::python::bind_buffers(m);

@@ -503,7 +503,7 @@ CONFORMANCE_CASE("batch: packed uploads of uneven views, every byte checked, chu
     std::vector<bool> may_change(result.size(), false);
     for (std::size_t j = 1; j < ranges.size(); ++j) {
       const std::uint64_t gap_begin = ranges[j - 1].second, gap_end = ranges[j].first;
-      if (gap_end - gap_begin < UploadOptions::kPaddingLimit) {
+      if (gap_end - gap_begin < UploadIntoOptions::kPaddingLimit) {
         std::fill(may_change.begin() + static_cast<std::ptrdiff_t>(gap_begin),
                   may_change.begin() + static_cast<std::ptrdiff_t>(gap_end), true);
       }

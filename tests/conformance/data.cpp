@@ -218,11 +218,21 @@ CONFORMANCE_CASE("data: every copy mode delivers the bytes to the owner") {
     CHECK(first_mismatch(whole.span().first(n), 41) == -1);
   }
 
-  SUBCASE("preallocated through upload() is invalid_argument") {
-    UploadOptions o;
-    o.mode = CopyMode::preallocated;
-    conformance::expect_error(ErrorCode::invalid_argument,
-                              [&] { (void)xfer.upload(src, owner, o); }, "upload(preallocated)");
+  SUBCASE("overwrite_padding outside the batch upload_into is invalid_argument") {
+    std::vector<DeviceBuffer> dests;
+    dests.push_back(dev.pool().allocate(n, owner));
+    const DeviceBuffer& dest = dests[0];
+    const std::vector<std::uint64_t> at{0};
+    UploadIntoOptions o;
+    o.overwrite_padding = true;
+    conformance::expect_error(ErrorCode::invalid_argument, [&] { (void)xfer.upload_into(src, dest, o); },
+                              "upload_into(whole, overwrite_padding)");
+    conformance::expect_error(ErrorCode::invalid_argument, [&] { (void)xfer.upload_into(src, 0, n, dest, 0, o); },
+                              "upload_into(range, overwrite_padding)");
+    const auto buffers = [&] {
+      (void)xfer.upload_into(src, std::span<const std::uint64_t>(at), std::span<const DeviceBuffer>(dests), o);
+    };
+    conformance::expect_error(ErrorCode::invalid_argument, buffers, "upload_into(buffers, overwrite_padding)");
     conformance::check_round_trip(dev, xfer);
   }
 
@@ -383,11 +393,6 @@ CONFORMANCE_CASE("data: batch upload of many scattered host ranges") {
     conformance::expect_error(ErrorCode::invalid_argument,
                               [&] { (void)xfer.upload(std::span<const HostView>(views), Queue{}); },
                               "batch upload(null owner)");
-    UploadOptions pre;
-    pre.mode = CopyMode::preallocated;
-    conformance::expect_error(ErrorCode::invalid_argument,
-                              [&] { (void)xfer.upload(std::span<const HostView>(views), owner, pre); },
-                              "batch upload(preallocated)");
     conformance::check_round_trip(dev, xfer);
   }
 }

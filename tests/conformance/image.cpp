@@ -455,6 +455,12 @@ void bad_input(ImageFormat format) {
                  [&] { (void)unstaged.upload_image(std::span<const std::byte>(pageable), image, one); },
                  "pageable upload without staging");
   }
+  // The flags of UploadIntoOptions that concern buffer destinations only.
+  expect_error(ErrorCode::invalid_argument, [&] { (void)xfer.upload_image(h, image, one, {.destination_unused = true}); },
+               "destination_unused into an image");
+  expect_error(ErrorCode::invalid_argument,
+               [&] { (void)xfer.upload_image(std::span<const std::byte>(pageable), image, one, {.overwrite_padding = true}); },
+               "overwrite_padding into an image");
   DeviceBuffer small = dev.pool().allocate(16, compute);
   expect_error(ErrorCode::invalid_argument, [&] { (void)xfer.copy_to_image(small, image, one); },
                "device buffer too small");

@@ -172,7 +172,7 @@ CONFORMANCE_CASE("many: bad input of many-buffer downloads and uploads") {
   auto down = [&](const std::vector<DeviceBuffer>& s, const Offsets& o) {
     (void)xfer.download(std::span<const DeviceBuffer>(s), host, o);
   };
-  auto up = [&](const std::vector<DeviceBuffer>& d, const Offsets& o, UploadOptions opt = {}) {
+  auto up = [&](const std::vector<DeviceBuffer>& d, const Offsets& o, UploadIntoOptions opt = {}) {
     (void)xfer.upload_into(host, o, std::span<const DeviceBuffer>(d), std::move(opt));
   };
 

@@ -197,7 +197,7 @@ CONFORMANCE_CASE("ordering: destination_unused waits for the block's ready_after
   const auto wait = std::chrono::seconds(30);
   HostBuffer src = dev.host_pool().allocate(n);
   fill_pattern(src.span(), 81);
-  UploadOptions unused;
+  UploadIntoOptions unused;
   unused.destination_unused = true;
   unused.owner_waits = false;
   AllocationOptions for_exec;
@@ -245,7 +245,7 @@ CONFORMANCE_CASE("ordering: destination_unused waits for the block's ready_after
   CHECK_FALSE(reused_done.reached());  // waits for the block's previous use
   // Without the flag the copy waits for the owner's queued work (the gate).
   DeviceBuffer other = dev.pool().allocate(8 * MiB, owner, for_exec);
-  UploadOptions plain;
+  UploadIntoOptions plain;
   plain.owner_waits = false;
   const TimelinePoint plain_done = xfer.upload_into(src, 0, n, other, 0, plain);
   CHECK_FALSE(plain_done.reached());

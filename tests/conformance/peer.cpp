@@ -201,8 +201,6 @@ CONFORMANCE_CASE("peer: bad input") {
   constexpr ErrorCode kInvalid = ErrorCode::invalid_argument;
   conformance::expect_error(kInvalid, [&] { (void)xc.copy(da, db); }, "copy with neither buffer on the Transfer's device");
   conformance::expect_error(kInvalid, [&] { (void)xc.copy_to(da, qb); }, "copy_to with neither on the Transfer's device");
-  conformance::expect_error(kInvalid, [&] { (void)xa.copy_to(da, qb, {.mode = CopyMode::preallocated}); },
-                            "copy_to in preallocated mode");
   conformance::expect_error(kInvalid, [&] { (void)xa.copy_to(da, Queue{}); }, "copy_to a null owner");
   conformance::expect_error(kInvalid, [&] { (void)xa.copy(da, db, 8192); }, "copy of more bytes than the buffers hold");
   TimelineSemaphore sb = b.create_semaphore(0);

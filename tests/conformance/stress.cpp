@@ -245,10 +245,8 @@ class Worker {
     if (p.strategy == Strategy::executor_owned) {
       Upload up;
       up.buffer = s_.dev.pool().allocate(n, s_.executor);
-      UploadOptions o = p.options;
-      o.mode = CopyMode::preallocated;
-      o.owner_waits = false;  // the destination's owner is the executor
-      up.ready = xfer().upload_into(h, offset, n, up.buffer, 0, o);
+      // The destination's owner is the executor: the owner's wait is placed here.
+      up.ready = xfer().upload_into(h, offset, n, up.buffer, 0, {.owner_waits = false});
       if (p.options.owner_waits) owner.wait(up.ready);
       return up;
     }
@@ -259,8 +257,8 @@ class Worker {
 
   /// With owner_waits off, either place the owner's wait here or leave it out: ferry orders
   /// its own later calls on the buffer (compute, downloads, copies, release) after the copy.
-  void maybe_owner_wait(const UploadOptions& o, Queue& owner, const TimelinePoint& ready) {
-    if (!o.owner_waits && chance(50)) owner.wait(ready);
+  void maybe_owner_wait(bool owner_waits, Queue& owner, const TimelinePoint& ready) {
+    if (!owner_waits && chance(50)) owner.wait(ready);
   }
 
   // ---- the operations -----------------------------------------------------------------------
@@ -385,7 +383,7 @@ class Worker {
     const Queue want_owner = p.strategy == Strategy::executor_owned ? s_.executor : owner;
     if (!(up.buffer.owner() == want_owner)) fail(history + ": the buffer's owner is " + up.buffer.owner().name());
     last_executor_point_ = up.ready;
-    maybe_owner_wait(p.options, owner, up.ready);
+    maybe_owner_wait(p.options.owner_waits, owner, up.ready);
     Entry e;
     e.buffer = std::move(up.buffer);
     e.regions = {{0, n, seed, 0, 0}};
@@ -438,7 +436,7 @@ class Worker {
       }
       e.regions.push_back({b.offsets[i], views[i].size, seeds[i], 0, 0});
     }
-    maybe_owner_wait(p.options, owner, b.ready);
+    maybe_owner_wait(p.options.owner_waits, owner, b.ready);
     e.ready = b.ready;
     e.history = std::move(history);
     e.batch = std::move(b);
@@ -453,8 +451,7 @@ class Worker {
     Entry e;
     e.buffer = s_.dev.pool().allocate(n + extra, owner);
     const std::uint64_t seed = next_seed();
-    UploadOptions o;
-    o.mode = CopyMode::preallocated;
+    UploadIntoOptions o;
     o.owner_waits = chance(80);
     {
       HostBuffer h = s_.dev.host_pool().allocate(n);
@@ -462,7 +459,7 @@ class Worker {
       e.ready = xfer().upload_into(h, e.buffer, o);
     }
     last_executor_point_ = e.ready;
-    maybe_owner_wait(o, owner, e.ready);
+    maybe_owner_wait(o.owner_waits, owner, e.ready);
     e.regions = {{0, n, seed, 0, 0}};
     e.history = "upload_into " + std::to_string(n) + " of " + std::to_string(n + extra) + " B for " + owner.name();
     add(std::move(e));
@@ -475,8 +472,7 @@ class Worker {
     const std::uint64_t size = e.buf().size();
     const std::uint64_t n = chance(50) ? size : uniform(1, size);
     const std::uint64_t seed = next_seed();
-    UploadOptions o;
-    o.mode = CopyMode::preallocated;
+    UploadIntoOptions o;
     o.owner_waits = chance(80);
     TimelinePoint done;
     {
@@ -486,7 +482,7 @@ class Worker {
     }
     last_executor_point_ = done;
     Queue owner = e.buf().owner();
-    maybe_owner_wait(o, owner, done);
+    maybe_owner_wait(o.owner_waits, owner, done);
     std::vector<Region> regions{{0, n, seed, 0, 0}};
     for (const Region& r : clip(e.regions, n, size)) regions.push_back(r);
     e.regions = std::move(regions);

@@ -43,11 +43,15 @@ int run() {
   ferry::DeviceBuffer staged = dev.pool().allocate(
       batch.size(), compute, ferry::AllocationOptions{.tag = "staged", .first_writer = xfer.executor()});
   ferry::run_synthetic_compute(compute, up.buffer, out);
+  compute.wait(xfer.upload_into(batch, staged, {.owner_waits = false, .destination_unused = true}));
 
   std::vector<std::byte> a(300, std::byte{2}), b(500, std::byte{3});
   const ferry::HostView views[] = {{.data = a.data(), .size = a.size()},
                                    ferry::HostView{.data = b.data(), .size = b.size()}};
   ferry::UploadBatch many = xfer.upload(std::span<const ferry::HostView>(views), compute, {.tag = "views"});
+  const std::uint64_t at[] = {0, 512};
+  (void)xfer.upload_into(std::span<const ferry::HostView>(views), out, std::span<const std::uint64_t>(at),
+                         ferry::UploadIntoOptions{.wait = {many.ready}, .overwrite_padding = true});
 
   std::vector<std::byte> back_a(a.size()), back_b(b.size());
   const ferry::HostSpan into[] = {{.data = back_a.data(), .size = back_a.size()},

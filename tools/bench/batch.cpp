@@ -161,7 +161,7 @@ double hand_staged_gbps(Team& team, const std::vector<std::vector<std::byte>>& p
       packed[k].fetch_add(1, std::memory_order_release);
     }
   };
-  ferry::UploadOptions options;
+  ferry::UploadIntoOptions options;
   options.destination_unused = true;  // only these copies ever write `dst`
   options.owner_waits = false;
   const auto t0 = clock_type::now();

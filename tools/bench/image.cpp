@@ -157,7 +157,7 @@ void run_case(const DeviceFactory& factory, ImageCase& c, int reps) {
   {
     ferry::DeviceBuffer buffer = dev.pool().allocate(c.bytes, compute, {.tag = "image study buffer"});
     const CopyTimes up = time_calls(c.bytes, reps, [&] {
-      return xfer.upload_into(source, buffer, {.mode = ferry::CopyMode::preallocated, .tag = "image study buffer"});
+      return xfer.upload_into(source, buffer);
     });
     const CopyTimes down = time_calls(c.bytes, reps, [&] { return xfer.download(buffer, back); });
     c.buffer_upload_gbps = up.gbps;

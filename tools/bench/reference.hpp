@@ -108,11 +108,11 @@ class ReferenceUploads {
                                std::source_location where = std::source_location::current()) {
     ferry::Upload up;
     up.buffer = device_.pool().allocate(source.size(where), transfer_->executor(where), {.tag = options.tag}, where);
-    const bool owner_waits = options.owner_waits;
-    options.mode = ferry::CopyMode::preallocated;
-    options.owner_waits = false;  // the destination's owner is the executor itself
-    up.ready = transfer_->upload_into(source, up.buffer, std::move(options), where);
-    if (owner_waits) owner_.wait(up.ready, where);
+    // The destination's owner is the executor itself: the compute owner waits here.
+    up.ready = transfer_->upload_into(
+        source, up.buffer, {.owner_waits = false, .wait = std::move(options.wait), .signal = std::move(options.signal)},
+        where);
+    if (options.owner_waits) owner_.wait(up.ready, where);
     return up;
   }
 

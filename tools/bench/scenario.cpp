@@ -77,7 +77,7 @@ StepInput upload_once(ferry::Transfer& xfer, ReferenceUploads& reference, const 
   const bool owner_waits = call_places_wait(sc);
   if (sc.mode == Strategy::preallocated) {
     in.ready = xfer.upload_into(source, destination,
-                                {.mode = ferry::CopyMode::preallocated, .tag = "input", .owner_waits = owner_waits});
+                                {.owner_waits = owner_waits});
   } else {
     in.upload = reference.upload(sc.mode, source, {.tag = "input", .overlap = sc.overlap, .owner_waits = owner_waits});
     in.ready = in.upload.ready;

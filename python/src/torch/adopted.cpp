@@ -128,8 +128,7 @@ void bind_adopted(nb::module_& m) {
              offsets.push_back(host_offsets[i]);
            }
            if (!held.buffers.empty()) {
-             ferry::UploadOptions o;
-             o.mode = ferry::CopyMode::preallocated;
+             ferry::UploadIntoOptions o;
              o.owner_waits = false;
              o.destination_unused = true;
              last = x.upload_into(host.buffer, std::span<const std::uint64_t>(offsets),

@@ -180,16 +180,14 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     std::exception_ptr failed;
     try {
       for (std::size_t k = 0; k < pinned.size(); ++k) {
-        ferry::UploadOptions o;
-        o.mode = ferry::CopyMode::preallocated;
+        ferry::UploadIntoOptions o;
         o.owner_waits = target_waits && staged.empty() && k + 1 == pinned.size();
         o.destination_unused = true;
         const Source& s = sources[pinned[k].first];
         last = x.upload_into(*pinned[k].second, 0, s.leaf.nbytes, block->buffer, s.offset, std::move(o));
       }
       if (!staged.empty()) {
-        ferry::UploadOptions o;
-        o.mode = ferry::CopyMode::preallocated;
+        ferry::UploadIntoOptions o;
         o.owner_waits = target_waits;
         o.overwrite_padding = true;
         o.destination_unused = true;

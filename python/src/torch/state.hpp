@@ -25,7 +25,7 @@ namespace ferry::python::torch {
 
 /// Offset alignment of every leaf in a structure's allocation: it satisfies every dtype, and it
 /// is the core's padding limit, so the staged copy may overwrite the gaps between leaves.
-inline constexpr std::uint64_t kAlignment = ferry::UploadOptions::kPaddingLimit;
+inline constexpr std::uint64_t kAlignment = ferry::UploadIntoOptions::kPaddingLimit;
 /// Pinned sources below this size are staged rather than copied by a DMA call of their own:
 /// adopting a tensor and enqueueing its copy costs more host time than copying this many bytes
 /// into the staging ring, which moves every staged leaf of the call in one stream.
