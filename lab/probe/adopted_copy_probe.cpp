@@ -128,7 +128,7 @@ void ferry_steps(Backend backend, NativeQueue target, void* dptr, void* hptr, st
     DeviceBuffer b = dev.adopt_memory(NativeMemory{.pointer = reinterpret_cast<std::uint64_t>(dptr)}, bytes, owner,
                                       AdoptOptions{.ready_after = chained ? released : TimelinePoint{}});
     const auto t2 = clock_type::now();
-    (void)xfer.upload_into(*hb, 0, bytes, b, 0, UploadOptions{.mode = CopyMode::preallocated, .destination_unused = true});
+    (void)xfer.upload_into(*hb, 0, bytes, b, 0, UploadIntoOptions{.destination_unused = true});
     const auto t3 = clock_type::now();
     released = b.release();
     const auto t4 = clock_type::now();
@@ -176,12 +176,12 @@ void adoption_share(void* dptr, void* hptr, std::uint64_t bytes, int calls, int 
         [&] {
           DeviceBuffer b = dev.adopt_memory(range, bytes, owner, AdoptOptions{.ready_after = released_per_call});
           (void)xfer.upload_into(hb, 0, bytes, b, 0,
-                                 UploadOptions{.mode = CopyMode::preallocated, .destination_unused = true});
+                                 UploadIntoOptions{.destination_unused = true});
           released_per_call = b.release();
         }},
        {"upload_into (long-lived adoption, wait) + Queue::mark",
         [&] {
-          UploadOptions o{.mode = CopyMode::preallocated, .destination_unused = true};
+          UploadIntoOptions o{.destination_unused = true};
           if (!released_kept.empty()) o.wait.push_back(released_kept);
           (void)xfer.upload_into(hb, 0, bytes, kept, 0, std::move(o));
           released_kept = owner.mark();
@@ -226,7 +226,7 @@ void stash_steps(NativeQueue target, std::byte* dptr, std::byte* hptr, std::uint
           last = xfer.download(b, host, range * i);
         } else {
           last = xfer.upload_into(host, range * i, range, b, 0,
-                                  UploadOptions{.mode = CopyMode::preallocated, .owner_waits = false,
+                                  UploadIntoOptions{.owner_waits = false,
                                                 .destination_unused = true});
         }
         const auto t2 = clock_type::now();
