@@ -100,6 +100,13 @@ for phase in "$@"; do
           sed "s/^/$side $i: /" "$out/cost-$side-$i.log"
         done
       done
+      step pytest-torch 150 env PYTHONPATH=build-py/python python3 -m pytest -q -rs -p no:cacheprovider \
+        tests/python/test_torch_cuda.py tests/python/test_torch_misuse.py tests/python/test_torch_cpu.py
+      tail -n 3 "$out/pytest-torch.log"
+      if ls .whl/torchrec-*.whl >/dev/null 2>&1; then
+        step pytest-torchrec 150 bash tools/python/torchrec-gpu-test.sh build-py .whl/torchrec-*.whl
+        tail -n 12 "$out/pytest-torchrec.log"
+      fi
       ;;
     glues)
       step glues 120 env PYTHONPATH=build-prev/python python3 - <<'EOF'
