@@ -108,6 +108,17 @@ for phase in "$@"; do
         tail -n 12 "$out/pytest-torchrec.log"
       fi
       ;;
+    quick)  # this tree alone, the Python package only: ferry.torch's host cost and the TorchRec suite
+      step build-new 240 bash -c 'build_tree "$@"' _ . build-py -Dhip=disabled -Dvulkan=disabled -Dtests=false \
+        -Dpython=enabled -Dtorch_native=enabled
+      step cost-new 90 env PYTHONPATH=build-py/python python3 lab/python/call_cost.py --pinned --big 64M \
+        --leaves 1,67 --calls 2000
+      cat "$out/cost-new.log"
+      if ls .whl/torchrec-*.whl >/dev/null 2>&1; then
+        step pytest-torchrec 150 bash tools/python/torchrec-gpu-test.sh build-py .whl/torchrec-*.whl
+        tail -n 12 "$out/pytest-torchrec.log"
+      fi
+      ;;
     glues)
       step glues 120 env PYTHONPATH=build-prev/python python3 - <<'EOF'
 import statistics, time
