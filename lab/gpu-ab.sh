@@ -11,6 +11,9 @@
 # ab: ferry-bench's bars on CUDA at 64M, ferry.torch.to's host time (lab/python/call_cost.py)
 #   and the seed study's quick run, earlier tree then this tree, ROUNDS times (default 2);
 #   with `glues`, the earlier tree's `to` through each of its glues beside Tensor.to.
+# studies: this tree's Python package alone: tools/python/pipeline_study.py over the configs of
+#   FERRY_PIPELINE_CONFIGS ("MIB LEAVES pinned|pageable base|sparse_dist" ...) and
+#   lab/python/stash_study.py --trace; torchrec from .whl/ with stand-ins where it does not import.
 # FERRY_AB_DEADLINE (seconds, default 560) bounds a call; each step's log is in OUTDIR.
 set -u
 out=${1:?usage: gpu-ab.sh OUTDIR PHASE...}
@@ -118,6 +121,27 @@ for phase in "$@"; do
         step pytest-torchrec 150 bash tools/python/torchrec-gpu-test.sh build-py .whl/torchrec-*.whl
         tail -n 12 "$out/pytest-torchrec.log"
       fi
+      ;;
+    studies)  # this tree alone, the Python package only: the TorchRec pipeline study and the stash study
+      step build-new 240 bash -c 'build_tree "$@"' _ . build-py -Dhip=disabled -Dvulkan=disabled -Dtests=false \
+        -Dpython=enabled -Dtorch_native=enabled
+      pp=build-py/python
+      if ! python3 -c 'import torchrec' >/dev/null 2>&1 && ls .whl/torchrec-*.whl >/dev/null 2>&1; then
+        mkdir -p build-py/torchrec-wheel
+        python3 -m zipfile -e .whl/torchrec-*.whl build-py/torchrec-wheel
+        pp="$pp:build-py/torchrec-wheel"
+        export FERRY_TORCHREC_STANDINS=1
+      fi
+      for cfg in ${FERRY_PIPELINE_CONFIGS:-"1024 26 pinned base" "1024 26 pageable base" "1024 500 pinned base" \
+          "3072 26 pinned base" "1024 500 pinned sparse_dist" "1024 500 pageable base" "3072 26 pageable base"}; do
+        set -- $cfg
+        step "pipeline-$1-$2-$3-$4" 150 env PYTHONPATH="$pp" python3 tools/python/pipeline_study.py --batch-mib "$1" \
+          --leaves "$2" --source "$3" --pipeline "$4" --json "$out/pipeline-$1-$2-$3-$4.json"
+        grep -vE "^\[|Warning|warn" "$out/pipeline-$1-$2-$3-$4.log" | tail -n 12
+      done
+      step stash 240 env PYTHONPATH=build-py/python python3 lab/python/stash_study.py --workloads "${FERRY_STASH_WORKLOADS:-mixed,reuse}" \
+        --steps 12 --trace --json "$out/stash.json"
+      grep -vE "^\[" "$out/stash.log" | head -n 200
       ;;
     glues)
       step glues 120 env PYTHONPATH=build-prev/python python3 - <<'EOF'

@@ -26,8 +26,10 @@ of the freed memory). The ways:
 - ``ferry_deferred``: the same with ``stash(state, free="deferred")``.
 
 Printed per workload and way: peak reserved, host time in the stash and restore calls (median
-per step), step time (median wall time of a whole step, the byte check included, the same for
-every way), the kernel overlap of the D2H and of the H2D copies (the share of their time
+per step), step time (the wall time of back-to-back steps over their number: the byte check
+counts on the device, so no step waits on the host for the one before, as in a training loop;
+a study whose every step ends in a host wait hides whatever a way serializes across steps),
+the kernel overlap of the D2H and of the H2D copies (the share of their time
 during which a kernel runs, from a torch.profiler CUDA trace of one more step), and corrupt
 steps. Then the D2H and H2D bandwidth of one stash and one restore of the whole state on an
 idle GPU beside torch's pinned ``copy_`` of the same bytes, and the interleaving study: the
@@ -36,7 +38,9 @@ runs, idle, beside torch's one bulk ``copy_`` and its 32 MiB chunks.
 
 Bars (same run), for each ferry way in each workload: peak reserved ≤ 1.02 × ``host_sync``'s;
 host time ≤ 1.5 × ``record_stream``'s; corrupt steps 0; no host wait in ferry's calls
-(``Device.host_waits``); step time ≤ 1.02 × ``record_stream``'s. Also stash and restore
+(``Device.host_waits``); step time ≤ 1.02 × ``record_stream``'s and ≤ 1.02 × ``host_sync``'s
+(the same footprint, with a host wait). ``--trace`` prints what each stream ran in two steps of
+every way, from which a serialization shows as a gap. Also stash and restore
 bandwidth ≥ 0.95 × torch's pinned ``copy_``.
 """
 import argparse
@@ -64,12 +68,12 @@ def update(state):
         t.add_(1)
 
 
-def corrupt(torch, state, steps_done):
-    """Whether any state tensor differs from its value after `steps_done` updates."""
-    bad = torch.zeros((), dtype=torch.int64, device="cuda")
+def corrupt(torch, state, steps_done, bad):
+    """Add to the device counter `bad` the bytes of the state that differ from their value
+    after `steps_done` updates, on the main stream: no host wait, so the steps pipeline as a
+    training loop's do."""
     for i, t in enumerate(state):
         bad += (t != ((i % 250) + 1 + steps_done) % 256).sum()
-    return int(bad) != 0
 
 
 class Workload:
@@ -79,10 +83,15 @@ class Workload:
       once: the memory the stash freed (the NaN bug's setup).
     - ``compute``: ``matmuls`` bf16 matmuls of ``n`` × ``n`` operands allocated once, before
       the run, into an output allocated once: compute that needs none of the freed memory.
+    - ``mixed``: a model's forward: the ``reuse`` allocations, then six ``tanh(x @ w)`` of
+      4096² fp32 operands allocated once (compute that follows the reuse, as activations do).
     """
 
     def __init__(self, torch, kind, count, nbytes, matmuls, n):
         self.torch, self.kind, self.count, self.nbytes, self.matmuls = torch, kind, count, nbytes, matmuls
+        if kind == "mixed":
+            self.x = torch.randn(4096, 4096, device="cuda") / 64
+            self.w = torch.randn(4096, 4096, device="cuda") / 64
         if kind == "compute":
             self.a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
             self.b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -90,9 +99,13 @@ class Workload:
 
     def forward(self):
         torch = self.torch
-        if self.kind == "reuse":
+        if self.kind in ("reuse", "mixed"):
             activations = [torch.full((self.nbytes,), 0xEE, dtype=torch.uint8, device="cuda")
                            for _ in range(self.count)]
+            if self.kind == "mixed":
+                y = self.x
+                for _ in range(6):
+                    y = torch.tanh(y @ self.w)
             del activations
             return
         for _ in range(self.matmuls):
@@ -199,25 +212,81 @@ def copy_overlap(torch, step):
     return {k: kernel_overlap(v, kernels)[0] for k, v in copies.items()}
 
 
-def run_way(torch, ft, way, count, nbytes, steps, work, profile):
+WARMUP = 2
+
+
+def run_way(torch, ft, way, count, nbytes, steps, work, profile, trace=False):
+    """One way's row. The steps run back to back with no host wait between them (the byte
+    check counts on the device), as a training loop's do; the step time is the wall time of
+    the measured steps, after WARMUP, over their number."""
     state, step = make_way(torch, ft, way, count, nbytes, work)
+    bads = torch.zeros(WARMUP + steps, dtype=torch.int64, device="cuda")
+    for k in range(WARMUP):
+        step()
+        corrupt(torch, state, k + 1, bads[k])
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    host_us, step_us, bad_steps, host_waits = [], [], 0, 0
-    for k in range(steps):
-        step0 = time.perf_counter()
+    host_us, host_waits = [], 0
+    start = time.perf_counter()
+    for k in range(WARMUP, WARMUP + steps):
         us, waits = step()
         host_us.append(us)
-        host_waits += waits  # in the calls only: the check below syncs on its own
-        bad_steps += corrupt(torch, state, k + 1)
-        step_us.append((time.perf_counter() - step0) * 1e6)
+        host_waits += waits
+        corrupt(torch, state, k + 1, bads[k])
     torch.cuda.synchronize()
+    step_us = (time.perf_counter() - start) * 1e6 / steps
     row = {"way": way, "workload": work.kind, "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-           "host_us_per_step": statistics.median(host_us), "step_us": statistics.median(step_us),
-           "corrupt_steps": bad_steps, "steps": steps, "host_waits": host_waits}
+           "host_us_per_step": statistics.median(host_us), "step_us": step_us,
+           "corrupt_steps": int((bads != 0).sum()), "steps": WARMUP + steps, "host_waits": host_waits}
     if profile:
         row["overlap"] = copy_overlap(torch, step)
+    if trace:
+        row["timeline"] = timeline(torch, step)
     return row
+
+
+def timeline(torch, step, steps=2, gap_us=50.0):
+    """What each stream ran during `steps` back-to-back steps, from a torch.profiler CUDA
+    trace: per stream, runs of one kind of activity (kernel, DtoH, HtoD, memset) merged where
+    less than `gap_us` apart, as (stream, kind, start ms, duration ms, MiB copied), start
+    relative to the first activity. The gaps between runs are where a stream waited."""
+    import tempfile
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as fh:
+        prof.export_chrome_trace(fh.name)
+        with open(fh.name, encoding="utf-8") as f:
+            doc = json.load(f)
+    acts = []
+    for ev in doc.get("traceEvents", []):
+        cat = str(ev.get("cat", "")).lower()
+        if ev.get("ph") != "X" or cat not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        name = str(ev.get("name", ""))
+        kind = ("DtoH" if _DTOH.search(name) else "HtoD" if re.search(r"htod|host\s*to\s*device", name, re.I)
+                else "memcpy" if cat == "gpu_memcpy" else "memset" if cat == "gpu_memset" else "kernel")
+        args = ev.get("args", {})
+        acts.append((args.get("stream", -1), kind, float(ev["ts"]), float(ev["dur"]), float(args.get("bytes", 0))))
+    if not acts:
+        return []
+    t0 = min(a[2] for a in acts)
+    runs = []
+    for stream in sorted({a[0] for a in acts}):
+        cur = None
+        for s, kind, ts, dur, nb in sorted((a for a in acts if a[0] == stream), key=lambda a: a[2]):
+            if cur and cur[1] == kind and ts - (cur[2] + cur[3]) < gap_us:
+                cur[3] = max(cur[3], ts + dur - cur[2])
+                cur[4] += nb
+                continue
+            if cur:
+                runs.append(cur)
+            cur = [stream, kind, ts, dur, nb]
+        runs.append(cur)
+    return [(r[0], r[1], round((r[2] - t0) / 1e3, 3), round(r[3] / 1e3, 3), round(r[4] / (1 << 20), 1))
+            for r in sorted(runs, key=lambda r: r[2])]
 
 
 def bandwidth(torch, ft, count, nbytes, reps=3):
@@ -315,7 +384,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tensors", type=int, default=64)
     ap.add_argument("--mib", type=int, default=32)
     ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--workloads", default="reuse,compute", help="reuse, compute or both (see Workload)")
+    ap.add_argument("--workloads", default="reuse,compute,mixed", help="reuse, compute, mixed (see Workload)")
+    ap.add_argument("--trace", action="store_true",
+                    help="also print what each stream ran in two steps of every way (torch.profiler)")
     ap.add_argument("--matmuls", type=int, default=24, help="matmuls of the compute workload's forward")
     ap.add_argument("--matmul-n", type=int, default=8192)
     ap.add_argument("--tables", type=int, default=2, help="embedding tables of the interleaving study")
@@ -328,8 +399,8 @@ def main(argv=None) -> int:
                          "ferry (DIR/record_stream.pickle, DIR/ferry.pickle; open them in pytorch.org/memory_viz)")
     args = ap.parse_args(argv)
     workloads = [w for w in args.workloads.split(",") if w]
-    if not workloads or any(w not in ("reuse", "compute") for w in workloads):
-        ap.error(f"--workloads {args.workloads!r}: a list of reuse and compute")
+    if not workloads or any(w not in ("reuse", "compute", "mixed") for w in workloads):
+        ap.error(f"--workloads {args.workloads!r}: a list of reuse, compute and mixed")
     import torch
     if not torch.cuda.is_available():
         print("stash_study: needs a CUDA GPU", file=sys.stderr)
@@ -342,7 +413,8 @@ def main(argv=None) -> int:
         work = Workload(torch, kind, args.tensors, nbytes, args.matmuls, args.matmul_n)
         for way in WAYS:
             print(f"[stash_study] {kind}: {way}", file=sys.stderr, flush=True)
-            rows.append(run_way(torch, ft, way, args.tensors, nbytes, args.steps, work, profile=True))
+            rows.append(run_way(torch, ft, way, args.tensors, nbytes, args.steps, work, profile=True,
+                                trace=args.trace))
             torch.cuda.empty_cache()
         del work
         torch.cuda.empty_cache()
@@ -366,6 +438,11 @@ def main(argv=None) -> int:
         print(f"{r['workload']:<9} {r['way']:<15} {gib(r['peak_reserved_bytes']):>18.3f} "
               f"{r['host_us_per_step'] / 1e3:>13.3f} {r['step_us'] / 1e3:>8.3f} {pct(o.get('d2h')):>12} "
               f"{pct(o.get('h2d')):>12} {r['corrupt_steps']:>8} of {r['steps']}")
+    for r in rows:
+        if r.get("timeline"):
+            print(f"timeline of two steps, {r['workload']} / {r['way']} (stream, kind, start ms, ms, MiB):")
+            for e in r["timeline"]:
+                print(f"  s{e[0]:<4} {e[1]:<7} {e[2]:>9.3f} {e[3]:>8.3f} {e[4]:>9.1f}")
     print("bandwidth GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in bw.items()))
     print(f"the state's D2H then H2D at torch's bandwidth: {serial_ms:.1f} ms (a step whose forward reuses the "
           "freed memory and whose footprint does not grow runs the two copies one after the other)")
@@ -401,6 +478,7 @@ def main(argv=None) -> int:
                 (f"{kind}: {way} corrupt steps = 0", f["corrupt_steps"], 0, False),
                 (f"{kind}: {way} host waits in stash/restore/wait = 0", f["host_waits"], 0, False),
                 (f"{kind}: {way} step time ≤ 1.02 × record_stream's", f["step_us"], 1.02 * ems["step_us"], False),
+                (f"{kind}: {way} step time ≤ 1.02 × host_sync's", f["step_us"], 1.02 * synced["step_us"], False),
             ]
     verdicts = []
     for name, value, limit, at_least in bars:

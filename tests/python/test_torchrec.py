@@ -15,11 +15,7 @@ stand-in modules and registers fbgemm's asynchronous_complete_cumsum as plain to
 own classes still run, and a warning in pytest's summary says so.
 """
 import dataclasses
-import importlib.abc
-import importlib.machinery
 import os
-import sys
-import types
 import warnings
 
 import pytest
@@ -28,73 +24,9 @@ import ferry
 
 torch = pytest.importorskip("torch")
 
+import torchrec_standins  # noqa: E402 - needs torch
+
 STANDINS = os.environ.get("FERRY_TORCHREC_STANDINS") == "1"
-
-
-class _InertClass(type):
-    """A stand-in class: its attributes (enum members, constants) are inert modules."""
-
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(f"{cls.__name__}.{name}")
-
-
-class _Inert(types.ModuleType):
-    """A stand-in module: every attribute is another inert module (a class, a function or a
-    value as far as an import-time reference needs)."""
-
-    __path__: list = []
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        # A capitalized name is a class nothing is an instance of (TorchRec tests
-        # isinstance(x, TensorDict)); any other is another inert module.
-        sub = _InertClass(name, (), {}) if name[:1].isupper() else _Inert(f"{self.__name__}.{name}")
-        setattr(self, name, sub)
-        return sub
-
-    def __call__(self, *args, **kwargs):
-        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else self
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
-    def __getitem__(self, item):
-        return self
-
-    def __or__(self, other):
-        return self
-
-    __ror__ = __or__
-
-
-class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    roots = ("fbgemm_gpu", "tensordict", "pyre_extensions")
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in self.roots:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        return _Inert(spec.name)
-
-    def exec_module(self, module):
-        pass
-
-
-def _install_standins():
-    sys.meta_path.insert(0, _StandIns())
-    lib = torch.library.Library("fbgemm", "FRAGMENT")
-    if not hasattr(torch.ops.fbgemm, "asynchronous_complete_cumsum"):
-        lib.define("asynchronous_complete_cumsum(Tensor t_in) -> Tensor")
-
-        def cumsum(t):
-            return torch.cat([torch.zeros(1, dtype=t.dtype, device=t.device), torch.cumsum(t, 0).to(t.dtype)])
-        lib.impl("asynchronous_complete_cumsum", cumsum, "CompositeExplicitAutograd")
-    return lib
 
 
 def _skip(reason):
@@ -110,7 +42,7 @@ except ferry.Error as exc:
 
 _standin_lib = None
 if STANDINS:
-    _standin_lib = _install_standins()
+    _standin_lib = torchrec_standins.install()
     warnings.warn("FERRY_TORCHREC_STANDINS=1: fbgemm_gpu, tensordict and pyre_extensions are inert stand-ins and "
                   "fbgemm's asynchronous_complete_cumsum is plain torch; TorchRec's own classes run")
 try:
