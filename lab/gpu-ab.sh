@@ -12,7 +12,7 @@
 #   and the seed study's quick run, earlier tree then this tree, ROUNDS times (default 2);
 #   with `glues`, the earlier tree's `to` through each of its glues beside Tensor.to.
 # studies: this tree's Python package alone: tools/python/pipeline_study.py over the configs of
-#   FERRY_PIPELINE_CONFIGS ("MIB LEAVES pinned|pageable base|sparse_dist" ...) and
+#   FERRY_PIPELINE_CONFIGS ("MIB LEAVES pinned|pageable base|sparse_dist;..." ) and
 #   lab/python/stash_study.py --trace; torchrec from .whl/ with stand-ins where it does not import.
 # FERRY_AB_DEADLINE (seconds, default 560) bounds a call; each step's log is in OUTDIR.
 set -u
@@ -132,8 +132,8 @@ for phase in "$@"; do
         pp="$pp:build-py/torchrec-wheel"
         export FERRY_TORCHREC_STANDINS=1
       fi
-      for cfg in ${FERRY_PIPELINE_CONFIGS:-"1024 26 pinned base" "1024 26 pageable base" "1024 500 pinned base" \
-          "3072 26 pinned base" "1024 500 pinned sparse_dist" "1024 500 pageable base" "3072 26 pageable base"}; do
+      IFS=';' read -ra cfgs <<<"${FERRY_PIPELINE_CONFIGS:-1024 26 pinned base;1024 26 pageable base;1024 500 pinned base;1024 500 pinned sparse_dist;3072 26 pinned base;1024 500 pageable base;3072 26 pageable base}"
+      for cfg in "${cfgs[@]}"; do
         set -- $cfg
         step "pipeline-$1-$2-$3-$4" 150 env PYTHONPATH="$pp" python3 tools/python/pipeline_study.py --batch-mib "$1" \
           --leaves "$2" --source "$3" --pipeline "$4" --json "$out/pipeline-$1-$2-$3-$4.json"
