@@ -132,11 +132,14 @@ for phase in "$@"; do
         pp="$pp:build-py/torchrec-wheel"
         export FERRY_TORCHREC_STANDINS=1
       fi
+      step pytest-studies 200 env PYTHONPATH="$pp" FERRY_REQUIRE_TORCHREC=1 python3 -m pytest -q -rs -p no:cacheprovider \
+        tests/python/test_torchrec.py tests/python/test_torch_cuda.py
+      tail -n 4 "$out/pytest-studies.log"
       IFS=';' read -ra cfgs <<<"${FERRY_PIPELINE_CONFIGS:-1024 26 pinned base;1024 26 pageable base;1024 500 pinned base;1024 500 pinned sparse_dist;3072 26 pinned base;1024 500 pageable base;3072 26 pageable base}"
       for cfg in "${cfgs[@]}"; do
         set -- $cfg
         step "pipeline-$1-$2-$3-$4" 150 env PYTHONPATH="$pp" python3 tools/python/pipeline_study.py --batch-mib "$1" \
-          --leaves "$2" --source "$3" --pipeline "$4" --json "$out/pipeline-$1-$2-$3-$4.json"
+          --leaves "$2" --source "$3" --pipeline "$4" ${FERRY_PIPELINE_ARGS:-} --json "$out/pipeline-$1-$2-$3-$4.json"
         grep -vE "^\[|Warning|warn" "$out/pipeline-$1-$2-$3-$4.log" | tail -n 12
       done
       step stash 240 env PYTHONPATH=build-py/python python3 lab/python/stash_study.py --workloads "${FERRY_STASH_WORKLOADS:-mixed,reuse}" \

@@ -327,3 +327,104 @@ def test_inplace_copy_is_the_current_streams_memory_ordered_for_the_memcpy_strea
     with pytest.raises(ferry.Error) as e:
         ft.pipeline_to(src, CPU, data_copy_stream=memcpy)
     assert "not 'cpu'" in e.value.message
+
+
+@dataclasses.dataclass
+class WideBatch(Pipelineable):
+    """A batch whose bytes are in many dense tensors, with TorchRec's in-place ``.to`` written by
+    hand as its users write it: destinations on the current stream, ``copy_`` per leaf on
+    data_copy_stream after the current stream's work."""
+
+    dense: list
+    ids: KeyedJaggedTensor
+    labels: torch.Tensor
+
+    def to(self, device, non_blocking=False, data_copy_stream=None):
+        if data_copy_stream is None:
+            return WideBatch([t.to(device, non_blocking=non_blocking) for t in self.dense],
+                             self.ids.to(device, non_blocking=non_blocking), self.labels.to(device, non_blocking=non_blocking))
+        srcs = list(self.dense) + [self.ids.values(), self.ids.lengths(), self.labels]
+        dsts = [torch.empty_like(t, device=device) for t in srcs]
+        data_copy_stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(data_copy_stream):
+            for d, s in zip(dsts, srcs):
+                d.copy_(s, non_blocking=non_blocking)
+        n = len(self.dense)
+        return WideBatch(dsts[:n], KeyedJaggedTensor(keys=self.ids.keys(), values=dsts[n], lengths=dsts[n + 1],
+                                                     stride=self.ids.stride()), dsts[n + 2])
+
+    def record_stream(self, stream):
+        for t in self.dense:
+            t.record_stream(stream)
+        self.ids.record_stream(stream)
+        self.labels.record_stream(stream)
+
+
+class WideModel(torch.nn.Module):
+    """Reads every dense tensor (which then dies with the batch, after the forward) and the
+    ids (which the embedding's backward keeps), and has a parameter as large as the dense
+    tensors whose gradient each backward makes anew: in the training stream's pool that
+    gradient takes the memory the batch's dense tensors gave back."""
+
+    def __init__(self, device, n_dense, big_bytes):
+        super().__init__()
+        torch.manual_seed(0)
+        tables = [torchrec.EmbeddingBagConfig(name=f"t_{k}", embedding_dim=4, num_embeddings=100,
+                                              feature_names=[k]) for k in ("f1", "f2")]
+        self.ebc = torchrec.EmbeddingBagCollection(tables=tables, device=device)
+        self.dense = torch.nn.Linear(n_dense, 4, device=device)
+        self.over = torch.nn.Linear(12, 1, device=device)
+        self.big = torch.nn.Parameter(torch.zeros(big_bytes // 4, device=device))
+
+    def forward(self, batch):
+        d = torch.stack([t.mean(dim=1) for t in batch.dense], dim=1)
+        x = torch.cat([self.dense(d), self.ebc(batch.ids).values()], dim=1)
+        pred = self.over(x).squeeze(1) + self.big.sum()
+        return torch.nn.functional.binary_cross_entropy_with_logits(pred, batch.labels), pred.detach()
+
+
+def _wide_footprint(dev, wrap, steps=6, leaves=8, leaf_bytes=16 << 20):
+    """Peak reserved bytes and the losses of TrainPipelineBase with in-place copies of
+    WideBatches (pinned), ferry's (`wrap`) or the hand-written ones."""
+    rows = 1024
+    g = torch.Generator().manual_seed(5)
+    data = []
+    for s in range(3):
+        dense = [torch.rand(rows, leaf_bytes // (rows * 4), generator=g) for _ in range(leaves)]
+        data.append(WideBatch(dense, kjt(s, batch=rows), torch.randint(0, 2, (rows,), generator=g).float()))
+    data = [WideBatch([t.pin_memory() for t in b.dense], b.ids.pin_memory(), b.labels.pin_memory()) for b in data]
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    model = WideModel(dev, leaves, leaves * leaf_bytes)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    pipeline = TrainPipelineBase(model, opt, dev, enable_inplace_copy_batch=True)
+    source = (data[k % 3] for k in range(steps))
+    it = ft.batches(source) if wrap else source
+    preds = []
+    while True:
+        try:
+            preds.append(pipeline.progress(it))
+        except StopIteration:
+            break
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_reserved()
+    out = [p.cpu() for p in preds]
+    del pipeline, model, opt, preds
+    torch.cuda.empty_cache()
+    return peak, out
+
+
+@needs_cuda
+def test_inplace_pipeline_footprint_is_the_inplace_ways():
+    """ferry's in-place copies are the training stream's memory leaf by leaf, as the hand-written
+    ones are: what the batch gives back serves the training stream's next allocations, so the
+    pipeline's peak is the in-place way's. Destinations in another stream's pool, or one block
+    for the whole batch (alive while the ids are), hold a batch more."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    ref_peak, ref = _wide_footprint(dev, wrap=False)
+    peak, got = _wide_footprint(dev, wrap=True)
+    for a, b in zip(ref, got):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    assert peak <= max(1.02 * ref_peak, ref_peak + (4 << 20)), (peak, ref_peak)

@@ -26,6 +26,9 @@ The ways, each a fresh model and pipeline (``--pipeline base``: ``TrainPipelineB
   ``async_inplace_copy=True``, the copy loop on TorchRec's background thread.
 - ``ferry``: ``enable_inplace_copy_batch=True`` and the one-line change,
   ``pipeline.progress(ferry.torch.batches(dataloader))``.
+- ``ferry_own_pool`` (only when named in ``--ways``): the same with the destinations in one
+  block from ferry's own pool of the training stream (what ``ferry.torch.to(...,
+  target_stream=, wait_stream=)`` does), to show what the training stream's pool buys.
 
 Printed per way: ms per step (wall time of the measured steps, after ``--warmup``, over their
 number), peak reserved and peak allocated, host ms in ``progress()`` per step, the memory the
@@ -42,7 +45,8 @@ import time
 
 import torch
 
-WAYS = {"base": ("shipped", "inplace", "ferry"), "sparse_dist": ("shipped", "inplace", "async", "ferry")}
+WAYS = {"base": ("shipped", "inplace", "ferry", "ferry_own_pool"),
+        "sparse_dist": ("shipped", "inplace", "async", "ferry", "ferry_own_pool")}
 KEYS = ("f0", "f1", "f2", "f3")
 
 
@@ -93,7 +97,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.leaves < 4:
         ap.error("--leaves: at least 4 (a dense tensor, the ids' values and lengths, the labels)")
-    ways = WAYS[args.pipeline] if args.ways is None else tuple(w for w in args.ways.split(",") if w)
+    ways = tuple(w for w in WAYS[args.pipeline] if w != "ferry_own_pool") if args.ways is None else \
+        tuple(w for w in args.ways.split(",") if w)
     if not ways or any(w not in WAYS[args.pipeline] for w in ways) or ways[0] != "shipped":
         ap.error(f"--ways: 'shipped' first, then ways of {WAYS[args.pipeline]}")
     cuda = not args.cpu
@@ -218,7 +223,11 @@ def main(argv=None) -> int:
             kwargs["async_inplace_copy"] = True
         cls = TrainPipelineBase if args.pipeline == "base" else TrainPipelineSparseDist
         pipeline = cls(model, opt, dev, **kwargs)
-        it = ft.batches(loader()) if way == "ferry" else loader()
+        it = ft.batches(loader()) if way.startswith("ferry") else loader()
+        if way == "ferry_own_pool":
+            import ferry.torch._pipeline as pipeline_module
+            moved = pipeline_module.move
+            pipeline_module.move = lambda *a, target_pool=None, **k: moved(*a, **k)
         host = []
         start = None
         for k in range(total_steps):
@@ -246,6 +255,8 @@ def main(argv=None) -> int:
                "reserved_by_stream": {named.get(s, hex(s)): n for s, n in by_stream.items()},
                "losses": [float(x) for x in torch.stack(model.losses).cpu()],
                "loss_bits": torch.stack(model.losses).cpu().view(torch.int32).tolist()}
+        if way == "ferry_own_pool":
+            pipeline_module.move = moved
         if hasattr(pipeline, "_shutdown_async_inplace_copy"):
             pipeline._shutdown_async_inplace_copy()
         del pipeline, model, opt, it
@@ -274,7 +285,7 @@ def main(argv=None) -> int:
     bars = []
     if "ferry" in by:
         f = by["ferry"]
-        torchrec_ways = [w for w in by if w != "ferry"]
+        torchrec_ways = [w for w in by if not w.startswith("ferry")]
         best = min(by[w]["step_ms"] for w in torchrec_ways)
         bars.append(("losses bit-identical to shipped's", f["bit_identical"], True, "eq"))
         if "inplace" in by:

@@ -22,13 +22,16 @@ namespace {
 
 /// A device block of one `to` call, shared by the result tensors: the last one's deleter
 /// releases the adoption (ordering the target after the copy) and hands the block back with
-/// that release point. On the CPU the block is PyTorch's CPU memory, handed back at once.
+/// that release point (to ferry's destinations of the target), or straight to the target's
+/// own pool, whose reuse is in the target's order. On the CPU the block is PyTorch's CPU
+/// memory, handed back at once.
 struct Block {
   ferry::DeviceBuffer buffer;
-  std::shared_ptr<Destinations> destinations;  ///< null on the CPU
+  std::shared_ptr<Destinations> destinations;  ///< null on the CPU and in the target's pool
   const ferry_torch_native::Api* native = nullptr;
   std::uint64_t pointer = 0;
   std::uint64_t size = 0;
+  std::int32_t device_index = -1;
 
   Block() = default;
   Block(const Block&) = delete;
@@ -39,7 +42,7 @@ struct Block {
     if (destinations) {
       destinations->release(pointer, size, point);
     } else {
-      native->free(pointer, -1);
+      native->free(pointer, device_index);
     }
   }
 };
@@ -73,10 +76,16 @@ std::shared_ptr<Destinations> destinations_of(Engine& engine, int device_index, 
 
 /// ferry.torch.to of `leaves` (CPU tensors) with `transfer` on the device `device_index` (-1:
 /// the CPU, through ferry's host backend, waited for). target/wait None: the current stream.
-/// Returns the result tensors, or the index of the first leaf the native reader refused (a
-/// tensor subclass with Python dispatch, a tensor without storage), before anything is done.
+/// `target_pool`, PyTorch's id of the target stream: the destination comes from the target's
+/// own pool of the caching allocator, shared with the target's other tensors, and the copy
+/// waits for the target's work enqueued so far (the pool reuses memory in the target's order);
+/// without it, from ferry's destinations of the target, whose copy waits only for the release
+/// of the range it reuses. Returns the result tensors, or the index of the first leaf the
+/// native reader refused (a tensor subclass with Python dispatch, a tensor without storage),
+/// before anything is done.
 nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int device_index,
-              std::optional<std::uintptr_t> target_stream, std::optional<std::uintptr_t> wait_stream) {
+              std::optional<std::uintptr_t> target_stream, std::optional<std::uintptr_t> wait_stream,
+              std::optional<std::int64_t> target_pool = std::nullopt) {
   Glue& g = glue();
   if (g.native == nullptr) invalid("ferry.torch: the glue is not set up (ferry._ferry._torch.setup)");
   const ferry_torch_native::Api& native = *g.native;
@@ -124,18 +133,25 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
   ferry::Queue owner = cpu ? dev.queue(ferry::QueueRole::compute)
                            : t.device.adopt(adoptable(target), ferry::QueueRole::compute, "torch target stream");
 
-  auto block = std::make_shared<Block>();
-  block->native = &native;
-  block->size = total;
-  ferry::TimelinePoint ready_after;
-  if (total > 0) {
-    if (cpu) {
-      block->pointer = native.allocate(total, 0, -1);
+  // The destinations: one block for the call, or in the target's pool one block per leaf, so
+  // that each leaf's memory goes back to the pool when its tensor dies, as the in-place way's
+  // per-leaf destinations do (one block would live as long as its longest-lived leaf).
+  const bool per_leaf = target_pool.has_value() && !cpu;
+  std::vector<std::shared_ptr<Block>> blocks;
+  std::vector<std::size_t> block_of(n, 0);
+  const auto make_block = [&](std::uint64_t size) {
+    auto block = std::make_shared<Block>();
+    block->native = &native;
+    block->size = size;
+    block->device_index = cpu ? -1 : device_index;
+    ferry::TimelinePoint ready_after;
+    if (cpu || per_leaf) {
+      block->pointer = native.allocate(size, target_pool.value_or(0), block->device_index);
       if (block->pointer == 0) throw nb::python_error();
       ready_after = owner.mark();
     } else {
       std::shared_ptr<Destinations> d = destinations_of(engine, device_index, target);
-      auto [ptr, wait] = d->allocate(total);
+      auto [ptr, wait] = d->allocate(size);
       block->pointer = ptr;
       // From here the block goes back to the caching allocator with the block's release.
       block->destinations = std::move(d);
@@ -144,13 +160,24 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     ferry::AdoptOptions ao;
     ao.ready_after = std::move(ready_after);
     ao.tag = "ferry.torch.to";
-    block->buffer = dev.adopt_memory(ferry::NativeMemory{.pointer = block->pointer}, total, owner, std::move(ao));
+    block->buffer = dev.adopt_memory(ferry::NativeMemory{.pointer = block->pointer}, size, owner, std::move(ao));
+    blocks.push_back(std::move(block));
+  };
+  if (per_leaf) {
+    for (std::size_t i = 0; i < n; ++i) {
+      Source& s = sources[i];
+      s.offset = 0;
+      if (s.leaf.nbytes == 0) continue;
+      block_of[i] = blocks.size();
+      make_block(s.leaf.nbytes);
+    }
+  } else if (total > 0) {
+    make_block(total);
   }
 
-  // Pinned sources go by DMA from their own memory; the rest in one staged stream.
+  // Pinned sources go by DMA from their own memory; the rest in one staged stream per block.
   std::vector<std::pair<std::size_t, PinnedSources::Buffer>> pinned;
-  std::vector<ferry::HostView> staged;
-  std::vector<std::uint64_t> staged_offsets;
+  std::vector<std::size_t> staged_leaves;
   for (std::size_t i = 0; i < n; ++i) {
     const Source& s = sources[i];
     if (s.leaf.nbytes == 0) continue;
@@ -165,34 +192,44 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
         if (e.code() != ferry::ErrorCode::invalid_argument) throw;  // pageable memory: staged
       }
     }
-    staged.push_back({s.leaf.data, s.leaf.nbytes});
-    staged_offsets.push_back(s.offset);
+    staged_leaves.push_back(i);
   }
   ferry::TimelinePoint last;
   const auto pinned_tensor = [&](std::size_t k) { return sources[pinned[k].first].tensor; };
-  if (total > 0) {
+  if (!blocks.empty()) {
     // Copies from pinned memory only enqueue DMA and never wait on the host, so they keep the
     // GIL (releasing and taking it back costs a share of a one-tensor call); a staged copy
     // may wait for ring space, and the host backend's copy waits for its result, so they let
     // other threads run.
     std::optional<nb::gil_scoped_release> nogil;
-    if (cpu || !staged.empty()) nogil.emplace();
+    if (cpu || !staged_leaves.empty()) nogil.emplace();
     std::exception_ptr failed;
     try {
       for (std::size_t k = 0; k < pinned.size(); ++k) {
         ferry::UploadIntoOptions o;
-        o.owner_waits = target_waits && staged.empty() && k + 1 == pinned.size();
+        o.owner_waits = target_waits && staged_leaves.empty() && k + 1 == pinned.size();
         o.destination_unused = true;
         const Source& s = sources[pinned[k].first];
-        last = x.upload_into(*pinned[k].second, 0, s.leaf.nbytes, block->buffer, s.offset, std::move(o));
+        last = x.upload_into(*pinned[k].second, 0, s.leaf.nbytes, blocks[block_of[pinned[k].first]]->buffer,
+                             s.offset, std::move(o));
       }
-      if (!staged.empty()) {
+      // One staged call per block, with the block's staged leaves.
+      std::vector<ferry::HostView> staged;
+      std::vector<std::uint64_t> staged_offsets;
+      for (std::size_t k = 0; k < staged_leaves.size(); ++k) {
+        const Source& s = sources[staged_leaves[k]];
+        staged.push_back({s.leaf.data, s.leaf.nbytes});
+        staged_offsets.push_back(s.offset);
+        const std::size_t b = block_of[staged_leaves[k]];
+        if (k + 1 < staged_leaves.size() && block_of[staged_leaves[k + 1]] == b) continue;
         ferry::UploadIntoOptions o;
-        o.owner_waits = target_waits;
-        o.overwrite_padding = true;
+        o.owner_waits = target_waits && k + 1 == staged_leaves.size();
+        o.overwrite_padding = !per_leaf;  // a leaf's own block has no padding
         o.destination_unused = true;
-        last = x.upload_into(std::span<const ferry::HostView>(staged), block->buffer,
+        last = x.upload_into(std::span<const ferry::HostView>(staged), blocks[b]->buffer,
                              std::span<const std::uint64_t>(staged_offsets), std::move(o));
+        staged.clear();
+        staged_offsets.clear();
       }
     } catch (...) {
       failed = std::current_exception();
@@ -206,7 +243,7 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     }
     if (cpu) {
       // The host reads the results at once.
-      ferry::TimelinePoint done = block->buffer.release();
+      ferry::TimelinePoint done = blocks.front()->buffer.release();
       done.wait();
     } else if (!target_waits) {
       t.device.adopt(adoptable(waiter), ferry::QueueRole::compute, "torch wait stream").wait(last);
@@ -221,9 +258,14 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
                                         static_cast<std::int32_t>(s.shape.size()), s.leaf.scalar_type, 0};
     // An empty result needs no memory; wrap calls the deleter, which drops the share, when it
     // fails.
-    PyObject* obj = total == 0 ? native.wrap(0, device_index, &like, nullptr, nullptr)
-                               : native.wrap(block->pointer + s.offset, device_index, &like,
-                                             new std::shared_ptr<Block>(block), block_unref);
+    PyObject* obj = nullptr;
+    if (blocks.empty() || (per_leaf && s.leaf.nbytes == 0)) {
+      obj = native.wrap(0, device_index, &like, nullptr, nullptr);
+    } else {
+      const std::shared_ptr<Block>& block = blocks[block_of[i]];
+      obj = native.wrap(block->pointer + s.offset, device_index, &like, new std::shared_ptr<Block>(block),
+                        block_unref);
+    }
     if (obj == nullptr) throw nb::python_error();
     out.append(nb::steal(obj));
   }
@@ -298,19 +340,22 @@ void bind_torch_glue(nb::module_& m) {
         "Set the glue up: ferry._torch_native's TO_API capsule, torch.Tensor and torch.cuda.Stream "
         "(None without CUDA). Forgets the engines.");
   m.def("to", [](nb::object transfer, nb::sequence leaves, int device_index, nb::handle target_stream,
-                 nb::handle wait_stream) {
+                 nb::handle wait_stream, std::optional<std::int64_t> target_pool) {
           std::vector<nb::handle> borrowed;
           borrowed.reserve(nb::len(leaves));
           for (nb::handle leaf : leaves) borrowed.push_back(leaf);
           const auto handle = [](nb::handle st) {
             return st.is_none() ? std::nullopt : std::optional<std::uintptr_t>(native_stream(st));
           };
-          return to(transfer, borrowed, device_index, handle(target_stream), handle(wait_stream));
+          return to(transfer, borrowed, device_index, handle(target_stream), handle(wait_stream), target_pool);
         }, "transfer"_a, "leaves"_a, "device_index"_a, "target_stream"_a.none(), "wait_stream"_a.none(),
+        "target_pool"_a = nb::none(),
         "The leaves (plain contiguous CPU tensors) in one transfer into one allocation (device_index "
         "-1: the CPU, through the host backend, waited for). target_stream / wait_stream None: the "
-        "current stream. Returns the tensors, or the index of a leaf the native reader refused. The "
-        "transfer becomes the device's engine for to_fast on first use.");
+        "current stream. target_pool: the target stream's stream_id, to allocate in its own pool "
+        "(the copy then waits for its work so far); None: ferry's destinations of the target. "
+        "Returns the tensors, or the index of a leaf the native reader refused. The transfer becomes "
+        "the device's engine for to_fast on first use.");
   m.def("to_fast", &to_fast, "obj"_a, "target_stream"_a.none(), "wait_stream"_a.none(),
         "One torch.Tensor to the current CUDA device in one call, once `to` set its engine up; None "
         "when the call is not such a call.");
