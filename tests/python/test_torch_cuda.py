@@ -444,13 +444,35 @@ def test_a_stash_right_after_a_restore_reads_the_restored_bytes(free):
         again.wait()
 
 
-def test_stash_refuses_a_storage_that_an_unpassed_view_still_uses():
-    base = torch.zeros(1 << 16, device="cuda")
-    view = base[:100]  # noqa: F841 - held, not passed
+@pytest.mark.parametrize("free", ["ordered", "deferred"])
+def test_holders_that_were_not_passed_follow_the_storage_through_a_restore(free):
+    # A view, a .data alias and an autograd saved tensor that were not passed hold the same
+    # storage object as the stashed tensor: the stash lets go of its memory (they see an empty
+    # storage meanwhile, as after resize_(0)) and the restore gives it memory with the bytes
+    # back, so each of them reads and writes the state again.
+    main = torch.cuda.current_stream()
+    w = torch.nn.Parameter(torch.arange(1 << 16, dtype=torch.float32, device="cuda"))
+    view = w.data[100:300].view(20, 10)
+    alias = w.data
+    y = (w * w).sum()  # saves w for the backward
+    storage_id = alias.untyped_storage()._cdata
+    s = ft.stash([w], free=free)
+    assert w.device.type == "cpu"
+    assert alias.untyped_storage().nbytes() == 0 and view.untyped_storage().nbytes() == 0
+    assert alias.untyped_storage()._cdata == storage_id
     with pytest.raises(ferry.Error) as e:
-        ft.stash([base])
-    assert e.value.code == "invalid_argument" and "not passed" in e.value.message
-    assert base.device.type == "cuda"  # untouched
+        ft.stash([view])  # a view of a stashed storage
+    assert e.value.code == "invalid_argument" and "stashed" in e.value.message
+    s.restore()
+    s.wait(main)
+    assert w.device.type == "cuda" and w.untyped_storage()._cdata == storage_id
+    expect = torch.arange(1 << 16, dtype=torch.float32)
+    assert torch.equal(alias.cpu(), expect) and torch.equal(view.cpu(), expect[100:300].view(20, 10))
+    view.fill_(-1)
+    assert int((w.detach()[100:300] == -1).sum()) == 200  # one storage again
+    y.backward()
+    grad = 2 * alias.detach().clone()
+    assert torch.equal(w.grad, grad)
 
 
 def test_stash_takes_storages_whose_python_object_was_asked_for():

@@ -59,8 +59,9 @@ class Stash:
         self._ready.wait()
 
     def restore(self, *, target_stream: Any = None) -> None:
-        """Copy the state back into fresh device storage allocated on `target_stream`'s pool
-        (default: the current stream) and point every stashed tensor at it, in place.
+        """Copy the state back into fresh device memory allocated on `target_stream`'s pool
+        (default: the current stream), given to each stashed storage, and point every stashed
+        tensor at its storage again, in place.
 
         The copy runs on ferry's transfer stream. It waits for the target's work enqueued
         before the call (the caching allocator's order for the new blocks, which may reuse
@@ -179,14 +180,18 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
       ``Stash.ready``).
     - ``Stash.restore()`` brings them back; ``Stash.wait(stream)`` orders a stream after it.
 
-    Every tensor that uses a stashed storage must be passed: a view, an autograd saved tensor
-    or a ``.data`` alias left out would keep pointing at freed memory, so the call refuses a
-    storage that anything else still holds.
+    - Each storage object stays the same: the stash lets go of its memory and the restore gives
+      it new memory with the bytes. So whatever else holds a stashed storage and was not passed
+      (a view, a ``.data`` alias, an autograd saved tensor, a flat parameter buffer) follows it
+      as it follows ``resize_(0)`` and ``resize_`` back: while stashed it is a CUDA tensor over
+      an empty storage, which must not be read (as with PyTorch's own stashing), and after
+      ``restore`` it reads and writes the restored state, sharing it with the passed tensors.
+      Pass a tensor to have it readable on the host while stashed and refused on the device.
 
     Raises:
         ferry.Error: a non-tensor, a tensor not on one CUDA device (a stashed tensor is a CPU
-        tensor), a sparse, quantized, nested or meta tensor, a storage held by tensors that
-        were not passed, a bad `stream` or `free`. Nothing is copied or freed then.
+        tensor), a view of a storage that is stashed, a sparse, quantized, nested or meta
+        tensor, a bad `stream` or `free`. Nothing is copied or freed then.
     """
     items = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
     check_stream("ferry.torch.stash", "stream", stream)

@@ -20,8 +20,6 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/CUDAHooksInterface.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/empty_strided.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
@@ -91,14 +89,18 @@ struct Entry {
   int64_t offset;  // elements
 };
 
-// The tensors that share one storage, and where its bytes go in the host copy.
+// The tensors that share one storage, the storage itself, and where its bytes go in the host
+// copy. The storage object stays the same across a stash and its restore: only its memory is
+// let go of and replaced, so whatever else holds it (a view that was not passed, an autograd
+// saved tensor, a .data alias) follows it, as with resize_(0) and resize_ back.
 struct Group {
   std::vector<Entry> entries;
+  c10::Storage storage;
+  c10::DispatchKeySet keys;  // the device tensors' keys, for setting them back into it
   uint64_t key;     // the storage's data pointer when stashed
   int64_t nbytes;
   int64_t host_offset;
-  at::Tensor block;  // the restore's device memory, between restore_alloc and repoint_blocks
-  bool itself = false;  // the block is the group's one tensor as it was (no re-layout)
+  c10::DataPtr block;  // the restore's device memory, between restore_alloc and repoint_blocks
 };
 
 struct Plan {
@@ -167,7 +169,6 @@ PyObject* stash_plan(PyObject*, PyObject* args) {
     PyObject** objs = PySequence_Fast_ITEMS(seq);
     std::unordered_set<PyObject*> seen;
     std::unordered_map<const c10::StorageImpl*, std::size_t> index;  // storage -> group
-    std::vector<const c10::StorageImpl*> impls;
     seen.reserve(static_cast<std::size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
       PyObject* o = objs[i];
@@ -201,49 +202,34 @@ PyObject* stash_plan(PyObject*, PyObject* args) {
       }
       if (!seen.insert(o).second) continue;
       const c10::Storage& storage = t.storage();
+      // A tensor reaching past its storage's bytes is a view of a storage stashed already
+      // (empty until its stash is restored).
+      int64_t extent = t.numel() == 0 ? 0 : 1;
+      for (int64_t k = 0; k < t.dim(); ++k) extent += (t.size(k) - 1) * t.stride(k);
+      const int64_t need = t.numel() == 0 ? 0 : (t.storage_offset() + extent) * static_cast<int64_t>(t.element_size());
+      if (need > static_cast<int64_t>(storage.nbytes())) {
+        Py_DECREF(seq);
+        return fail("invalid_argument", std::string(fn) + ": tensor " + std::to_string(i) + " needs " +
+                                             std::to_string(need) + " bytes of its storage, which has " +
+                                             std::to_string(storage.nbytes()) +
+                                             " (a view of a storage that is stashed: restore that stash first)");
+      }
       const c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
       auto [it, fresh] = index.try_emplace(impl, plan->groups.size());
       if (fresh) {
         Group g;
+        g.storage = storage;
+        g.keys = t.key_set();
         g.key = reinterpret_cast<uint64_t>(storage.data());
         g.nbytes = static_cast<int64_t>(storage.nbytes());
         plan->total = (plan->total + alignment - 1) / alignment * alignment;
         g.host_offset = plan->total;
         plan->total += g.nbytes;
         plan->groups.push_back(std::move(g));
-        impls.push_back(impl);
       }
       Py_INCREF(o);
       plan->groups[it->second].entries.push_back(
           Entry{o, t.scalar_type(), t.sizes().vec(), t.strides().vec(), t.storage_offset()});
-    }
-    // Every holder of a storage must be one of the tensors passed: any other would read the
-    // storage after it is freed. Each tensor holds its storage once; so does an autograd saved
-    // tensor, a .data alias, and the storage's Python object (UntypedStorage), which PyTorch
-    // may keep alive with the storage once anything asked for it. That object is taken here,
-    // held while counting and not counted.
-    for (std::size_t k = 0; k < plan->groups.size(); ++k) {
-      const Group& g = plan->groups[k];
-      PyObject* python_storage = PyObject_CallMethod(g.entries.front().obj, "untyped_storage", nullptr);
-      if (python_storage == nullptr) {
-        Py_DECREF(seq);
-        return nullptr;
-      }
-      const auto holders = static_cast<int64_t>(c10::raw::intrusive_ptr::use_count(
-                               const_cast<c10::StorageImpl*>(impls[k]))) - 1;
-      Py_DECREF(python_storage);
-      const auto passed = static_cast<int64_t>(g.entries.size());
-      if (holders > passed) {
-        Py_ssize_t first = 0;
-        for (Py_ssize_t i = 0; i < n; ++i)
-          if (objs[i] == g.entries.front().obj) { first = i; break; }
-        Py_DECREF(seq);
-        return fail("invalid_argument",
-                     std::string(fn) + ": tensor " + std::to_string(first) + "'s storage (" +
-                         std::to_string(g.nbytes) + " bytes) is also held by " + std::to_string(holders - passed) +
-                         " tensor(s) or storage reference(s) that were not passed (a view, an autograd saved "
-                         "tensor, a .data alias): they would read freed memory; pass every tensor that uses it");
-      }
     }
   } catch (...) {
     Py_DECREF(seq);
@@ -314,8 +300,10 @@ PyObject* record_streams(PyObject*, PyObject* args) {
 }
 
 // repoint_host(plan, whole): every tensor becomes a CPU tensor over `whole` (a uint8 tensor
-// that starts its storage), its group's bytes at the group's host offset, in its own layout.
-// The tensors' device storages lose these holders here.
+// that starts its storage), its group's bytes at the group's host offset, in its own layout;
+// then each device storage lets go of its memory (to PyTorch's caching allocator, as
+// resize_(0) does), whoever else still holds it. Such a holder sees an empty storage until
+// the restore.
 PyObject* repoint_host(PyObject*, PyObject* args) {
   PyObject* capsule = nullptr;
   PyObject* whole = nullptr;
@@ -326,8 +314,12 @@ PyObject* repoint_host(PyObject*, PyObject* args) {
   try {
     const at::Tensor& w = THPVariable_Unpack(whole);
     const c10::Storage& storage = w.storage();
-    for (const Group& g : plan->groups)
+    for (Group& g : plan->groups) {
       for (const Entry& e : g.entries) set_into(e, storage, w.key_set(), g.host_offset);
+      c10::StorageImpl* impl = g.storage.unsafeGetStorageImpl();
+      impl->set_data_ptr_noswap(c10::DataPtr(nullptr, g.storage.device()));
+      impl->set_nbytes(0);
+    }
   } catch (...) {
     return raise_current("ferry.torch.stash");
   }
@@ -335,10 +327,8 @@ PyObject* repoint_host(PyObject*, PyObject* args) {
 }
 
 // restore_alloc(plan, stream_id, device_index, device_type) -> data pointers
-// Fresh device memory for each group from PyTorch's caching allocator on that stream: a group
-// of one contiguous tensor that spans its whole storage gets a tensor of that layout (which
-// then takes the tensor's place as it is), any other a byte block its tensors are set into.
-// The blocks stay in the plan until repoint_blocks or drop_blocks.
+// Fresh device memory for each group's storage from PyTorch's caching allocator on that
+// stream. The blocks stay in the plan until repoint_blocks or drop_blocks.
 PyObject* restore_alloc(PyObject*, PyObject* args) {
   std::optional<c10::Stream> stream;
   Plan* plan = plan_and_stream(args, "Stash.restore", stream);
@@ -348,47 +338,35 @@ PyObject* restore_alloc(PyObject*, PyObject* args) {
   try {
     const c10::Stream s = *stream;
     c10::StreamGuard guard(s);
-    const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte).device(s.device());
+    c10::Allocator* allocator = c10::GetAllocator(s.device_type());
     for (std::size_t k = 0; k < plan->groups.size(); ++k) {
       Group& g = plan->groups[k];
-      const Entry& e = g.entries.front();
-      const int64_t itemsize = static_cast<int64_t>(c10::elementSize(e.dtype));
-      int64_t numel = 1;
-      bool contiguous = true;
-      int64_t expected = 1;
-      for (std::size_t d = e.sizes.size(); d-- > 0;) {
-        numel *= e.sizes[d];
-        if (e.sizes[d] != 1 && e.strides[d] != expected) contiguous = false;
-        expected *= e.sizes[d];
-      }
-      g.itself = g.entries.size() == 1 && e.offset == 0 && numel * itemsize == g.nbytes && contiguous;
-      g.block = g.itself ? at::empty_strided(e.sizes, e.strides, bytes.dtype(e.dtype))
-                         : at::empty({g.nbytes}, bytes);
+      g.block = allocator->allocate(static_cast<std::size_t>(g.nbytes));
       PyList_SET_ITEM(ptrs, static_cast<Py_ssize_t>(k),
-                      PyLong_FromUnsignedLongLong(reinterpret_cast<uint64_t>(g.block.data_ptr())));
+                      PyLong_FromUnsignedLongLong(reinterpret_cast<uint64_t>(g.block.get())));
     }
   } catch (...) {
     Py_DECREF(ptrs);
-    for (Group& g : plan->groups) g.block.reset();
+    for (Group& g : plan->groups) g.block.clear();
     return raise_current("Stash.restore");
   }
   return ptrs;
 }
 
-// repoint_blocks(plan): every tensor points at its group's block, in its own layout; the plan
-// lets go of the blocks.
+// repoint_blocks(plan): each group's storage takes its block, and every stashed tensor points
+// at the storage again, in its own layout: the tensors, and whatever else held the storage,
+// share it as before the stash.
 PyObject* repoint_blocks(PyObject*, PyObject* capsule) {
   Plan* plan = plan_of(capsule);
   if (plan == nullptr) return nullptr;
   try {
     for (Group& g : plan->groups) {
-      if (!g.block.defined()) return fail("internal_error", "Stash.restore: a group has no block");
-      if (g.itself) {
-        THPVariable_Unpack(g.entries.front().obj).set_data(g.block);
-      } else {
-        for (const Entry& e : g.entries) set_into(e, g.block.storage(), g.block.key_set(), 0);
-      }
-      g.block.reset();
+      if (!g.block && g.nbytes > 0) return fail("internal_error", "Stash.restore: a group has no block");
+      c10::StorageImpl* impl = g.storage.unsafeGetStorageImpl();
+      impl->set_data_ptr_noswap(std::move(g.block));
+      impl->set_nbytes(static_cast<std::size_t>(g.nbytes));
+      for (const Entry& e : g.entries) set_into(e, g.storage, g.keys, 0);
+      g.block = c10::DataPtr();
     }
   } catch (...) {
     return raise_current("Stash.restore");
@@ -400,7 +378,7 @@ PyObject* repoint_blocks(PyObject*, PyObject* capsule) {
 PyObject* drop_blocks(PyObject*, PyObject* capsule) {
   Plan* plan = plan_of(capsule);
   if (plan == nullptr) return nullptr;
-  for (Group& g : plan->groups) g.block.reset();
+  for (Group& g : plan->groups) g.block = c10::DataPtr();
   Py_RETURN_NONE;
 }
 
