@@ -12,7 +12,7 @@
 #   and the seed study's quick run, earlier tree then this tree, ROUNDS times (default 2);
 #   with `glues`, the earlier tree's `to` through each of its glues beside Tensor.to.
 # studies: this tree's Python package alone: tools/python/pipeline_study.py over the configs of
-#   FERRY_PIPELINE_CONFIGS ("MIB LEAVES pinned|pageable base|sparse_dist;..." ) and
+#   FERRY_PIPELINE_CONFIGS ("MIB LEAVES pinned|pageable base|sparse_dist [STUDY ARGS];...") and
 #   lab/python/stash_study.py --trace; torchrec from .whl/ with stand-ins where it does not import.
 # FERRY_AB_DEADLINE (seconds, default 560) bounds a call; each step's log is in OUTDIR.
 set -u
@@ -138,9 +138,10 @@ for phase in "$@"; do
       IFS=';' read -ra cfgs <<<"${FERRY_PIPELINE_CONFIGS:-1024 26 pinned base;1024 26 pageable base;1024 500 pinned base;1024 500 pinned sparse_dist;3072 26 pinned base;1024 500 pageable base;3072 26 pageable base}"
       for cfg in "${cfgs[@]}"; do
         set -- $cfg
-        step "pipeline-$1-$2-$3-$4" 150 env PYTHONPATH="$pp" python3 tools/python/pipeline_study.py --batch-mib "$1" \
-          --leaves "$2" --source "$3" --pipeline "$4" ${FERRY_PIPELINE_ARGS:-} --json "$out/pipeline-$1-$2-$3-$4.json"
-        grep -vE "^\[|Warning|warn" "$out/pipeline-$1-$2-$3-$4.log" | tail -n 12
+        name="pipeline-$1-$2-$3-$4${5:+-extra}"
+        step "$name" 150 env PYTHONPATH="$pp" python3 tools/python/pipeline_study.py --batch-mib "$1" \
+          --leaves "$2" --source "$3" --pipeline "$4" ${FERRY_PIPELINE_ARGS:-} "${@:5}" --json "$out/$name.json"
+        grep -vE "^\[|Warning|warn|^W[0-9]" "$out/$name.log" | tail -n 12
       done
       step stash 240 env PYTHONPATH=build-py/python python3 lab/python/stash_study.py --workloads "${FERRY_STASH_WORKLOADS:-mixed,reuse}" \
         --steps 12 --trace --json "$out/stash.json"

@@ -156,7 +156,8 @@ def ferry_way(torch, ft, free, count, nbytes, work):
     waits counted in the calls (``Device.host_waits``)."""
     main = torch.cuda.current_stream()
     state = make_state(torch, count, nbytes)
-    dev, _ = ft.engine(ft._gpu_backend(), torch.cuda.current_device())
+    from ferry.torch._engine import gpu_backend
+    dev, _ = ft.engine(gpu_backend(), torch.cuda.current_device())
 
     def step():
         update(state)

@@ -26,9 +26,10 @@ The ways, each a fresh model and pipeline (``--pipeline base``: ``TrainPipelineB
   ``async_inplace_copy=True``, the copy loop on TorchRec's background thread.
 - ``ferry``: ``enable_inplace_copy_batch=True`` and the one-line change,
   ``pipeline.progress(ferry.torch.batches(dataloader))``.
-- ``ferry_own_pool`` (only when named in ``--ways``): the same with the destinations in one
-  block from ferry's own pool of the training stream (what ``ferry.torch.to(...,
-  target_stream=, wait_stream=)`` does), to show what the training stream's pool buys.
+- ``ferry_own_pool`` (only when named in ``--ways``): the same with the destinations from
+  ferry's own pool of the training stream (what ``ferry.torch.to(..., target_stream=,
+  wait_stream=)`` does), each copy waiting only for the release of the range it reuses: what
+  sharing the training stream's pool costs in time and buys in memory.
 
 Printed per way: ms per step (wall time of the measured steps, after ``--warmup``, over their
 number), peak reserved and peak allocated, host ms in ``progress()`` per step, the memory the
@@ -89,6 +90,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--width", type=int, default=4096)
+    ap.add_argument("--grad-mib", type=int, default=0,
+                    help="a parameter of this size whose gradient each backward makes anew (a model whose "
+                         "backward allocates as much as the batch, after its dense tensors died)")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", default=None, help="also write the rows and bars to this file")
@@ -135,7 +139,7 @@ def main(argv=None) -> int:
                     d.copy_(s, non_blocking=non_blocking)
             n = len(self.dense)
             ids = KeyedJaggedTensor(keys=self.sparse.keys(), values=dsts[n], lengths=dsts[n + 1],
-                                    stride=self.sparse.stride())
+                                    stride=self.sparse.stride(), length_per_key=self.sparse.length_per_key())
             return StudyBatch(dsts[:n], ids, dsts[n + 2])
 
         def record_stream(self, stream):
@@ -160,6 +164,8 @@ def main(argv=None) -> int:
             self.mlp = torch.nn.Sequential(*[m for _ in range(args.layers) for m in
                                              (torch.nn.Linear(args.width, args.width, device=device), torch.nn.ReLU())])
             self.out = torch.nn.Linear(args.width, 1, device=device)
+            self.grad_param = torch.nn.Parameter(torch.zeros((args.grad_mib << 20) // 4, device=device)) \
+                if args.grad_mib else None
             self.losses = []
 
         def forward(self, batch):
@@ -167,6 +173,8 @@ def main(argv=None) -> int:
             s = self.ebc(batch.sparse).values()
             x = self.mlp(self.dense_in(d) + self.sparse_in(s))
             logit = self.out(x).squeeze(1)
+            if self.grad_param is not None:
+                logit = logit + self.grad_param.sum()
             loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, batch.labels)
             if not isinstance(loss, torch.fx.Proxy):  # TrainPipelineSparseDist traces the model first
                 self.losses.append(loss.detach())
@@ -189,6 +197,10 @@ def main(argv=None) -> int:
         lengths = torch.randint(0, 8, (len(KEYS) * args.rows,), generator=g, dtype=torch.int32)
         values = torch.randint(0, 100_000, (int(lengths.sum()),), generator=g, dtype=torch.int64)
         ids = KeyedJaggedTensor(keys=list(KEYS), values=values, lengths=lengths, stride=args.rows)
+        # The lengths per key, known on the host as a data loader knows them: the model's
+        # embedding lookup then needs no device-to-host read, and progress()'s host time is
+        # the pipeline's and the copy's, not a wait for the GPU.
+        ids.length_per_key()
         labels = torch.randint(0, 2, (args.rows,), generator=g).float()
         batch = StudyBatch(dense, ids, labels)
         batches.append(batch.pin_memory() if args.source == "pinned" and cuda else batch)
@@ -274,7 +286,7 @@ def main(argv=None) -> int:
     print(f"pipeline study on {device_name} (torch {torch.__version__}, torchrec "
           f"{getattr(torchrec, '__version__', '?')}): TorchRec's {args.pipeline} pipeline, batches of "
           f"{batch_bytes / (1 << 20):.0f} MiB in {args.leaves} leaves, {args.source}; {args.steps} steps after "
-          f"{args.warmup}")
+          f"{args.warmup}" + (f"; a {args.grad_mib} MiB gradient made in each backward" if args.grad_mib else ""))
     print(f"{'way':<9} {'ms/step':>8} {'peak reserved GiB':>18} {'peak alloc GiB':>15} {'host ms/progress':>17} "
           f"{'losses':>14}  reserved at the end by stream (GiB)")
     for r in rows:

@@ -133,10 +133,11 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
   ferry::Queue owner = cpu ? dev.queue(ferry::QueueRole::compute)
                            : t.device.adopt(adoptable(target), ferry::QueueRole::compute, "torch target stream");
 
-  // The destinations: one block for the call, or in the target's pool one block per leaf, so
-  // that each leaf's memory goes back to the pool when its tensor dies, as the in-place way's
-  // per-leaf destinations do (one block would live as long as its longest-lived leaf).
-  const bool per_leaf = target_pool.has_value() && !cpu;
+  // The destinations: one block for the call where the target waits for the copy at once
+  // (the results are used together), else one block per leaf, so that each leaf's memory is
+  // released when its tensor dies, as the in-place way's per-leaf destinations are (one block
+  // would live as long as its longest-lived leaf, and a copy into it would wait for that).
+  const bool per_leaf = !cpu && !target_waits;
   std::vector<std::shared_ptr<Block>> blocks;
   std::vector<std::size_t> block_of(n, 0);
   const auto make_block = [&](std::uint64_t size) {
@@ -145,7 +146,7 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     block->size = size;
     block->device_index = cpu ? -1 : device_index;
     ferry::TimelinePoint ready_after;
-    if (cpu || per_leaf) {
+    if (cpu || target_pool) {
       block->pointer = native.allocate(size, target_pool.value_or(0), block->device_index);
       if (block->pointer == 0) throw nb::python_error();
       ready_after = owner.mark();
