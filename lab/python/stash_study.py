@@ -213,23 +213,20 @@ def copy_overlap(torch, step):
     return {k: kernel_overlap(v, kernels)[0] for k, v in copies.items()}
 
 
-WARMUP = 2
-
-
-def run_way(torch, ft, way, count, nbytes, steps, work, profile, trace=False):
+def run_way(torch, ft, way, count, nbytes, steps, work, profile, trace=False, warmup=2):
     """One way's row. The steps run back to back with no host wait between them (the byte
     check counts on the device), as a training loop's do; the step time is the wall time of
-    the measured steps, after WARMUP, over their number."""
+    the measured steps, after `warmup` steps, over their number."""
     state, step = make_way(torch, ft, way, count, nbytes, work)
-    bads = torch.zeros(WARMUP + steps, dtype=torch.int64, device="cuda")
-    for k in range(WARMUP):
+    bads = torch.zeros(warmup + steps, dtype=torch.int64, device="cuda")
+    for k in range(warmup):
         step()
         corrupt(torch, state, k + 1, bads[k])
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     host_us, host_waits = [], 0
     start = time.perf_counter()
-    for k in range(WARMUP, WARMUP + steps):
+    for k in range(warmup, warmup + steps):
         us, waits = step()
         host_us.append(us)
         host_waits += waits
@@ -238,7 +235,8 @@ def run_way(torch, ft, way, count, nbytes, steps, work, profile, trace=False):
     step_us = (time.perf_counter() - start) * 1e6 / steps
     row = {"way": way, "workload": work.kind, "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
            "host_us_per_step": statistics.median(host_us), "step_us": step_us,
-           "corrupt_steps": int((bads != 0).sum()), "steps": WARMUP + steps, "host_waits": host_waits}
+           "corrupt_steps": int((bads != 0).sum()), "steps": warmup + steps, "host_waits": host_waits,
+           "host_us_each": [round(u) for u in host_us]}
     if profile:
         row["overlap"] = copy_overlap(torch, step)
     if trace:
@@ -385,6 +383,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tensors", type=int, default=64)
     ap.add_argument("--mib", type=int, default=32)
     ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--warmup", type=int, default=2, help="steps run before the measured ones")
     ap.add_argument("--workloads", default="reuse,compute,mixed", help="reuse, compute, mixed (see Workload)")
     ap.add_argument("--trace", action="store_true",
                     help="also print what each stream ran in two steps of every way (torch.profiler)")
@@ -415,7 +414,7 @@ def main(argv=None) -> int:
         for way in WAYS:
             print(f"[stash_study] {kind}: {way}", file=sys.stderr, flush=True)
             rows.append(run_way(torch, ft, way, args.tensors, nbytes, args.steps, work, profile=True,
-                                trace=args.trace))
+                                trace=args.trace, warmup=args.warmup))
             torch.cuda.empty_cache()
         del work
         torch.cuda.empty_cache()
@@ -439,6 +438,9 @@ def main(argv=None) -> int:
         print(f"{r['workload']:<9} {r['way']:<15} {gib(r['peak_reserved_bytes']):>18.3f} "
               f"{r['host_us_per_step'] / 1e3:>13.3f} {r['step_us'] / 1e3:>8.3f} {pct(o.get('d2h')):>12} "
               f"{pct(o.get('h2d')):>12} {r['corrupt_steps']:>8} of {r['steps']}")
+    print("host ms in the calls, step by step:")
+    for r in rows:
+        print(f"  {r['workload']:<8} {r['way']:<15} " + " ".join(f"{u / 1e3:.1f}" for u in r["host_us_each"]))
     for r in rows:
         if r.get("timeline"):
             print(f"timeline of two steps, {r['workload']} / {r['way']} (stream, kind, start ms, ms, MiB):")

@@ -26,13 +26,12 @@ The ways, each a fresh model and pipeline (``--pipeline base``: ``TrainPipelineB
   ``async_inplace_copy=True``, the copy loop on TorchRec's background thread.
 - ``ferry``: ``enable_inplace_copy_batch=True`` and the one-line change,
   ``pipeline.progress(ferry.torch.batches(dataloader))``.
-- ``ferry_own_pool`` (only when named in ``--ways``): the same with the destinations from
-  ferry's own pool of the training stream (what ``ferry.torch.to(..., target_stream=,
-  wait_stream=)`` does), each copy waiting only for the release of the range it reuses: what
-  sharing the training stream's pool costs in time and buys in memory.
 
 Printed per way: ms per step (wall time of the measured steps, after ``--warmup``, over their
-number), peak reserved and peak allocated, host ms in ``progress()`` per step, the memory the
+number), peak reserved and peak allocated, host ms in ``progress()`` per step (which includes
+waits for the GPU when the launch queue is full), host ms in the batch's copy call (the
+pipeline's ``_to_device``, the batch's ``.to``: what ``async_inplace_copy`` moves to a thread,
+whose time on that thread is shown beside), the memory the
 caching allocator holds at the end by the stream it belongs to, and whether every loss is
 bit-identical to the ``shipped`` way's. Then the bars.
 """
@@ -46,8 +45,7 @@ import time
 
 import torch
 
-WAYS = {"base": ("shipped", "inplace", "ferry", "ferry_own_pool"),
-        "sparse_dist": ("shipped", "inplace", "async", "ferry", "ferry_own_pool")}
+WAYS = {"base": ("shipped", "inplace", "ferry"), "sparse_dist": ("shipped", "inplace", "async", "ferry")}
 KEYS = ("f0", "f1", "f2", "f3")
 
 
@@ -101,8 +99,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.leaves < 4:
         ap.error("--leaves: at least 4 (a dense tensor, the ids' values and lengths, the labels)")
-    ways = tuple(w for w in WAYS[args.pipeline] if w != "ferry_own_pool") if args.ways is None else \
-        tuple(w for w in args.ways.split(",") if w)
+    ways = WAYS[args.pipeline] if args.ways is None else tuple(w for w in args.ways.split(",") if w)
     if not ways or any(w not in WAYS[args.pipeline] for w in ways) or ways[0] != "shipped":
         ap.error(f"--ways: 'shipped' first, then ways of {WAYS[args.pipeline]}")
     cuda = not args.cpu
@@ -219,6 +216,26 @@ def main(argv=None) -> int:
         for k in range(total_steps + 2):  # the pipeline reads ahead
             yield batches[k % 3]
 
+    import threading
+    from torchrec.distributed.train_pipeline import train_pipelines as tp_module
+    from torchrec.distributed.train_pipeline import utils as tp_utils
+    copy_s = {"main": 0.0, "worker": 0.0}
+
+    def timed(original):
+        def to_device(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return original(*a, **k)
+            finally:
+                side = "main" if threading.current_thread() is threading.main_thread() else "worker"
+                copy_s[side] += time.perf_counter() - t0
+        return to_device
+
+    # The batch's copy call (the pipeline's _to_device: the batch's .to), timed on whichever
+    # thread makes it.
+    tp_module._to_device = timed(tp_module._to_device)
+    tp_utils._to_device = timed(tp_utils._to_device)
+
     def run(way):
         sync()
         if cuda:
@@ -235,17 +252,14 @@ def main(argv=None) -> int:
             kwargs["async_inplace_copy"] = True
         cls = TrainPipelineBase if args.pipeline == "base" else TrainPipelineSparseDist
         pipeline = cls(model, opt, dev, **kwargs)
-        it = ft.batches(loader()) if way.startswith("ferry") else loader()
-        if way == "ferry_own_pool":
-            import ferry.torch._pipeline as pipeline_module
-            moved = pipeline_module.move
-            pipeline_module.move = lambda *a, target_pool=None, **k: moved(*a, **k)
+        it = ft.batches(loader()) if way == "ferry" else loader()
         host = []
         start = None
         for k in range(total_steps):
             if k == args.warmup:
                 sync()
                 start = time.perf_counter()
+                copy_s["main"] = copy_s["worker"] = 0.0
             t0 = time.perf_counter()
             pipeline.progress(it)
             host.append(time.perf_counter() - t0)
@@ -264,11 +278,10 @@ def main(argv=None) -> int:
         row = {"way": way, "step_ms": step_ms, "peak_reserved": torch.cuda.max_memory_reserved() if cuda else 0,
                "peak_allocated": torch.cuda.max_memory_allocated() if cuda else 0,
                "host_ms": 1e3 * sum(host[args.warmup:]) / args.steps,
+               "copy_host_ms": 1e3 * copy_s["main"] / args.steps, "copy_worker_ms": 1e3 * copy_s["worker"] / args.steps,
                "reserved_by_stream": {named.get(s, hex(s)): n for s, n in by_stream.items()},
                "losses": [float(x) for x in torch.stack(model.losses).cpu()],
                "loss_bits": torch.stack(model.losses).cpu().view(torch.int32).tolist()}
-        if way == "ferry_own_pool":
-            pipeline_module.move = moved
         if hasattr(pipeline, "_shutdown_async_inplace_copy"):
             pipeline._shutdown_async_inplace_copy()
         del pipeline, model, opt, it
@@ -288,16 +301,17 @@ def main(argv=None) -> int:
           f"{batch_bytes / (1 << 20):.0f} MiB in {args.leaves} leaves, {args.source}; {args.steps} steps after "
           f"{args.warmup}" + (f"; a {args.grad_mib} MiB gradient made in each backward" if args.grad_mib else ""))
     print(f"{'way':<9} {'ms/step':>8} {'peak reserved GiB':>18} {'peak alloc GiB':>15} {'host ms/progress':>17} "
-          f"{'losses':>14}  reserved at the end by stream (GiB)")
+          f"{'copy host ms':>13} {'losses':>14}  reserved at the end by stream (GiB)")
     for r in rows:
         held = ", ".join(f"{k} {v / gib:.2f}" for k, v in sorted(r["reserved_by_stream"].items(), key=lambda kv: -kv[1]))
         print(f"{r['way']:<9} {r['step_ms']:>8.2f} {r['peak_reserved'] / gib:>18.3f} {r['peak_allocated'] / gib:>15.3f} "
-              f"{r['host_ms']:>17.2f} {'bit-identical' if r['bit_identical'] else 'DIFFER':>14}  {held}")
+              f"{r['host_ms']:>17.2f} {r['copy_host_ms']:>13.2f} {'bit-identical' if r['bit_identical'] else 'DIFFER':>14}  "
+              f"{held}" + (f" (copy on TorchRec's thread: {r['copy_worker_ms']:.2f} ms/step)" if r["copy_worker_ms"] else ""))
     by = {r["way"]: r for r in rows}
     bars = []
     if "ferry" in by:
         f = by["ferry"]
-        torchrec_ways = [w for w in by if not w.startswith("ferry")]
+        torchrec_ways = [w for w in by if w != "ferry"]
         best = min(by[w]["step_ms"] for w in torchrec_ways)
         bars.append(("losses bit-identical to shipped's", f["bit_identical"], True, "eq"))
         if "inplace" in by:
@@ -306,7 +320,8 @@ def main(argv=None) -> int:
         limit = 1.0 if args.source == "pinned" else 0.5
         bars.append((f"step ≤ {limit} × the best TorchRec way's", f["step_ms"], limit * best, "le"))
         if "inplace" in by and args.leaves >= 500:
-            bars.append(("host time in progress() ≤ 0.25 × inplace's", f["host_ms"], 0.25 * by["inplace"]["host_ms"], "le"))
+            bars.append(("host time of the copy call ≤ 0.25 × inplace's", f["copy_host_ms"],
+                         0.25 * by["inplace"]["copy_host_ms"], "le"))
     verdicts = []
     for name, value, limit, op in bars:
         ok = {"eq": value == limit, "le": value <= limit, "lt": value < limit}[op]

@@ -29,13 +29,14 @@ def pipeline_to(batch: Any, device: Any, non_blocking: bool = False, data_copy_s
             ``Tensor.to`` does); True returns at once.
         data_copy_stream: TorchRec's in-place contract (``enable_inplace_copy_batch=True``):
             the results are the memory of the stream current at the call (the training
-            stream), from its own pool of PyTorch's caching allocator (so memory it frees
-            serves the next batch, and the batch's serves its other tensors, as the in-place
-            way's destinations do). The copy runs after the training stream's work enqueued
-            before the call (that pool reuses memory in its order) and for
-            ``data_copy_stream``, which waits for it on the device; the current stream does not
-            wait: the pipeline's ``current.wait_stream(data_copy_stream)`` orders the use.
-            Nobody calls ``record_stream``. None: the stream current at the call owns the results and waits
+            stream): one block per leaf from ferry's destinations of that stream, each given
+            back in its order when its tensor dies, so no memory is held for a batch once its
+            tensors are gone. A copy into a block waits only for that block's release on the
+            training stream (for a batch's dense tensors, the forward that read them), so it
+            overlaps the rest of the step. The copy runs for ``data_copy_stream``, which
+            waits for it on the device; the current stream does not wait: the pipeline's
+            ``current.wait_stream(data_copy_stream)`` orders the use. Nobody calls
+            ``record_stream``. None: the stream current at the call owns the results and waits
             for the copy (``batch.to(device, non_blocking=True)`` under that stream).
         method: the ``to`` to call instead of ``batch.to`` (an unbound function of its class
             taking ``(batch, device, non_blocking=...)``), for a class whose own ``to`` is this
@@ -79,16 +80,16 @@ def pipeline_to(batch: Any, device: Any, non_blocking: bool = False, data_copy_s
         if not non_blocking and dev.type == "cuda":
             torch.cuda.current_stream(dev).synchronize()
         return out
-    # The results are the training stream's memory, from its own pool of the caching allocator
-    # as the in-place protocol's destinations are: what the training stream frees (the last
-    # batch, activations) serves the next batch and the other way round, so the pipeline's
-    # footprint is the in-place way's. The copy waits for the training stream's work enqueued
-    # so far (that pool hands memory out again in the training stream's order) and is ordered
-    # for the memcpy stream, which is current while the batch's .to builds its result (any
-    # work that .to enqueues on the results then follows the copy).
+    # The results are the training stream's: ferry's destinations of that stream, one block
+    # per leaf, each released in the training stream's order when its tensor dies. The next
+    # batch's copy into a released block waits only for that release (the dense tensors' after
+    # the forward that read them), not for the training stream's whole queue, so it overlaps
+    # the backward. The copy is ordered for the memcpy stream, which is current while the
+    # batch's .to builds its result (any work that .to enqueues on the results then follows
+    # the copy).
     current = torch.cuda.current_stream(dev)
     with torch.cuda.stream(data_copy_stream):
-        out = move(batch, dev, current, data_copy_stream, method, target_pool=current.stream_id)
+        out = move(batch, dev, current, data_copy_stream, method)
     if not non_blocking:
         data_copy_stream.synchronize()
     return out

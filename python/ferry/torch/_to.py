@@ -197,12 +197,12 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
 
 
 def _copy_leaves(xfer: Any, sources: list[torch.Tensor], index: int, target_stream: Any, wait_stream: Any,
-                 packed: list[int], target_pool: Any) -> list[torch.Tensor]:
+                 packed: list[int]) -> list[torch.Tensor]:
     """The glue's one call for the checked CPU leaves `sources` (leaves `packed` of the
     structure), each made plain first (not contiguous, a conjugate or negative view); a leaf
     the glue cannot read even so is named."""
     sources = [_plain(s) for s in sources]
-    out = _to(xfer, sources, index, target_stream, wait_stream, target_pool)
+    out = _to(xfer, sources, index, target_stream, wait_stream)
     if isinstance(out, int):
         t = sources[out]
         raise Error("unsupported", f"ferry.torch.to: leaf {packed[out]} ({tuple(t.shape)}, {t.dtype}) is a "
@@ -225,7 +225,10 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
             current), work enqueued on the target after the call sees the data. Otherwise the
             target does not wait at the call, so its compute enqueued after the call overlaps
             the copy, and the caller orders the use (``target.wait_stream(wait_stream)``), as
-            with PyTorch's side-stream copies. The host never waits.
+            with PyTorch's side-stream copies; each leaf then has a block of its own, released
+            when its tensor dies (the results may die apart, as a batch's do in a training
+            step), where a call whose target waits puts every leaf in one block. The host never
+            waits.
 
     Returns:
         The same structure with device tensors.
@@ -246,12 +249,9 @@ def to(obj: Any, device: Any = "cuda", *, target_stream: Any = None, wait_stream
     return move(obj, _target(device), target_stream, wait_stream)
 
 
-def move(obj: Any, dev_t: torch.device, target_stream: Any, wait_stream: Any, method: Any = None,
-         target_pool: Any = None) -> Any:
+def move(obj: Any, dev_t: torch.device, target_stream: Any, wait_stream: Any, method: Any = None) -> Any:
     """`to` once its streams are known to be None or torch.cuda.Streams and its device is
-    resolved; with `method`, `obj` is moved by calling it as its own `to` method. With
-    `target_pool` (the target stream's ``stream_id``), the results are allocated in the target's
-    own pool of the caching allocator (see the glue's ``to``)."""
+    resolved; with `method`, `obj` is moved by calling it as its own `to` method."""
     leaves: list[torch.Tensor] = []
     rebuild = _flatten(obj, leaves, dev_t) if method is None else _flatten_method(obj, method, leaves, dev_t)
 
@@ -271,7 +271,7 @@ def move(obj: Any, dev_t: torch.device, target_stream: Any, wait_stream: Any, me
         # leaf first and declines (an index) before it allocates or copies anything when one
         # is not plain; the checks and conversions below then take the call.
         _, xfer = engine(backend, ordinal)
-        out = _to(xfer, leaves, -1 if cpu else ordinal, target_stream, wait_stream, target_pool)
+        out = _to(xfer, leaves, -1 if cpu else ordinal, target_stream, wait_stream)
         if not isinstance(out, int):
             return rebuild(out)
     # Every leaf is checked before anything is allocated or copied. The plain strided CPU
@@ -302,12 +302,12 @@ def move(obj: Any, dev_t: torch.device, target_stream: Any, wait_stream: Any, me
         _, xfer = engine(backend, ordinal)
         sources = [leaves[i] for i in packed]
         if cpu:
-            out = _copy_leaves(xfer, sources, -1, None, None, packed, None)
+            out = _copy_leaves(xfer, sources, -1, None, None, packed)
         elif ordinal == _current_device():
-            out = _copy_leaves(xfer, sources, ordinal, target_stream, wait_stream, packed, target_pool)
+            out = _copy_leaves(xfer, sources, ordinal, target_stream, wait_stream, packed)
         else:
             with torch.cuda.device(ordinal):  # the caching allocator takes the current device's streams
-                out = _copy_leaves(xfer, sources, ordinal, target_stream, wait_stream, packed, target_pool)
+                out = _copy_leaves(xfer, sources, ordinal, target_stream, wait_stream, packed)
         for i, v in zip(packed, out):
             results[i] = v
     return rebuild(results)

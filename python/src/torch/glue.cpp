@@ -20,14 +20,13 @@ using namespace nb::literals;
 
 namespace {
 
-/// A device block of one `to` call, shared by the result tensors: the last one's deleter
-/// releases the adoption (ordering the target after the copy) and hands the block back with
-/// that release point (to ferry's destinations of the target), or straight to the target's
-/// own pool, whose reuse is in the target's order. On the CPU the block is PyTorch's CPU
-/// memory, handed back at once.
+/// A device block of one `to` call, shared by the result tensors it holds: the last one's
+/// deleter releases the adoption (ordering the target after the copy) and hands the block back
+/// to ferry's destinations of the target with that release point. On the CPU the block is
+/// PyTorch's CPU memory, handed back at once.
 struct Block {
   ferry::DeviceBuffer buffer;
-  std::shared_ptr<Destinations> destinations;  ///< null on the CPU and in the target's pool
+  std::shared_ptr<Destinations> destinations;  ///< null on the CPU
   const ferry_torch_native::Api* native = nullptr;
   std::uint64_t pointer = 0;
   std::uint64_t size = 0;
@@ -76,16 +75,13 @@ std::shared_ptr<Destinations> destinations_of(Engine& engine, int device_index, 
 
 /// ferry.torch.to of `leaves` (CPU tensors) with `transfer` on the device `device_index` (-1:
 /// the CPU, through ferry's host backend, waited for). target/wait None: the current stream.
-/// `target_pool`, PyTorch's id of the target stream: the destination comes from the target's
-/// own pool of the caching allocator, shared with the target's other tensors, and the copy
-/// waits for the target's work enqueued so far (the pool reuses memory in the target's order);
-/// without it, from ferry's destinations of the target, whose copy waits only for the release
-/// of the range it reuses. Returns the result tensors, or the index of the first leaf the
-/// native reader refused (a tensor subclass with Python dispatch, a tensor without storage),
-/// before anything is done.
+/// The destinations come from ferry's destinations of the target (a pool of the caching
+/// allocator on an idle stream), whose copy waits only for the release of the range it
+/// reuses. Returns the result tensors, or the index of the first leaf the native reader
+/// refused (a tensor subclass with Python dispatch, a tensor without storage), before anything
+/// is done.
 nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int device_index,
-              std::optional<std::uintptr_t> target_stream, std::optional<std::uintptr_t> wait_stream,
-              std::optional<std::int64_t> target_pool = std::nullopt) {
+              std::optional<std::uintptr_t> target_stream, std::optional<std::uintptr_t> wait_stream) {
   Glue& g = glue();
   if (g.native == nullptr) invalid("ferry.torch: the glue is not set up (ferry._ferry._torch.setup)");
   const ferry_torch_native::Api& native = *g.native;
@@ -146,8 +142,8 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     block->size = size;
     block->device_index = cpu ? -1 : device_index;
     ferry::TimelinePoint ready_after;
-    if (cpu || target_pool) {
-      block->pointer = native.allocate(size, target_pool.value_or(0), block->device_index);
+    if (cpu) {
+      block->pointer = native.allocate(size, 0, -1);
       if (block->pointer == 0) throw nb::python_error();
       ready_after = owner.mark();
     } else {
@@ -341,22 +337,20 @@ void bind_torch_glue(nb::module_& m) {
         "Set the glue up: ferry._torch_native's TO_API capsule, torch.Tensor and torch.cuda.Stream "
         "(None without CUDA). Forgets the engines.");
   m.def("to", [](nb::object transfer, nb::sequence leaves, int device_index, nb::handle target_stream,
-                 nb::handle wait_stream, std::optional<std::int64_t> target_pool) {
+                 nb::handle wait_stream) {
           std::vector<nb::handle> borrowed;
           borrowed.reserve(nb::len(leaves));
           for (nb::handle leaf : leaves) borrowed.push_back(leaf);
           const auto handle = [](nb::handle st) {
             return st.is_none() ? std::nullopt : std::optional<std::uintptr_t>(native_stream(st));
           };
-          return to(transfer, borrowed, device_index, handle(target_stream), handle(wait_stream), target_pool);
+          return to(transfer, borrowed, device_index, handle(target_stream), handle(wait_stream));
         }, "transfer"_a, "leaves"_a, "device_index"_a, "target_stream"_a.none(), "wait_stream"_a.none(),
-        "target_pool"_a = nb::none(),
-        "The leaves (plain contiguous CPU tensors) in one transfer into one allocation (device_index "
-        "-1: the CPU, through the host backend, waited for). target_stream / wait_stream None: the "
-        "current stream. target_pool: the target stream's stream_id, to allocate in its own pool "
-        "(the copy then waits for its work so far); None: ferry's destinations of the target. "
-        "Returns the tensors, or the index of a leaf the native reader refused. The transfer becomes "
-        "the device's engine for to_fast on first use.");
+        "The leaves (plain contiguous CPU tensors) in one transfer into one allocation, or one per "
+        "leaf where the target does not wait (device_index -1: the CPU, through the host backend, "
+        "waited for). target_stream / wait_stream None: the current stream. Returns the tensors, or "
+        "the index of a leaf the native reader refused. The transfer becomes the device's engine for "
+        "to_fast on first use.");
   m.def("to_fast", &to_fast, "obj"_a, "target_stream"_a.none(), "wait_stream"_a.none(),
         "One torch.Tensor to the current CUDA device in one call, once `to` set its engine up; None "
         "when the call is not such a call.");
