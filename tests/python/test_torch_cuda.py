@@ -487,3 +487,37 @@ def test_stash_takes_storages_whose_python_object_was_asked_for():
     s.wait()
     bad = [i for i, t in enumerate(state) if int((t != i + 1).sum())]
     assert bad == []
+
+
+def test_a_stash_reuses_a_restored_host_copy_after_the_restore_read_it():
+    # The host copy of a restored stash goes back to ferry with the point at which the restore
+    # read it; the next stash of that size writes into it after that point, on the device, so
+    # a host running ahead of the GPU needs no new pinned memory per step. Here A's restore is
+    # held back on the device (it follows main's queued work) and B's stash, on main, would
+    # otherwise overwrite A's host copy while A's restore still reads it.
+    n = 64 << 20
+    a = [torch.full((n,), 3, dtype=torch.uint8, device="cuda")]
+    b = [torch.full((n,), 9, dtype=torch.uint8, device="cuda")]
+    side = torch.cuda.Stream()
+    sa = ft.stash(a)
+    host = a[0].data_ptr()  # a CPU tensor over the host copy while stashed
+    sa.synchronize()
+    torch.cuda._sleep(100_000_000)  # main is busy: A's restore copy starts after it
+    sa.restore()
+    sa.wait(side)
+    sb = ft.stash(b)
+    assert b[0].data_ptr() == host, "the stash did not reuse the restored stash's host copy"
+    torch.cuda.synchronize()
+    assert int((a[0] != 3).sum()) == 0, "the reused host copy was overwritten under the restore's read"
+    sb.restore()
+    sb.wait()
+    assert int((b[0] != 9).sum()) == 0
+    sc = ft.stash(a)
+    kept = a[0][:16]  # a CPU view of the host copy, not passed, kept past the restore
+    sc.restore()
+    sc.wait()
+    sd = ft.stash(b)
+    assert b[0].data_ptr() != kept.data_ptr(), "a host copy still held elsewhere was reused"
+    assert int((kept != 3).sum()) == 0
+    sd.restore()
+    sd.wait()

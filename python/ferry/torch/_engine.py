@@ -99,6 +99,11 @@ def held_sources() -> int:
     return glue.held_count()
 
 
+# What other modules keep of the engines (host memory adopted by their devices), let go of
+# when the engines close.
+on_close: list = []
+
+
 def close_engines() -> None:
     """Close every engine ferry.torch opened: wait for their copies, let go of the pinned
     sources held for them, and close their devices, rather than leave open devices to the
@@ -114,6 +119,8 @@ def close_engines() -> None:
     for xfer in stashes + [x for _, x in engines]:
         xfer.close()  # waits for its in-flight copies, which may still read held sources
     glue.held_clear()
+    for forget in on_close:
+        forget()
     for dev, _ in engines:
         dev.close()
 

@@ -11,9 +11,50 @@ import torch
 
 from .. import _ferry
 from .._error import Error
-from ._engine import adopted_queue, check_stream, engine, glue, gpu_backend, native, restoring, stash_transfer
+from ._engine import adopted_queue, check_stream, engine, glue, gpu_backend, native, on_close, restoring, stash_transfer
 
 _lock = threading.Lock()
+
+
+class _HostCopies:
+    """The pinned host copies of finished stashes, per device, for the next stash to reuse in
+    device order: a copy goes back with the point at which the restore's copy last read it,
+    and the next stash's copy into it waits for that point on the device. A host running steps
+    ahead of the GPU then needs no new pinned memory per step in flight (page-locking 2 GiB
+    takes the host most of a second); it reuses one copy, as a loop that stashes into buffers
+    of its own does. A copy that anything else still holds (a CPU view of a stashed tensor
+    kept past the restore) is never reused."""
+
+    KEEP = 4  # per device: the sizes a training step stashes
+
+    def __init__(self):
+        self._free: dict[int, list] = {}
+
+    def take(self, device_index: int, nbytes: int):
+        """(host tensor, its ferry HostBuffer, point to wait for) of at least `nbytes`, or None."""
+        with _lock:
+            entries = self._free.get(device_index, [])
+            for i, (host, buffer, point) in enumerate(entries):
+                if host.numel() >= nbytes:
+                    del entries[i]
+                    if torch._C._storage_Use_Count(host.untyped_storage()._cdata) > 2:
+                        return None  # held elsewhere meanwhile: let it go
+                    return host, buffer, point
+        return None
+
+    def give_back(self, device_index: int, host, buffer, point) -> None:
+        with _lock:
+            entries = self._free.setdefault(device_index, [])
+            entries.append((host, buffer, point))
+            del entries[:-self.KEEP]
+
+    def clear(self) -> None:
+        with _lock:
+            self._free.clear()
+
+
+_host_copies = _HostCopies()
+on_close.append(_host_copies.clear)
 
 
 class Stash:
@@ -124,7 +165,7 @@ class Stash:
             self._adopted.release()
         self._adopted = None
         if self._host is not None:
-            glue.hold(self._xfer.executor.mark(), [self._host])
+            _host_copies.give_back(self._device.index, self._host, self._host_buffer, self._xfer.executor.mark())
             self._host = None
 
     def __del__(self):
@@ -208,8 +249,13 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     dev, xfer = engine(backend, device.index)
     owner = adopted_queue(dev, stream)
     glue.release_reached()
-    host = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=True)
-    host_buffer = dev.host_pool.adopt(host.data_ptr(), max(total, 1))
+    reused = _host_copies.take(device.index, max(total, 1))
+    if reused is None:
+        host = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=True)
+        host_buffer = dev.host_pool.adopt(host.data_ptr(), max(total, 1))
+        read_until = None
+    else:
+        host, host_buffer, read_until = reused
     after = owner.mark()  # the work `stream` enqueued on the tensors so far
     # Each storage's reuse is ordered after its download's read: "ordered" makes `stream` wait
     # for the copy, "deferred" records the storage's use on a stream that waits for it, so the
@@ -219,6 +265,8 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     pending = restoring.get(device.index)
     if pending is not None and not pending.known_reached:
         down.executor.wait(pending)  # a restore no stream waited for may still write these storages
+    if read_until is not None and not read_until.known_reached:
+        down.executor.wait(read_until)  # a reused host copy: the last restore's copy reads it until then
     ready = glue.download_adopted(down, keys, sizes, owner, after, host_buffer, offsets, "ferry.torch.stash", ordered)
     if ready.empty:
         ready = down.executor.mark()
