@@ -94,6 +94,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", default=None, help="also write the rows and bars to this file")
+    ap.add_argument("--profile-copy", action="store_true",
+                    help="print where the ferry way's copy call spends its host time (cProfile)")
     ap.add_argument("--cpu", action="store_true",
                     help="a smoke run on the CPU (no memcpy stream, so no in-place branch; no memory figures)")
     args = ap.parse_args(argv)
@@ -221,10 +223,14 @@ def main(argv=None) -> int:
     from torchrec.distributed.train_pipeline import utils as tp_utils
     copy_s = {"main": 0.0, "worker": 0.0}
 
+    profiler = {"on": False, "prof": None}
+
     def timed(original):
         def to_device(*a, **k):
             t0 = time.perf_counter()
             try:
+                if profiler["on"] and threading.current_thread() is threading.main_thread():
+                    return profiler["prof"].runcall(original, *a, **k)
                 return original(*a, **k)
             finally:
                 side = "main" if threading.current_thread() is threading.main_thread() else "worker"
@@ -255,16 +261,26 @@ def main(argv=None) -> int:
         it = ft.batches(loader()) if way == "ferry" else loader()
         host = []
         start = None
+        if args.profile_copy and way == "ferry":
+            import cProfile
+            profiler["prof"] = cProfile.Profile()
         for k in range(total_steps):
             if k == args.warmup:
                 sync()
                 start = time.perf_counter()
                 copy_s["main"] = copy_s["worker"] = 0.0
+                profiler["on"] = profiler["prof"] is not None
             t0 = time.perf_counter()
             pipeline.progress(it)
             host.append(time.perf_counter() - t0)
         sync()
         step_ms = (time.perf_counter() - start) * 1e3 / args.steps
+        if profiler["on"]:
+            import pstats
+            profiler["on"] = False
+            print(f"[pipeline_study] where {way}'s copy call spent its host time over {args.steps} steps:", file=sys.stderr)
+            pstats.Stats(profiler["prof"], stream=sys.stderr).sort_stats("tottime").print_stats(14)
+            profiler["prof"] = None
         by_stream = collections.Counter()
         named = {}
         if cuda:
