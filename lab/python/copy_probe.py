@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """Host time of one ferry.torch.to of many large pinned tensors, one block (the target waits)
-against one block per leaf (a side wait stream), beside Tensor.to per leaf; and whether the
-sources went by DMA (held until their copies complete) or were staged.
+against one block per leaf (a side wait stream), beside Tensor.to per leaf, on an idle GPU and
+while the stream that read the last call's results is busy; and whether the sources went by
+DMA (held until their copies complete) or were staged.
 
     PYTHONPATH=build/python python3 lab/python/copy_probe.py [--leaves 26] [--mib 40]
 """
@@ -40,20 +41,30 @@ def main():
         "ferry one block": lambda: ft.to(src, "cuda"),
         "ferry per leaf (side wait stream)": lambda: ft.to(src, "cuda", target_stream=main_s, wait_stream=side),
     }
-    for name, fn in ways.items():
-        times, glue_times, held = [], [], []
-        for _ in range(args.reps):
-            torch.cuda.synchronize()
-            glue_s[0] = 0.0
-            t0 = time.perf_counter()
-            out = fn()
-            times.append(time.perf_counter() - t0)
-            glue_times.append(glue_s[0])
-            held.append(ft.held_sources())
-            main_s.wait_stream(side)
+    # busy: as in a training step, the results of the last call die while the stream that
+    # read them is still busy (their release points are not reached), and the call comes then.
+    for busy in (False, True):
+        for name, fn in ways.items():
+            times, glue_times, held = [], [], []
+            out = None
+            for _ in range(args.reps):
+                torch.cuda.synchronize()
+                if busy:
+                    torch.cuda._sleep(50_000_000)
+                    if out is not None:
+                        for t in out:
+                            t.add_(1)  # read after the sleep: released after it
+                out = None
+                glue_s[0] = 0.0
+                t0 = time.perf_counter()
+                out = fn()
+                times.append(time.perf_counter() - t0)
+                glue_times.append(glue_s[0])
+                held.append(ft.held_sources())
+                main_s.wait_stream(side)
             del out
-        print(f"{name:<36} host ms {statistics.median(times) * 1e3:8.3f}  in the glue {statistics.median(glue_times) * 1e3:8.3f}"
-              f"  held sources after the call {max(held)}")
+            print(f"{'busy ' if busy else 'idle '}{name:<36} host ms {statistics.median(times) * 1e3:8.3f}  in the glue "
+                  f"{statistics.median(glue_times) * 1e3:8.3f}  held sources after the call {max(held)}")
 
 
 if __name__ == "__main__":
