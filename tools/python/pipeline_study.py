@@ -259,6 +259,10 @@ def main(argv=None) -> int:
         cls = TrainPipelineBase if args.pipeline == "base" else TrainPipelineSparseDist
         pipeline = cls(model, opt, dev, **kwargs)
         it = ft.batches(loader()) if way == "ferry" else loader()
+        if way == "ferry":
+            from ferry.torch._engine import gpu_backend
+            engine_dev = ft.engine(gpu_backend(), dev.index)[0] if cuda else None
+            waits0 = engine_dev.host_waits if cuda else 0
         host = []
         start = None
         if args.profile_copy and way == "ferry":
@@ -273,6 +277,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             pipeline.progress(it)
             host.append(time.perf_counter() - t0)
+        host_waits = engine_dev.host_waits - waits0 if way == "ferry" and cuda else 0
         sync()
         step_ms = (time.perf_counter() - start) * 1e3 / args.steps
         if profiler["on"]:
@@ -294,7 +299,7 @@ def main(argv=None) -> int:
         row = {"way": way, "step_ms": step_ms, "peak_reserved": torch.cuda.max_memory_reserved() if cuda else 0,
                "peak_allocated": torch.cuda.max_memory_allocated() if cuda else 0,
                "host_ms": 1e3 * sum(host[args.warmup:]) / args.steps,
-               "copy_host_ms": 1e3 * copy_s["main"] / args.steps, "copy_worker_ms": 1e3 * copy_s["worker"] / args.steps,
+               "copy_host_ms": 1e3 * copy_s["main"] / args.steps, "ferry_host_waits": host_waits, "copy_worker_ms": 1e3 * copy_s["worker"] / args.steps,
                "reserved_by_stream": {named.get(s, hex(s)): n for s, n in by_stream.items()},
                "losses": [float(x) for x in torch.stack(model.losses).cpu()],
                "loss_bits": torch.stack(model.losses).cpu().view(torch.int32).tolist()}
@@ -322,7 +327,8 @@ def main(argv=None) -> int:
         held = ", ".join(f"{k} {v / gib:.2f}" for k, v in sorted(r["reserved_by_stream"].items(), key=lambda kv: -kv[1]))
         print(f"{r['way']:<9} {r['step_ms']:>8.2f} {r['peak_reserved'] / gib:>18.3f} {r['peak_allocated'] / gib:>15.3f} "
               f"{r['host_ms']:>17.2f} {r['copy_host_ms']:>13.2f} {'bit-identical' if r['bit_identical'] else 'DIFFER':>14}  "
-              f"{held}" + (f" (copy on TorchRec's thread: {r['copy_worker_ms']:.2f} ms/step)" if r["copy_worker_ms"] else ""))
+              f"{held}" + (f" (copy on TorchRec's thread: {r['copy_worker_ms']:.2f} ms/step)" if r["copy_worker_ms"] else "")
+              + (f" (ferry's host waits: {r['ferry_host_waits']})" if r["ferry_host_waits"] else ""))
     by = {r["way"]: r for r in rows}
     bars = []
     if "ferry" in by:
