@@ -50,6 +50,18 @@ build_tree() {  # build_tree SRC DIR MESON_OPTIONS...: configure once, then buil
 }
 export -f build_tree
 
+python_path() {  # python_path BUILD_DIR: sets pp, the package's path, with torchrec's wheel where needed
+  pp=$1/python
+  if ! python3 -c 'import torchrec' >/dev/null 2>&1 && ls .whl/torchrec-*.whl >/dev/null 2>&1; then
+    # TorchRec's pure-Python wheel, with the test suite's stand-ins for an fbgemm-gpu that does
+    # not load beside this torch.
+    mkdir -p "$1/torchrec-wheel"
+    python3 -m zipfile -e .whl/torchrec-*.whl "$1/torchrec-wheel"
+    pp="$pp:$1/torchrec-wheel"
+    export FERRY_TORCHREC_STANDINS=1
+  fi
+}
+
 for phase in "$@"; do
   case $phase in
     build)
@@ -127,13 +139,7 @@ for phase in "$@"; do
     studies)  # this tree alone, the Python package only: the TorchRec pipeline study and the stash study
       step build-new 240 bash -c 'build_tree "$@"' _ . build-py -Dhip=disabled -Dvulkan=disabled -Dtests=false \
         -Dpython=enabled -Dtorch_native=enabled
-      pp=build-py/python
-      if ! python3 -c 'import torchrec' >/dev/null 2>&1 && ls .whl/torchrec-*.whl >/dev/null 2>&1; then
-        mkdir -p build-py/torchrec-wheel
-        python3 -m zipfile -e .whl/torchrec-*.whl build-py/torchrec-wheel
-        pp="$pp:build-py/torchrec-wheel"
-        export FERRY_TORCHREC_STANDINS=1
-      fi
+      python_path build-py
       step pytest-studies 200 env PYTHONPATH="$pp" FERRY_REQUIRE_TORCHREC=1 python3 -m pytest -q -rs -p no:cacheprovider \
         tests/python/test_torchrec.py tests/python/test_torch_cuda.py
       tail -n 4 "$out/pytest-studies.log"
@@ -155,13 +161,7 @@ for phase in "$@"; do
       step test-vulkan 150 meson test -C build-gpu --no-rebuild --print-errorlogs --suite conformance-vulkan
       step test-pairs 150 meson test -C build-gpu --no-rebuild --print-errorlogs --suite conformance-vulkan_cuda \
         --suite conformance-cuda_vulkan
-      pp=build-gpu/python
-      if ! python3 -c 'import torchrec' >/dev/null 2>&1 && ls .whl/torchrec-*.whl >/dev/null 2>&1; then
-        mkdir -p build-gpu/torchrec-wheel
-        python3 -m zipfile -e .whl/torchrec-*.whl build-gpu/torchrec-wheel
-        pp="$pp:build-gpu/torchrec-wheel"
-        export FERRY_TORCHREC_STANDINS=1
-      fi
+      python_path build-gpu
       step python 240 env PYTHONPATH="$pp" FERRY_REQUIRE_TORCHREC=1 python3 -m pytest -q -rfs -p no:cacheprovider tests/python
       grep -hE "^(Ok|Fail|Skipped):|passed|failed|^FAILED|^ERROR" "$out"/test-*.log "$out"/python.log | sort | uniq -c
       step probe 60 env PYTHONPATH="$pp" python3 lab/python/copy_probe.py
