@@ -23,6 +23,7 @@
 #include <cstring>
 #include <cstdio>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "check.hpp"
@@ -33,7 +34,6 @@
 #define FERRY_GPU_VENDOR "HIP"
 #define FERRY_GPU_DESCRIPTOR hip_backend_descriptor
 #define FERRY_GPU_OPTION "-Dhip=enabled"
-#define FERRY_GPU_HAS_KERNELS 0  // kernels.cu needs hipcc, which this build does not use
 // Image copies are written against the CUDA runtime's array API only; HIP has no mapping yet.
 #define FERRY_GPU_HAS_IMAGES 0
 #define FERRY_GPU_HAS_BATCH_COPY 0  // hipMemcpyBatchAsync is not mapped: one copy call per copy
@@ -103,6 +103,12 @@ inline ErrorCode classify(hipError_t e) {
     case hipErrorAssert: return ErrorCode::device_lost;
     default: return ErrorCode::backend_error;
   }
+}
+
+/// The runtime is linked: present wherever libferry loaded.
+inline bool runtime_loaded() noexcept { return true; }
+[[noreturn]] inline void fail_runtime_missing() {
+  throw Error(ErrorCode::unsupported, "hip: the HIP runtime is missing", {}, std::source_location{});
 }
 
 #define FERRY_HIP_CHECK(expr) \
@@ -261,5 +267,18 @@ inline void* import_memory(int /*fd*/, std::uint64_t /*size*/, bool /*dedicated*
   refuse_import("device memory import");
 }
 inline void destroy_external_memory(ExternalMemory /*handle*/) {}
+
+// ---- Kernels: HIP's device code would need hipcc, which this build does not use, so the
+// synthetic compute step reports `unsupported` on HIP.
+inline constexpr bool kLoadsKernels = false;
+struct Kernels {};
+[[noreturn]] inline Kernels load_kernels(std::span<const std::byte> /*image*/) {
+  throw Error(ErrorCode::unsupported, "hip: no kernel images are loaded on HIP", {}, std::source_location{});
+}
+inline void unload_kernels(Kernels& /*k*/) noexcept {}
+[[noreturn]] inline void launch_synthetic(const Kernels& /*k*/, const void* /*in*/, void* /*out*/, std::uint64_t /*bytes*/,
+                                          std::uint32_t /*units*/, int /*max_blocks*/, hipStream_t /*stream*/) {
+  throw Error(ErrorCode::unsupported, "hip: no synthetic compute kernel on HIP", {}, std::source_location{});
+}
 
 }  // namespace ferry::detail::hip_impl::vendor
