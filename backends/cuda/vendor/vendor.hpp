@@ -23,6 +23,9 @@
 // Everything else uses CUDA runtime names: the CUDA shim implements them over the driver API,
 // the HIP shim maps them onto HIP's. What a vendor cannot do, its shim's function refuses
 // with `unsupported`: the backend's source has no vendor conditionals.
+//
+// Neither vendor's library is linked: each shim opens it at the backend's first use, so
+// libferry loads where the vendor's runtime is absent.
 
 #pragma once
 
