@@ -505,6 +505,7 @@ constinit const BackendDescriptor vulkan_backend_descriptor{
     .count = &vulkan_device_count,
     .open = &vulkan_open,
     .is_gpu = &vulkan_device_is_gpu,  // CPU drivers (lavapipe) rank among the CPU devices
+    .runtime_present = [] () noexcept { return loader_get_instance_proc_addr() != nullptr; },
 };
 
 }  // namespace ferry::detail
