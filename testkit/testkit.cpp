@@ -3,13 +3,20 @@
 // ordering bookkeeping are libferry's; the kit reaches them through its entries
 // (src/testkit_entry.hpp): testkit_enqueue_compute validates the arguments and reports errors
 // under this function's name, and testkit_register_kernels takes the device code the kit
-// carries for backends whose kernels need a device compiler (CUDA: synthetic_kernel.cu,
-// compiled by nvcc into a fatbin and embedded where nvcc was found at build time).
+// carries for backends whose kernels are device code (CUDA: synthetic_kernel.cu, compiled by
+// nvcc into a fatbin and embedded where nvcc was found at build time; Vulkan: synthetic.comp,
+// compiled to SPIR-V by glslangValidator), so that libferry holds none.
 #include "ferry/testing.hpp"
 
 #include <cstddef>
 
 #include "testkit_entry.hpp"
+
+#if FERRY_TESTKIT_VULKAN_KERNELS
+#include <stdint.h>  // the generated SPIR-V header uses ::uint32_t
+
+#include "synthetic_spv.h"  // testkit/synthetic.comp compiled by glslangValidator
+#endif
 
 #if FERRY_TESTKIT_CUDA_KERNELS
 namespace ferry::testkit_data {
@@ -29,6 +36,9 @@ namespace {
 #if FERRY_TESTKIT_CUDA_KERNELS
   detail::testkit_register_kernels(Backend::cuda, testkit_data::synthetic_cuda_fatbin,
                                    testkit_data::synthetic_cuda_fatbin_size);
+#endif
+#if FERRY_TESTKIT_VULKAN_KERNELS
+  detail::testkit_register_kernels(Backend::vulkan, ferry_synthetic_spv, sizeof(ferry_synthetic_spv));
 #endif
   return true;
 }();
