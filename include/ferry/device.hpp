@@ -99,7 +99,9 @@ struct Capabilities {
   bool host_memory_registration = false;    ///< user memory can be registered (pinned/imported)
   bool host_memory_adoption = false;        ///< page-locked engine memory can be adopted (HostPool::adopt)
   bool timeline_export = false;             ///< timeline semaphores exportable (interop)
-  bool synthetic_compute = false;           ///< `run_synthetic_compute` (testing.hpp) runs here
+  /// `run_synthetic_compute` (testing.hpp) runs here. On CUDA and Vulkan the kernel is
+  /// ferry-testkit's device code, registered when the kit loads: false without the kit.
+  bool synthetic_compute = false;
   std::uint64_t min_alignment = 256;        ///< pool sub-allocation alignment in bytes
   std::uint64_t max_allocation_bytes = 0;   ///< largest single segment (0 = unknown)
   /// Device UUID as the vendor reports it (CUDA `cudaDeviceProp::uuid`, Vulkan
