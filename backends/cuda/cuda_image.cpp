@@ -107,8 +107,7 @@ unsigned element_bytes(CUarray_format format, unsigned channels) {
     case CU_AD_FORMAT_UNORM_INT8X4:
     case CU_AD_FORMAT_SNORM_INT8X4:
     case CU_AD_FORMAT_UNORM_INT16X2:
-    case CU_AD_FORMAT_SNORM_INT16X2:
-    case CU_AD_FORMAT_UNORM_INT_101010_2: return 4;
+    case CU_AD_FORMAT_SNORM_INT16X2: return 4;
     case CU_AD_FORMAT_UNORM_INT16X4:
     case CU_AD_FORMAT_SNORM_INT16X4: return 8;
     default: return 0;

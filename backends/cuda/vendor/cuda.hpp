@@ -123,6 +123,9 @@ inline constexpr int kAbi = 12000;
   X(cuFuncGetAttribute, PFN_cuFuncGetAttribute_v2020)                           \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)
 
+/// cuStreamGetDevice (CUDA 12.8), spelled out so that headers older than 12.8 compile too.
+using PFN_StreamGetDevice = CUresult(CUDAAPI*)(CUstream stream, CUdevice* device);
+
 /// The driver, resolved once per process.
 struct Driver {
 #define FERRY_CU_MEMBER(name, type) type name = nullptr;
@@ -131,7 +134,7 @@ struct Driver {
   /// Functions of newer drivers, asked for at the version whose signature the pointer has, and
   /// only of a driver of that version or newer: asked of an older driver, cuGetProcAddress
   /// would return that driver's older form under the same name, with another signature.
-  PFN_cuStreamGetDevice_v12080 cuStreamGetDevice = nullptr;  ///< driver >= 12.8
+  PFN_StreamGetDevice cuStreamGetDevice = nullptr;  ///< driver >= 12.8
 #if CUDA_VERSION >= 13000
   PFN_cuMemcpyBatchAsync_v13000 cuMemcpyBatchAsync = nullptr;  ///< driver >= 13.0
 #endif
@@ -203,7 +206,7 @@ inline const DriverLoad& driver_load() noexcept {
       if (d.cuDriverGetVersion(&d.version) != CUDA_SUCCESS) d.version = 0;
       void* p = nullptr;
       if (d.version >= 12080 && resolve("cuStreamGetDevice", 12080, &p)) {
-        d.cuStreamGetDevice = reinterpret_cast<PFN_cuStreamGetDevice_v12080>(p);
+        d.cuStreamGetDevice = reinterpret_cast<PFN_StreamGetDevice>(p);
       }
 #if CUDA_VERSION >= 13000
       if (d.version >= 13000 && resolve("cuMemcpyBatchAsync", 13000, &p)) {
