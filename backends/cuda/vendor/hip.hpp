@@ -150,7 +150,8 @@ struct HipLoad {
 /// HIP 5.x): another major version has another ABI (ROCm 6 changed hipDeviceProp_t). The
 /// development symlink libamdhip64.so comes second.
 inline constexpr const char* kDefaultLibrary = "libamdhip64.so." FERRY_HIP_STR(HIP_VERSION_MAJOR);
-inline constexpr const char* kLibraryOrigin = "ROCm's HIP runtime (Debian: libamdhip64-5)";
+inline constexpr const char* kLibraryOrigin =
+    "ROCm's HIP runtime (Debian: libamdhip64-" FERRY_HIP_STR(HIP_VERSION_MAJOR) ")";
 /// Environment variable naming another path (or soname) to load instead.
 inline constexpr const char* kLibraryVariable = "FERRY_HIP_LIBRARY";
 
