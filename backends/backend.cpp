@@ -3,6 +3,10 @@
 // hooks, and what the stubs of backends that were not built share.
 #include "backend.hpp"
 
+#include <array>
+#include <atomic>
+#include <new>
+
 namespace ferry::detail {
 
 // Defaults of the optional interop hooks: a backend that does not override them cannot take
@@ -88,6 +92,32 @@ void require_pointer_only(const NativeMemory& native, const char* backend) {
                                                  " adopts a pointer)",
                 {}, std::source_location{});
   }
+}
+
+namespace {
+
+/// One registered image per backend, published whole through one pointer.
+struct KernelImage {
+  std::span<const std::byte> bytes;
+};
+constexpr std::size_t kImageSlots = 16;
+constinit std::array<std::atomic<const KernelImage*>, kImageSlots> g_kernel_images{};
+
+}  // namespace
+
+void set_synthetic_kernel_image(Backend backend, std::span<const std::byte> image) noexcept {
+  const auto slot = static_cast<std::size_t>(backend);
+  if (slot >= kImageSlots) return;
+  // Leaked on purpose: a reader may hold the previous one while this one is published.
+  const KernelImage* next = image.empty() ? nullptr : new (std::nothrow) KernelImage{image};
+  g_kernel_images[slot].store(next, std::memory_order_release);
+}
+
+std::span<const std::byte> synthetic_kernel_image(Backend backend) noexcept {
+  const auto slot = static_cast<std::size_t>(backend);
+  if (slot >= kImageSlots) return {};
+  const KernelImage* image = g_kernel_images[slot].load(std::memory_order_acquire);
+  return image != nullptr ? image->bytes : std::span<const std::byte>{};
 }
 
 int no_devices() noexcept { return 0; }

@@ -474,7 +474,19 @@ struct BackendDescriptor {
   /// indexes, against which the front end checks an explicit peer ordinal. Null: the backend
   /// ignores peer_ordinal.
   int (*peer_count)() noexcept = nullptr;
+  /// Optional, for backends that load a vendor library at run time (Device::runtime_present):
+  /// whether it loads and provides what the backend needs. Never throws. Null: the backend
+  /// needs no library beyond libferry's own dependencies.
+  bool (*runtime_present)() noexcept = nullptr;
 };
+
+/// Device code of the synthetic compute step (run_synthetic_compute), for backends that load
+/// kernels from an image: libferry holds no device code of its own, and ferry-testkit
+/// registers its image (CUDA: a fatbin or PTX text whose kernel is ferry_synthetic_compute)
+/// when it loads. The image must outlive the process's devices (the kit's static data does).
+/// Thread-safe; an empty span: no image registered for `backend`.
+void set_synthetic_kernel_image(Backend backend, std::span<const std::byte> image) noexcept;
+std::span<const std::byte> synthetic_kernel_image(Backend backend) noexcept;
 
 /// For pointer backends' adopt_memory: `invalid_argument` unless `native.pointer` is set and
 /// no vulkan_* field is (`backend` names the backend in the message).

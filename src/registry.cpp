@@ -157,4 +157,9 @@ bool Device::built_with(Backend backend) noexcept {
   return d != nullptr && d->built;
 }
 
+bool Device::runtime_present(Backend backend) noexcept {
+  const detail::BackendDescriptor* d = detail::find(backend);
+  return d != nullptr && d->built && (d->runtime_present == nullptr || d->runtime_present());
+}
+
 }  // namespace ferry

@@ -6,8 +6,14 @@
 #include <string>
 
 #include "access.hpp"
+#include "backend.hpp"
 
 namespace ferry::detail {
+
+void testkit_register_kernels(Backend backend, const void* image, std::size_t bytes) noexcept {
+  if (image == nullptr || bytes == 0) return;
+  set_synthetic_kernel_image(backend, std::span<const std::byte>(static_cast<const std::byte*>(image), bytes));
+}
 
 void testkit_enqueue_compute(const Queue& queue, const DeviceBuffer& input, const DeviceBuffer& output,
                              std::uint32_t units, const std::source_location& where) {

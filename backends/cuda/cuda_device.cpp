@@ -6,15 +6,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cuda/cuda_internal.hpp"
-
-#if FERRY_GPU_HAS_KERNELS
-#include "cuda/kernels.hpp"
-#endif
 
 namespace ferry::detail::FERRY_GPU_NS {
 
@@ -31,16 +28,16 @@ Device::Device(int ordinal) : core_(std::make_shared<Core>()) {
   FERRY_GPU_CHECK(cudaDeviceGetStreamPriorityRange(&core_->priority_least, &core_->priority_greatest));
   core_->max_blocks = std::max(1, prop.multiProcessorCount) * 4;
   core_->stream_mem_ops64 = features.stream_mem_ops64;
-#if FERRY_GPU_HAS_KERNELS
-  // Before any queue can wait for the host: a lazily loaded kernel's first launch could
-  // otherwise wait behind such a queue (kernels.hpp).
-  FERRY_GPU_CHECK(preload_kernels());
-#endif
+  // The synthetic kernel, where ferry-testkit has registered its image: loaded before any
+  // queue can wait for the host, since loading may wait behind such a queue (load_kernels).
+  const std::span<const std::byte> kernel_image = synthetic_kernel_image(FERRY_GPU_BACKEND);
+  const bool kernels = vendor::kLoadsKernels && !kernel_image.empty();
+  if (kernels) (void)core_->kernels(kernel_image);
 
   caps_.name = prop.name;
   caps_.backend = FERRY_GPU_BACKEND;
   caps_.is_gpu = true;
-  caps_.synthetic_compute = FERRY_GPU_HAS_KERNELS != 0;
+  caps_.synthetic_compute = kernels;
   caps_.device_memory_bytes = prop.totalGlobalMem;
   caps_.copy_engines = features.copy_engines;
   caps_.dedicated_transfer_queue = true;   // its own stream; copies go to the copy engines
@@ -166,15 +163,22 @@ std::unique_ptr<Queue> Device::make_queue(int priority) {
 
 int ordinal_of(BackendDevice& device) { return static_cast<Device&>(device).ordinal(); }
 
-}  // namespace ferry::detail::FERRY_GPU_NS
-
-namespace ferry::detail {
+const vendor::Kernels& Core::kernels(std::span<const std::byte> image) {
+  std::lock_guard lock(kernels_mutex);
+  if (!kernels_loaded) {
+    loaded_kernels = vendor::load_kernels(image);
+    kernels_loaded = true;
+  }
+  return loaded_kernels;
+}
 
 namespace {
 
 int device_count() noexcept {
   int count = 0;
-  // Any failure (no driver, no device, driver too old) means "no device": never throw.
+  // Any failure (no runtime library, no driver, no device, driver too old) means "no
+  // device": never throw.
+  if (!vendor::runtime_loaded()) return 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -183,19 +187,25 @@ int device_count() noexcept {
 }
 
 std::unique_ptr<BackendDevice> open_device(const DeviceOptions& options) {
+  if (!vendor::runtime_loaded()) vendor::fail_runtime_missing();  // names the library
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    const std::string why = e == cudaSuccess ? std::string("the driver reports 0 devices")
-                                             : FERRY_GPU_NS::vendor::describe(e);
+    const std::string why = e == cudaSuccess ? std::string("the driver reports 0 devices") : vendor::describe(e);
     throw Error(ErrorCode::unsupported, std::string("no ") + FERRY_GPU_VENDOR + " device present (" + why + ")",
                 e == cudaSuccess ? std::string{} : std::string(FERRY_GPU_NAME(cudaGetDeviceCount)),
                 std::source_location{});
   }
-  return std::make_unique<FERRY_GPU_NS::Device>(options.ordinal);
+  return std::make_unique<Device>(options.ordinal);
 }
 
+bool runtime_present() noexcept { return vendor::runtime_loaded(); }
+
 }  // namespace
+
+}  // namespace ferry::detail::FERRY_GPU_NS
+
+namespace ferry::detail {
 
 extern const BackendDescriptor FERRY_GPU_DESCRIPTOR;
 constinit const BackendDescriptor FERRY_GPU_DESCRIPTOR{
@@ -204,8 +214,9 @@ constinit const BackendDescriptor FERRY_GPU_DESCRIPTOR{
     .option = FERRY_GPU_OPTION,
     .kind = DeviceKind::gpu,
     .built = true,
-    .count = &device_count,
-    .open = &open_device,
+    .count = &FERRY_GPU_NS::device_count,
+    .open = &FERRY_GPU_NS::open_device,
+    .runtime_present = &FERRY_GPU_NS::runtime_present,
 };
 
 }  // namespace ferry::detail

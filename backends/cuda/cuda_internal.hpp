@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -78,6 +79,14 @@ struct Core {
   void retire_import(vendor::ExternalSemaphore handle) noexcept;
   std::vector<vendor::ExternalSemaphore> retired_imports;
 
+  /// The synthetic compute kernel, loaded from the image ferry-testkit registers
+  /// (synthetic_kernel_image) at open, or at the first launch when the image came later.
+  /// Caller binds the context. Defined with the device (cuda_device.cpp).
+  const vendor::Kernels& kernels(std::span<const std::byte> image);
+  std::mutex kernels_mutex;  ///< guards loaded_kernels and kernels_loaded
+  vendor::Kernels loaded_kernels;
+  bool kernels_loaded = false;
+
   static constexpr std::size_t kSlabBytes = 4096;
   static constexpr std::size_t kCounterStride = 64;
   std::mutex counters_mutex;  ///< guards slabs, free_counters and retired_imports
@@ -111,6 +120,16 @@ class ContextGuard {
   }
   ContextGuard(const ContextGuard&) = delete;
   ContextGuard& operator=(const ContextGuard&) = delete;
+
+  /// For destructors: binds like the constructor and reports failure instead of throwing
+  /// (no driver left to bind with: the process is going, and the driver reclaims the rest).
+  static std::optional<ContextGuard> try_bind(const Core& core) noexcept {
+    try {
+      return std::optional<ContextGuard>(std::in_place, core);
+    } catch (...) {
+      return std::nullopt;
+    }
+  }
 
  private:
   vendor::DeviceContext previous_{};

@@ -10,10 +10,6 @@
 
 #include "cuda/cuda_internal.hpp"
 
-#if FERRY_GPU_HAS_KERNELS
-#include "cuda/kernels.hpp"
-#endif
-
 namespace ferry::detail::FERRY_GPU_NS {
 
 Queue::Queue(std::shared_ptr<Core> core, cudaStream_t stream, bool owned)
@@ -27,8 +23,12 @@ Queue::~Queue() {
     std::lock_guard lock(core_->mutex);
     std::erase(core_->streams, stream_);
   }
-  // Returns at once; the stream's resources go once its pending work has completed.
-  if (owned_) ignore_in_destructor(cudaStreamDestroy(stream_));
+  // Returns at once; the stream's resources go once its pending work has completed. The
+  // destroying thread may be any thread: it binds the context like every entry point.
+  if (owned_) {
+    const auto guard = ContextGuard::try_bind(*core_);
+    if (guard) ignore_in_destructor(cudaStreamDestroy(stream_));
+  }
 }
 
 void Queue::copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) {
@@ -47,13 +47,14 @@ void Queue::copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) {
 }
 
 #if FERRY_GPU_HAS_BATCH_COPY
-/// One cudaMemcpyBatchAsync for the whole batch: one driver call, where a loop of single
-/// copies pays the per-call cost for each copy. Stream-ordered source access keeps the
-/// batch's ordering that of single copies on this stream. The legacy default stream, which
-/// the batch call refuses, and a single copy take the single-copy path.
+/// One batched copy for the whole batch: one driver call, where a loop of single copies pays
+/// the per-call cost for each copy. Stream-ordered source access keeps the batch's ordering
+/// that of single copies on this stream. The legacy default stream, which the batch call
+/// refuses, a single copy, and a driver without the batch call take the single-copy path.
 void Queue::copy_many(std::span<const HostDeviceCopy> copies, bool to_device) {
   if (copies.empty()) return;
-  if (copies.size() == 1 || stream_ == nullptr || stream_ == cudaStreamLegacy || stream_ == cudaStreamPerThread) {
+  if (copies.size() == 1 || stream_ == nullptr || stream_ == cudaStreamLegacy || stream_ == cudaStreamPerThread ||
+      !vendor::has_batch_copy()) {
     for (const HostDeviceCopy& c : copies) {
       if (to_device) {
         copy_h2d(c.device, c.host, c.bytes);
@@ -64,22 +65,17 @@ void Queue::copy_many(std::span<const HostDeviceCopy> copies, bool to_device) {
     return;
   }
   ContextGuard guard(*core_);
-  std::vector<void*> dsts(copies.size());
-  std::vector<const void*> srcs(copies.size());
+  std::vector<CUdeviceptr> dsts(copies.size());
+  std::vector<CUdeviceptr> srcs(copies.size());
   std::vector<std::size_t> sizes(copies.size());
   for (std::size_t i = 0; i < copies.size(); ++i) {
-    void* device = device_ptr(copies[i].device);
-    void* host = host_ptr(copies[i].host);
+    const CUdeviceptr device = to_device_address(device_ptr(copies[i].device));
+    const CUdeviceptr host = to_device_address(host_ptr(copies[i].host));
     dsts[i] = to_device ? device : host;
     srcs[i] = to_device ? host : device;
     sizes[i] = copies[i].bytes;
   }
-  cudaMemcpyAttributes attributes{};
-  attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-  attributes.flags = cudaMemcpyFlagDefault;
-  std::size_t first = 0;  // every copy uses attributes[0]
-  FERRY_GPU_CHECK(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), copies.size(), &attributes, &first,
-                                       1, stream_));
+  vendor::copy_batch_async(dsts.data(), srcs.data(), sizes.data(), copies.size(), stream_);
 }
 #endif
 
@@ -103,16 +99,16 @@ void Queue::wait(BackendSemaphore& sem, std::uint64_t value) {
   static_cast<GpuSemaphore&>(sem).enqueue_wait(stream_, value);
 }
 
+// The kernel comes from the image ferry-testkit registers (synthetic_kernel_image); without
+// one, or where the vendor loads no kernel images, the front end reports `unsupported`.
 bool Queue::synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) {
-#if FERRY_GPU_HAS_KERNELS
+  if (!vendor::kLoadsKernels) return false;
+  const std::span<const std::byte> image = synthetic_kernel_image(FERRY_GPU_BACKEND);
+  if (image.empty()) return false;
   ContextGuard guard(*core_);
-  FERRY_GPU_CHECK(launch_synthetic_compute(device_ptr(in), device_ptr(out), bytes, units,
-                                           core_->max_blocks, stream_));
+  vendor::launch_synthetic(core_->kernels(image), device_ptr(in), device_ptr(out), bytes, units, core_->max_blocks,
+                           stream_);
   return true;
-#else
-  (void)in, (void)out, (void)bytes, (void)units;
-  return false;  // no device compiler built kernels.cu for this vendor
-#endif
 }
 
 }  // namespace ferry::detail::FERRY_GPU_NS

@@ -60,13 +60,12 @@ void Core::retire_import(vendor::ExternalSemaphore handle) noexcept {
 }
 
 Core::~Core() {
-  if (slabs.empty() && retired_imports.empty()) return;
-  try {
-    ContextGuard guard(*this);
-    for (vendor::ExternalSemaphore h : retired_imports) vendor::destroy_external_semaphore(h);
-    for (void* slab : slabs) ignore_in_destructor(cudaFreeHost(slab));
-  } catch (...) {  // no context to bind: the process is going; the driver reclaims the slabs
-  }
+  if (slabs.empty() && retired_imports.empty() && !kernels_loaded) return;
+  const auto guard = ContextGuard::try_bind(*this);
+  if (!guard) return;  // no context to bind: the process is going; the driver reclaims the rest
+  for (vendor::ExternalSemaphore h : retired_imports) vendor::destroy_external_semaphore(h);
+  for (void* slab : slabs) ignore_in_destructor(cudaFreeHost(slab));
+  if (kernels_loaded) vendor::unload_kernels(loaded_kernels);
 }
 
 namespace {
@@ -115,12 +114,17 @@ class Semaphore final : public GpuSemaphore {
   ~Semaphore() override {
     // Pending signals still write the counter: let them finish before it is reused. The
     // front end keeps a semaphore alive until the queues have passed its operations, so
-    // these events are complete and the waits return at once.
-    for (const Pending& p : pending_) {
-      ignore_in_destructor(cudaEventSynchronize(p.event));
-      ignore_in_destructor(cudaEventDestroy(p.event));
+    // these events are complete and the waits return at once. Any thread may drop the last
+    // handle: it binds the context like every entry point.
+    if (!pending_.empty() || !spare_.empty()) {
+      if (const auto guard = ContextGuard::try_bind(*core_)) {
+        for (const Pending& p : pending_) {
+          ignore_in_destructor(cudaEventSynchronize(p.event));
+          ignore_in_destructor(cudaEventDestroy(p.event));
+        }
+        for (cudaEvent_t e : spare_) ignore_in_destructor(cudaEventDestroy(e));
+      }
     }
-    for (cudaEvent_t e : spare_) ignore_in_destructor(cudaEventDestroy(e));
     core_->give_counter({counter_, counter_device_});
   }
 

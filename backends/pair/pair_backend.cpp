@@ -463,6 +463,12 @@ int cuda_device_count() noexcept { return cuda_side.count(); }
 /// present once a Vulkan GPU and a CUDA device are: whether one Vulkan device has a CUDA twin
 /// (the same UUID) and its driver exports what a pair needs is only known at open, which says
 /// why when it has not.
+/// A pair needs both sides' libraries.
+bool pair_runtime_present() noexcept {
+  return vulkan_side.built && cuda_side.built && (vulkan_side.runtime_present == nullptr || vulkan_side.runtime_present()) &&
+         (cuda_side.runtime_present == nullptr || cuda_side.runtime_present());
+}
+
 int pair_device_count() noexcept {
   if (cuda_side.count() == 0) return 0;
   const int n = vulkan_side.count();
@@ -539,6 +545,7 @@ constinit const BackendDescriptor vulkan_cuda_backend_descriptor{
     .count = &pair_device_count,
     .open = &pair_open,
     .peer_count = &cuda_device_count,
+    .runtime_present = &pair_runtime_present,
 };
 extern const BackendDescriptor cuda_vulkan_backend_descriptor;
 constinit const BackendDescriptor cuda_vulkan_backend_descriptor{
@@ -550,6 +557,7 @@ constinit const BackendDescriptor cuda_vulkan_backend_descriptor{
     .count = &pair_device_count,
     .open = &pair_open,
     .peer_count = &cuda_device_count,
+    .runtime_present = &pair_runtime_present,
 };
 
 }  // namespace ferry::detail

@@ -12,10 +12,6 @@
 
 #include "vulkan_internal.hpp"
 
-#include <stdint.h>  // the generated SPIR-V header uses ::uint32_t
-
-#include "synthetic_spv.h"  // generated from synthetic.comp by glslangValidator
-
 namespace ferry::detail {
 
 namespace {
@@ -367,7 +363,8 @@ void VulkanDevice::finish_setup(std::uint32_t compute_index, std::uint32_t trans
   caps_.name = props_.deviceName;
   caps_.backend = Backend::vulkan;
   caps_.is_gpu = props_.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
-  caps_.synthetic_compute = true;
+  // The shader is ferry-testkit's (synthetic_kernel_image): libferry holds no device code.
+  caps_.synthetic_compute = !synthetic_kernel_image(Backend::vulkan).empty();
   for (std::uint32_t h = 0; h < memory_.memoryHeapCount; ++h) {
     if (memory_.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) {
       caps_.device_memory_bytes = std::max(caps_.device_memory_bytes, memory_.memoryHeaps[h].size);
@@ -442,10 +439,13 @@ void VulkanDevice::wait_idle() {
 const SyntheticPipeline& VulkanDevice::synthetic() {
   std::lock_guard lock(mutex_);
   if (synthetic_.pipeline != VK_NULL_HANDLE) return synthetic_;
-  // Partially created objects stay in synthetic_ and are destroyed with the device.
+  // Partially created objects stay in synthetic_ and are destroyed with the device. The SPIR-V
+  // is the test kit's (synthetic.comp, registered when the kit loads: an array of 32-bit
+  // words, so aligned for pCode); the queue checks that there is one before asking.
+  const std::span<const std::byte> spirv = synthetic_kernel_image(Backend::vulkan);
   VkShaderModuleCreateInfo si{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-  si.codeSize = sizeof(ferry_synthetic_spv);
-  si.pCode = ferry_synthetic_spv;
+  si.codeSize = spirv.size();
+  si.pCode = reinterpret_cast<const std::uint32_t*>(spirv.data());
   if (synthetic_.shader == VK_NULL_HANDLE) {
     FERRY_VK_CHECK(vk_.vkCreateShaderModule(device_, &si, nullptr, &synthetic_.shader));
   }
@@ -505,6 +505,7 @@ constinit const BackendDescriptor vulkan_backend_descriptor{
     .count = &vulkan_device_count,
     .open = &vulkan_open,
     .is_gpu = &vulkan_device_is_gpu,  // CPU drivers (lavapipe) rank among the CPU devices
+    .runtime_present = [] () noexcept { return loader_get_instance_proc_addr() != nullptr; },
 };
 
 }  // namespace ferry::detail

@@ -387,11 +387,13 @@ VkDescriptorSet VulkanQueue::allocate_set() {
   return set;
 }
 
-// out[i] = in[i] + 1 per byte, `units` dispatches over the data (see synthetic.comp). Needs
-// 4-byte aligned offsets (pool blocks are) and a compute-capable family; else returns false.
+// out[i] = in[i] + 1 per byte, `units` dispatches over the data (testkit/synthetic.comp, whose
+// SPIR-V ferry-testkit registers). Needs the registered shader, 4-byte aligned offsets (pool
+// blocks are) and a compute-capable family; else returns false.
 // Ranges larger than maxStorageBufferRange are processed in chunks.
 bool VulkanQueue::synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) {
   if (in.offset % 4 != 0 || out.offset % 4 != 0 || !device_.has_compute(family_)) return false;
+  if (synthetic_kernel_image(Backend::vulkan).empty()) return false;  // no test kit's shader
   // The shader reads and writes whole words: a range whose last word extends past its buffer
   // (an adopted buffer of a size not a multiple of 4) cannot be bound.
   if ((in.offset + bytes + 3) / 4 * 4 > in.segment->size || (out.offset + bytes + 3) / 4 * 4 > out.segment->size) {

@@ -99,7 +99,9 @@ struct Capabilities {
   bool host_memory_registration = false;    ///< user memory can be registered (pinned/imported)
   bool host_memory_adoption = false;        ///< page-locked engine memory can be adopted (HostPool::adopt)
   bool timeline_export = false;             ///< timeline semaphores exportable (interop)
-  bool synthetic_compute = false;           ///< `run_synthetic_compute` (testing.hpp) runs here
+  /// `run_synthetic_compute` (testing.hpp) runs here. On CUDA and Vulkan the kernel is
+  /// ferry-testkit's device code, registered when the kit loads: false without the kit.
+  bool synthetic_compute = false;
   std::uint64_t min_alignment = 256;        ///< pool sub-allocation alignment in bytes
   std::uint64_t max_allocation_bytes = 0;   ///< largest single segment (0 = unknown)
   /// Device UUID as the vendor reports it (CUDA `cudaDeviceProp::uuid`, Vulkan
@@ -348,6 +350,17 @@ class FERRY_API Device {
   static int count(Backend backend) noexcept;
   /// @brief Whether the backend was compiled into this build of ferry.
   static bool built_with(Backend backend) noexcept;
+  /// @brief Whether the backend was compiled in and the vendor library it opens at run time
+  /// loads here and provides what the backend needs: CUDA's `libcuda.so.1` (installed by the
+  /// NVIDIA driver), HIP's `libamdhip64.so.<major>` (ROCm's HIP runtime), Vulkan's loader
+  /// `libvulkan.so.1`; both of them for the interop pairs. No ferry binary links a vendor
+  /// library, so ferry loads without them, and opening a backend whose library is missing
+  /// throws `unsupported` naming it. True for the host and null backends when built (they
+  /// need no vendor library). A present runtime may still see no device: `count` tells. The
+  /// first call per backend opens its library (thread-safe; the answer is kept for the
+  /// process). `FERRY_CUDA_LIBRARY` and `FERRY_HIP_LIBRARY` name another path to load
+  /// (docs/environment.md). Never throws.
+  static bool runtime_present(Backend backend) noexcept;
 
   /// @brief Capabilities and limits.
   [[nodiscard]] const Capabilities& capabilities(std::source_location where = std::source_location::current()) const;

@@ -28,7 +28,10 @@ namespace ferry {
 /// Contract: `queue` is a live queue, `input` and `output` are two different live buffers of
 /// the queue's device with the same requested size, and `units` is in [1, 1000000]; anything
 /// else is `invalid_argument`, naming `run_synthetic_compute`. `unsupported` where the backend
-/// has no kernel for it (`Capabilities::synthetic_compute` is false; HIP, for one).
+/// has no kernel for it (`Capabilities::synthetic_compute` is false; HIP, for one). On CUDA the
+/// kernel is the test kit's own device code, built by nvcc with the kit and loaded into each
+/// device when it opens, so libferry carries no device code: a kit built where nvcc was absent
+/// has none, and the step is `unsupported` there too.
 ///
 /// Ordering: the step runs after the work enqueued on `queue` so far and after every other
 /// queue's access to the two buffers that ferry ordered (a copy into them, for one); a later

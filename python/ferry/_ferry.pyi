@@ -416,6 +416,10 @@ class Device:
     def built_with(backend: Backend) -> bool:
         """Whether the backend was compiled into this build."""
 
+    @staticmethod
+    def runtime_present(backend: Backend) -> bool:
+        """Whether the backend was built and the vendor library it opens at run time loads here (libcuda.so.1, libamdhip64, libvulkan.so.1); opening a backend without it raises ferry.Error('unsupported') naming the library."""
+
     @property
     def backend(self) -> Backend: ...
 

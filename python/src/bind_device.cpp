@@ -196,6 +196,10 @@ void bind_device(nb::module_& m) {
       .def_static("count", &ferry::Device::count, "backend"_a, "Number of devices a backend sees.")
       .def_static("built_with", &ferry::Device::built_with, "backend"_a,
                   "Whether the backend was compiled into this build.")
+      .def_static("runtime_present", &ferry::Device::runtime_present, "backend"_a,
+                  "Whether the backend was built and the vendor library it opens at run time loads here "
+                  "(libcuda.so.1, libamdhip64, libvulkan.so.1); opening a backend without it raises "
+                  "ferry.Error('unsupported') naming the library.")
       .def_prop_ro("backend", [](const PyDevice& d) { return d.device.backend(); })
       .def_prop_ro("ordinal", [](const PyDevice& d) { return d.ordinal; })
       .def_prop_ro("capabilities", [](const PyDevice& d) { return d.device.capabilities(); })

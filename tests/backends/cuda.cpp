@@ -79,6 +79,14 @@ void calls_keep_binding(Device& dev, CUcontext expected, CtxGetCurrent get_curre
 
 }  // namespace
 
+// The synthetic kernel is ferry-testkit's device code, loaded into the device at open: a kit
+// built with nvcc must make every CUDA device offer it, or the compute cases of the suite
+// would pass by skipping.
+CONFORMANCE_CASE("cuda: the test kit's kernel is loaded when the device opens") {
+  Device dev = conformance::open_device();
+  CHECK(dev.capabilities().synthetic_compute == (FERRY_TEST_CUDA_KERNELS != 0));
+}
+
 CONFORMANCE_CASE("cuda: calls leave the calling thread's context binding as they found it") {
   Device dev = conformance::open_device();
   const auto get_current = driver_entry<CtxGetCurrent>("cuCtxGetCurrent");

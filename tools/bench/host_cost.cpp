@@ -29,19 +29,6 @@ double us_between(clock_type::time_point a, clock_type::time_point b) {
 
 }  // namespace
 
-Percentiles percentiles(std::vector<double> samples) {
-  Percentiles p;
-  if (samples.empty()) return p;
-  std::sort(samples.begin(), samples.end());
-  const auto at = [&](double q) {
-    const auto i = static_cast<std::size_t>(q * static_cast<double>(samples.size() - 1) + 0.5);
-    return samples[std::min(i, samples.size() - 1)];
-  };
-  p.median = at(0.5);
-  p.p90 = at(0.9);
-  return p;
-}
-
 namespace {
 
 /// The host waits for the device every kRound calls (see the file comment).

@@ -158,4 +158,16 @@ std::unique_ptr<VendorImage> make_vulkan_image(const ferry::Device& device, cons
 VendorImageCopy measure_vulkan_image_copy(const ferry::Device& device, const ferry::ImageDesc& desc,
                                           std::span<const ferry::ImageRegion> regions, std::uint64_t bytes, int reps);
 
+/// The CUDA references, as the module ferry-bench-cuda provides them (vendor_cuda.cpp): the
+/// functions above, implemented there against the CUDA runtime. ferry-bench opens the module
+/// at run time (vendor_cuda_loader.cpp), so the bench itself links nothing of CUDA.
+struct VendorCudaApi {
+  VendorCopy (*measure_vendor_copy)(std::uint64_t bytes, int iterations);
+  VendorCallCost (*measure_vendor_call_cost)(std::uint64_t bytes, int calls, int round);
+  std::unique_ptr<VendorImage> (*make_cuda_image)(const ferry::Device& device, const ferry::ImageDesc& desc);
+  VendorImageCopy (*measure_cuda_image_copy)(const ferry::Device& device, const VendorImage& image,
+                                             const ferry::ImageDesc& desc, std::span<const ferry::ImageRegion> regions,
+                                             std::uint64_t bytes, int reps);
+};
+
 }  // namespace ferry_bench

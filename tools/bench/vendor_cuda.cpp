@@ -2,6 +2,10 @@
 // Raw cudaMemcpyAsync from/to pinned memory on a non-blocking stream, event-timed: the
 // reference the CUDA and Vulkan bandwidth bars are measured against. Also the image study's
 // CUDA side: the engine's arrays, and the raw array copies beside ferry's image copies.
+//
+// Built as a module of its own (ferry-bench-cuda), the one part of the bench that links the
+// CUDA runtime: ferry-bench opens it at run time (vendor_cuda_loader.cpp), so the bench runs
+// where libcudart is absent and reports these references as not measured there.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -17,7 +21,7 @@
 #include "cuda_image.hpp"
 #include "vendor.hpp"
 
-namespace ferry_bench {
+namespace ferry_bench::cuda_module {
 namespace {
 
 void check(cudaError_t e, const char* call) {
@@ -327,4 +331,12 @@ VendorImageCopy measure_cuda_image_copy(const ferry::Device& device, const Vendo
   return r;
 }
 
-}  // namespace ferry_bench
+}  // namespace ferry_bench::cuda_module
+
+/// The module's one entry (vendor.hpp, VendorCudaApi).
+extern "C" __attribute__((visibility("default"))) const ferry_bench::VendorCudaApi* ferry_bench_cuda_api() {
+  using namespace ferry_bench::cuda_module;
+  static const ferry_bench::VendorCudaApi api{&measure_vendor_copy, &measure_vendor_call_cost, &make_cuda_image,
+                                              &measure_cuda_image_copy};
+  return &api;
+}

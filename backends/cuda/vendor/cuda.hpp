@@ -1,30 +1,41 @@
 // SPDX-License-Identifier: MIT
 // CUDA side of the vendor shim (see vendor.hpp for the names every shim provides).
 //
-// Linking: only the runtime (libcudart) is linked. Driver API functions (stream memory
-// operations, attributes the runtime does not expose) are fetched at run time through
-// cudaGetDriverEntryPointByVersion. Linking libcuda directly would record a dependency on
-// libcuda.so.1, which exists only where the NVIDIA driver is installed: libferry would then
-// fail to load on CPU-only machines instead of reporting "no CUDA device". <cuda.h> is
-// included for types and enums only.
+// Linking: nothing. The driver API is resolved at run time from libcuda.so.1, which ships with
+// the NVIDIA driver (not with the toolkit): dlopen at the first use, then cuGetProcAddress for
+// every function at a stated ABI version. So libferry loads on any machine, and a machine
+// without the driver sees "no CUDA device" with the library named, not a loader failure. Only
+// CUDA's headers are used (<cuda.h>, <cudaTypedefs.h>); the CUDA runtime (libcudart) is
+// neither linked nor included.
+//
+// The backend's sources are written against CUDA runtime names (cudaMalloc, cudaStream_t,
+// ...). This shim provides those names in the backend's namespace, each implemented over the
+// driver table below, so the sources read as before and the HIP shim maps the same names.
+//
+// Contexts: the driver API has no implicit current device. Every entry point of the backend
+// binds the device's primary context to the calling thread for its duration (ContextGuard,
+// cuda_internal.hpp), whichever thread it runs on; the functions here rely on that binding.
 #pragma once
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
-#include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "check.hpp"
 
-#if CUDART_VERSION < 12000
-#error "ferry's CUDA backend needs CUDA 12 or newer"
+#if CUDA_VERSION < 12000
+#error "ferry's CUDA backend needs the headers of CUDA 12 or newer"
 #endif
 
 #define FERRY_GPU_NS cuda_impl
@@ -33,68 +44,220 @@
 #define FERRY_GPU_VENDOR "CUDA"
 #define FERRY_GPU_DESCRIPTOR cuda_backend_descriptor
 #define FERRY_GPU_OPTION "-Dcuda=enabled"
-#define FERRY_GPU_HAS_KERNELS 1
 #define FERRY_GPU_HAS_IMAGES 1
-// cudaMemcpyBatchAsync took a failure-index argument before CUDA 13; only 13's form is used.
-#define FERRY_GPU_HAS_BATCH_COPY (CUDART_VERSION >= 13000)
+// cuMemcpyBatchAsync took a failure-index argument before CUDA 13; only 13's form is used, and
+// only where the driver has it (vendor::has_batch_copy).
+#define FERRY_GPU_HAS_BATCH_COPY (CUDA_VERSION >= 13000)
 
 namespace ferry::detail::cuda_impl::vendor {
 
-/// Text for a runtime error. Also consumes the thread's last-error slot: a failure ferry has
-/// reported must not resurface in the engine's next cudaGetLastError() after its own launch.
-inline std::string describe(cudaError_t e) {
-  (void)cudaGetLastError();
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-}
+/// The library the backend loads, and what installs it (errors name both).
+inline constexpr const char* kDefaultLibrary = "libcuda.so.1";
+inline constexpr const char* kLibraryOrigin = "the NVIDIA driver";
+/// Environment variable naming another path (or soname) to load instead of libcuda.so.1.
+inline constexpr const char* kLibraryVariable = "FERRY_CUDA_LIBRARY";
 
-inline ErrorCode classify(cudaError_t e) {
-  switch (e) {
-    case cudaErrorMemoryAllocation: return ErrorCode::out_of_memory;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorNotSupported: return ErrorCode::unsupported;
-    // Sticky errors: the context is unusable until the process exits.
-    case cudaErrorLaunchFailure:
-    case cudaErrorIllegalAddress:
-    case cudaErrorECCUncorrectable:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorAssert:
-    case cudaErrorDevicesUnavailable: return ErrorCode::device_lost;
-    default: return ErrorCode::backend_error;
-  }
-}
+/// The ABI every function below is asked for: CUDA 12.0's. A newer driver then never hands
+/// back a changed signature, and each pointer's type (PFN_<name>_v<version>, the newest form
+/// at or before 12.0) is the ABI asked for.
+inline constexpr int kAbi = 12000;
 
-/// The driver functions ferry uses, resolved once per process.
+// The driver functions the backend uses: X(name, pointer type).
+#define FERRY_CU_FUNCTIONS(X)                                                   \
+  X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                   \
+  X(cuGetErrorString, PFN_cuGetErrorString_v6000)                               \
+  X(cuInit, PFN_cuInit_v2000)                                                   \
+  X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                           \
+  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                               \
+  X(cuDeviceGet, PFN_cuDeviceGet_v2000)                                         \
+  X(cuDeviceGetName, PFN_cuDeviceGetName_v2000)                                 \
+  X(cuDeviceTotalMem, PFN_cuDeviceTotalMem_v3020)                               \
+  X(cuDeviceGetUuid, PFN_cuDeviceGetUuid_v11040)                                \
+  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                       \
+  X(cuDeviceCanAccessPeer, PFN_cuDeviceCanAccessPeer_v4000)                     \
+  X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)               \
+  X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                                 \
+  X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                 \
+  X(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050)         \
+  X(cuCtxEnablePeerAccess, PFN_cuCtxEnablePeerAccess_v4000)                     \
+  X(cuStreamCreateWithPriority, PFN_cuStreamCreateWithPriority_v5050)           \
+  X(cuStreamDestroy, PFN_cuStreamDestroy_v4000)                                 \
+  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                         \
+  X(cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020)                             \
+  X(cuStreamWriteValue64, PFN_cuStreamWriteValue64_v11070)                      \
+  X(cuStreamWaitValue64, PFN_cuStreamWaitValue64_v11070)                        \
+  X(cuEventCreate, PFN_cuEventCreate_v2000)                                     \
+  X(cuEventDestroy, PFN_cuEventDestroy_v4000)                                   \
+  X(cuEventRecord, PFN_cuEventRecord_v2000)                                     \
+  X(cuEventQuery, PFN_cuEventQuery_v2000)                                       \
+  X(cuEventSynchronize, PFN_cuEventSynchronize_v2000)                           \
+  X(cuMemAlloc, PFN_cuMemAlloc_v3020)                                           \
+  X(cuMemFree, PFN_cuMemFree_v3020)                                             \
+  X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                   \
+  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                     \
+  X(cuMemHostRegister, PFN_cuMemHostRegister_v6050)                             \
+  X(cuMemHostUnregister, PFN_cuMemHostUnregister_v4000)                         \
+  X(cuMemHostGetFlags, PFN_cuMemHostGetFlags_v2030)                             \
+  X(cuMemHostGetDevicePointer, PFN_cuMemHostGetDevicePointer_v3020)             \
+  X(cuPointerGetAttributes, PFN_cuPointerGetAttributes_v7000)                   \
+  X(cuMemcpyHtoDAsync, PFN_cuMemcpyHtoDAsync_v3020)                             \
+  X(cuMemcpyDtoHAsync, PFN_cuMemcpyDtoHAsync_v3020)                             \
+  X(cuMemcpyDtoDAsync, PFN_cuMemcpyDtoDAsync_v3020)                             \
+  X(cuMemcpyPeerAsync, PFN_cuMemcpyPeerAsync_v4000)                             \
+  X(cuMemcpy2DAsync, PFN_cuMemcpy2DAsync_v3020)                                 \
+  X(cuMemcpy3DAsync, PFN_cuMemcpy3DAsync_v3020)                                 \
+  X(cuArray3DGetDescriptor, PFN_cuArray3DGetDescriptor_v3020)                   \
+  X(cuMipmappedArrayGetLevel, PFN_cuMipmappedArrayGetLevel_v5000)               \
+  X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000)                 \
+  X(cuImportExternalMemory, PFN_cuImportExternalMemory_v10000)                  \
+  X(cuExternalMemoryGetMappedBuffer, PFN_cuExternalMemoryGetMappedBuffer_v10000) \
+  X(cuExternalMemoryGetMappedMipmappedArray, PFN_cuExternalMemoryGetMappedMipmappedArray_v10000) \
+  X(cuDestroyExternalMemory, PFN_cuDestroyExternalMemory_v10000)                \
+  X(cuImportExternalSemaphore, PFN_cuImportExternalSemaphore_v10000)            \
+  X(cuSignalExternalSemaphoresAsync, PFN_cuSignalExternalSemaphoresAsync_v10000) \
+  X(cuWaitExternalSemaphoresAsync, PFN_cuWaitExternalSemaphoresAsync_v10000)    \
+  X(cuDestroyExternalSemaphore, PFN_cuDestroyExternalSemaphore_v10000)          \
+  X(cuModuleLoadData, PFN_cuModuleLoadData_v2000)                               \
+  X(cuModuleUnload, PFN_cuModuleUnload_v2000)                                   \
+  X(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000)                         \
+  X(cuFuncGetAttribute, PFN_cuFuncGetAttribute_v2020)                           \
+  X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)
+
+/// cuStreamGetDevice (CUDA 12.8), spelled out so that headers older than 12.8 compile too.
+using PFN_StreamGetDevice = CUresult(CUDAAPI*)(CUstream stream, CUdevice* device);
+
+/// The driver, resolved once per process.
 struct Driver {
-  PFN_cuGetErrorName_v6000 cuGetErrorName = nullptr;
-  PFN_cuGetErrorString_v6000 cuGetErrorString = nullptr;
-  PFN_cuDeviceGet_v2000 cuDeviceGet = nullptr;
-  PFN_cuDeviceGetAttribute_v2000 cuDeviceGetAttribute = nullptr;
-  PFN_cuStreamWriteValue64_v11070 cuStreamWriteValue64 = nullptr;
-  PFN_cuStreamWaitValue64_v11070 cuStreamWaitValue64 = nullptr;
-  PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
-  PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
-  PFN_cuPointerGetAttributes_v7000 cuPointerGetAttributes = nullptr;
-  PFN_cuMemcpyHtoDAsync_v3020 cuMemcpyHtoDAsync = nullptr;
-  PFN_cuMemcpyDtoHAsync_v3020 cuMemcpyDtoHAsync = nullptr;
-  PFN_cuMemcpyDtoDAsync_v3020 cuMemcpyDtoDAsync = nullptr;
-  PFN_cuEventRecord_v2000 cuEventRecord = nullptr;
-  PFN_cuEventQuery_v2000 cuEventQuery = nullptr;
-  PFN_cuStreamWaitEvent_v3020 cuStreamWaitEvent = nullptr;
+#define FERRY_CU_MEMBER(name, type) type name = nullptr;
+  FERRY_CU_FUNCTIONS(FERRY_CU_MEMBER)
+#undef FERRY_CU_MEMBER
+  /// Functions of newer drivers, asked for at the version whose signature the pointer has, and
+  /// only of a driver of that version or newer: asked of an older driver, cuGetProcAddress
+  /// would return that driver's older form under the same name, with another signature.
+  PFN_StreamGetDevice cuStreamGetDevice = nullptr;  ///< driver >= 12.8
+#if CUDA_VERSION >= 13000
+  PFN_cuMemcpyBatchAsync_v13000 cuMemcpyBatchAsync = nullptr;  ///< driver >= 13.0
+#endif
+  int version = 0;                       ///< cuDriverGetVersion
+  CUresult init = CUDA_ERROR_NOT_INITIALIZED;  ///< what cuInit(0) returned
 };
 
-inline std::string describe_driver(CUresult r);
+/// What loading the driver found: the table, or why there is none.
+struct DriverLoad {
+  Driver driver;
+  bool loaded = false;
+  std::string failure;  ///< why not loaded: the library, the loader's reason, what installs it
+};
 
-inline ErrorCode classify_driver(CUresult r) {
+/// The library to open: FERRY_CUDA_LIBRARY when set and not empty, else libcuda.so.1.
+inline std::string library_name() {
+  const char* named = std::getenv(kLibraryVariable);
+  return named != nullptr && *named != '\0' ? std::string(named) : std::string(kDefaultLibrary);
+}
+
+/// Open the library and resolve every function (first call only; never throws). The library
+/// stays open for the process: the pointers handed out stay valid.
+inline const DriverLoad& driver_load() noexcept {
+  static const DriverLoad load = []() noexcept {
+    DriverLoad l;
+    try {
+      const std::string name = library_name();
+      void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (lib == nullptr) {
+        const char* why = dlerror();
+        l.failure = "cannot load " + name + " (" + (why != nullptr ? why : "not found") + "), which " +
+                    kLibraryOrigin + " installs; " + kLibraryVariable + " names another path to load";
+        return l;
+      }
+      // cuGetProcAddress_v2 (CUDA 12.0): reports whether a symbol was found for the version.
+      auto get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(lib, "cuGetProcAddress_v2"));
+      if (get_proc == nullptr) {
+        l.failure = name + " has no cuGetProcAddress_v2: the NVIDIA driver is older than CUDA 12, which ferry needs";
+        return l;
+      }
+      const auto resolve = [&](const char* symbol, int version, void** out) {
+        CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        // Legacy-stream forms: a stream handle means what it means to an application built
+        // with CUDA's default, and the legacy default stream (handle 1) is an explicit handle.
+        const CUresult r = get_proc(symbol, out, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status);
+        if (r != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || *out == nullptr) {
+          *out = nullptr;
+          return false;
+        }
+        return true;
+      };
+      Driver& d = l.driver;
+      std::string missing;
+#define FERRY_CU_RESOLVE(name, type)                                                  \
+  {                                                                                     \
+    void* p = nullptr;                                                                  \
+    if (resolve(#name, kAbi, &p)) {                                                     \
+      d.name = reinterpret_cast<type>(p);                                               \
+    } else {                                                                            \
+      missing += (missing.empty() ? "" : ", ") + std::string(#name);                    \
+    }                                                                                   \
+  }
+      FERRY_CU_FUNCTIONS(FERRY_CU_RESOLVE)
+#undef FERRY_CU_RESOLVE
+      if (!missing.empty()) {
+        l.failure = name + " does not provide " + missing + " (the NVIDIA driver is older than CUDA 12, which ferry needs)";
+        return l;
+      }
+      if (d.cuDriverGetVersion(&d.version) != CUDA_SUCCESS) d.version = 0;
+      void* p = nullptr;
+      if (d.version >= 12080 && resolve("cuStreamGetDevice", 12080, &p)) {
+        d.cuStreamGetDevice = reinterpret_cast<PFN_StreamGetDevice>(p);
+      }
+#if CUDA_VERSION >= 13000
+      if (d.version >= 13000 && resolve("cuMemcpyBatchAsync", 13000, &p)) {
+        d.cuMemcpyBatchAsync = reinterpret_cast<PFN_cuMemcpyBatchAsync_v13000>(p);
+      }
+#endif
+      d.init = d.cuInit(0);
+      l.loaded = true;
+    } catch (...) {  // out of memory building a message
+      l.loaded = false;
+    }
+    return l;
+  }();
+  return load;
+}
+
+/// Whether the driver library loads and provides what the backend needs (Device::runtime_present).
+inline bool runtime_loaded() noexcept { return driver_load().loaded; }
+
+/// The `unsupported` error of a backend whose driver library cannot be loaded.
+[[noreturn]] inline void fail_runtime_missing() {
+  throw Error(ErrorCode::unsupported, "cuda: " + driver_load().failure, "dlopen", std::source_location{});
+}
+
+/// The loaded driver; throws `unsupported` (naming the library) where it cannot be loaded.
+inline const Driver& driver() {
+  const DriverLoad& l = driver_load();
+  if (!l.loaded) fail_runtime_missing();
+  return l.driver;
+}
+
+/// Text for a driver error: its name, number and description, as the driver gives them.
+inline std::string describe(CUresult r) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  const DriverLoad& l = driver_load();
+  // Both fail only for a code the driver does not know; fall back to the number then.
+  if (!l.loaded || l.driver.cuGetErrorName(r, &name) != CUDA_SUCCESS || name == nullptr) name = "CUresult";
+  if (!l.loaded || l.driver.cuGetErrorString(r, &text) != CUDA_SUCCESS || text == nullptr) text = "unknown error";
+  return std::string(name) + " (" + std::to_string(static_cast<int>(r)) + "): " + text;
+}
+
+inline ErrorCode classify(CUresult r) {
   switch (r) {
     case CUDA_ERROR_OUT_OF_MEMORY: return ErrorCode::out_of_memory;
     case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+    case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
     case CUDA_ERROR_NOT_SUPPORTED: return ErrorCode::unsupported;
+    // Sticky errors: the context is unusable until the process exits.
     case CUDA_ERROR_LAUNCH_FAILED:
     case CUDA_ERROR_ILLEGAL_ADDRESS:
     case CUDA_ERROR_ECC_UNCORRECTABLE:
@@ -104,74 +267,40 @@ inline ErrorCode classify_driver(CUresult r) {
     case CUDA_ERROR_INVALID_ADDRESS_SPACE:
     case CUDA_ERROR_INVALID_PC:
     case CUDA_ERROR_LAUNCH_TIMEOUT:
-    case CUDA_ERROR_ASSERT: return ErrorCode::device_lost;
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_DEVICE_UNAVAILABLE: return ErrorCode::device_lost;
     default: return ErrorCode::backend_error;
   }
 }
 
-template <class Fn>
-void load_entry_point(const char* symbol, Fn& fn) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult status{};
-  // Ask for the ABI of CUDA 12.0 so a newer driver never hands back a changed signature.
-#if CUDART_VERSION >= 12050
-  FERRY_CHECK_GEN(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status),
-                  cudaSuccess, describe, classify);
-#else
-  FERRY_CHECK_GEN(cudaGetDriverEntryPoint(symbol, &p, cudaEnableDefault, &status), cudaSuccess,
-                  describe, classify);
-#endif
-  if (status != cudaDriverEntryPointSuccess || p == nullptr) {
-    throw Error(ErrorCode::unsupported, std::string("cuda: the driver does not provide ") + symbol,
-                symbol, std::source_location{});
-  }
-  fn = reinterpret_cast<Fn>(p);
-}
-
-/// Resolve the driver functions (first call only; needs a working driver: call after a device
-/// was found). Throws on failure; a later call retries.
-inline const Driver& driver() {
-  static Driver d;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    Driver t;
-    load_entry_point("cuGetErrorName", t.cuGetErrorName);
-    load_entry_point("cuGetErrorString", t.cuGetErrorString);
-    load_entry_point("cuDeviceGet", t.cuDeviceGet);
-    load_entry_point("cuDeviceGetAttribute", t.cuDeviceGetAttribute);
-    load_entry_point("cuStreamWriteValue64", t.cuStreamWriteValue64);
-    load_entry_point("cuStreamWaitValue64", t.cuStreamWaitValue64);
-    load_entry_point("cuCtxGetCurrent", t.cuCtxGetCurrent);
-    load_entry_point("cuCtxSetCurrent", t.cuCtxSetCurrent);
-    load_entry_point("cuPointerGetAttributes", t.cuPointerGetAttributes);
-    load_entry_point("cuMemcpyHtoDAsync", t.cuMemcpyHtoDAsync);
-    load_entry_point("cuMemcpyDtoHAsync", t.cuMemcpyDtoHAsync);
-    load_entry_point("cuMemcpyDtoDAsync", t.cuMemcpyDtoDAsync);
-    load_entry_point("cuEventRecord", t.cuEventRecord);
-    load_entry_point("cuEventQuery", t.cuEventQuery);
-    load_entry_point("cuStreamWaitEvent", t.cuStreamWaitEvent);
-    d = t;
-  });
-  return d;
-}
-
-inline std::string describe_driver(CUresult r) {
-  const char* name = nullptr;
-  const char* text = nullptr;
-  // Both fail only for a code the driver does not know; fall back to the number then.
-  if (driver().cuGetErrorName(r, &name) != CUDA_SUCCESS) name = "CUresult";
-  if (driver().cuGetErrorString(r, &text) != CUDA_SUCCESS) text = "unknown error";
-  return std::string(name) + " (" + std::to_string(static_cast<int>(r)) + "): " + text;
-}
-
 #define FERRY_CU_CHECK(expr) \
-  FERRY_CHECK_GEN(expr, CUDA_SUCCESS, ::ferry::detail::cuda_impl::vendor::describe_driver, \
-                  ::ferry::detail::cuda_impl::vendor::classify_driver)
+  FERRY_CHECK_GEN(expr, CUDA_SUCCESS, ::ferry::detail::cuda_impl::vendor::describe, \
+                  ::ferry::detail::cuda_impl::vendor::classify)
 
-/// What makes a device current on a thread. CUDA: the device's primary context, handled with
-/// cuCtxGetCurrent/cuCtxSetCurrent rather than cudaGetDevice/cudaSetDevice, because restoring
-/// a thread that had no context with cudaSetDevice(0) would create a context on device 0
-/// (hundreds of MB) that the engine never asked for. Restoring a null context is exact.
+/// The primary context of device `ordinal`, retained once per process and kept (as the CUDA
+/// runtime keeps it): the context an engine using the runtime works in, so its streams and
+/// pointers are valid in ferry's calls and the other way round.
+inline CUresult primary_context(int ordinal, CUcontext* out) {
+  static constexpr int kMaxDevices = 64;
+  static std::array<CUcontext, kMaxDevices> contexts{};
+  static std::mutex mutex;
+  if (ordinal < 0 || ordinal >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard lock(mutex);
+  if (contexts[static_cast<std::size_t>(ordinal)] == nullptr) {
+    const Driver& d = driver();
+    CUdevice dev = 0;
+    if (const CUresult r = d.cuDeviceGet(&dev, ordinal); r != CUDA_SUCCESS) return r;
+    CUcontext ctx = nullptr;
+    if (const CUresult r = d.cuDevicePrimaryCtxRetain(&ctx, dev); r != CUDA_SUCCESS) return r;
+    contexts[static_cast<std::size_t>(ordinal)] = ctx;
+  }
+  *out = contexts[static_cast<std::size_t>(ordinal)];
+  return CUDA_SUCCESS;
+}
+
+/// What makes a device current on a thread: its primary context, bound with
+/// cuCtxGetCurrent/cuCtxSetCurrent. Restoring a thread that had no context restores null
+/// exactly, so ferry never leaves a context bound that the engine did not bind.
 using DeviceContext = CUcontext;
 
 /// The current binding of the calling thread (may be null).
@@ -189,24 +318,159 @@ inline DeviceContext context_from_word(std::uintptr_t w) noexcept { return reint
 inline void make_current(DeviceContext c) { FERRY_CU_CHECK(driver().cuCtxSetCurrent(c)); }
 
 /// Bind `c` from a destructor: cannot throw; failing here means the driver is gone already.
-inline void restore_current(DeviceContext c) noexcept { (void)driver().cuCtxSetCurrent(c); }
+inline void restore_current(DeviceContext c) noexcept {
+  const DriverLoad& l = driver_load();
+  if (l.loaded) (void)l.driver.cuCtxSetCurrent(c);
+}
 
-/// The context of device `ordinal` (its primary context, initialized by cudaSetDevice). Leaves
-/// the calling thread's binding as it found it.
+/// The context of device `ordinal` (its primary context). The calling thread's binding is
+/// left as it was.
 inline DeviceContext device_context(int ordinal) {
-  const CUcontext saved = current_context();
-  FERRY_CHECK_GEN(cudaSetDevice(ordinal), cudaSuccess, describe, classify);  // binding unchanged on failure
-  const CUcontext ctx = current_context();
-  make_current(saved);
+  CUcontext ctx = nullptr;
+  FERRY_CU_CHECK(primary_context(ordinal, &ctx));
   return ctx;
 }
+
+}  // namespace ferry::detail::cuda_impl::vendor
+
+// ---- The CUDA runtime names the backend's sources use, over the driver. Each returns the
+// driver's CUresult; the error checks describe it with the driver's own names.
+namespace ferry::detail::cuda_impl {
+
+using cudaError_t = CUresult;
+inline constexpr CUresult cudaSuccess = CUDA_SUCCESS;
+inline constexpr CUresult cudaErrorNotReady = CUDA_ERROR_NOT_READY;
+inline constexpr CUresult cudaErrorInvalidValue = CUDA_ERROR_INVALID_VALUE;
+inline constexpr CUresult cudaErrorHostMemoryAlreadyRegistered = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+inline constexpr CUresult cudaErrorPeerAccessAlreadyEnabled = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+
+using cudaStream_t = CUstream;
+using cudaEvent_t = CUevent;
+/// The legacy default stream and the per-thread default stream: the same handles in both APIs.
+inline const cudaStream_t cudaStreamLegacy = CU_STREAM_LEGACY;
+inline const cudaStream_t cudaStreamPerThread = CU_STREAM_PER_THREAD;
+inline constexpr unsigned cudaStreamNonBlocking = CU_STREAM_NON_BLOCKING;
+inline constexpr unsigned cudaEventDisableTiming = CU_EVENT_DISABLE_TIMING;
+inline constexpr unsigned cudaHostAllocPortable = CU_MEMHOSTALLOC_PORTABLE;
+inline constexpr unsigned cudaHostAllocMapped = CU_MEMHOSTALLOC_DEVICEMAP;
+inline constexpr unsigned cudaHostRegisterPortable = CU_MEMHOSTREGISTER_PORTABLE;
+
+/// The device facts the backend reads (the runtime's cudaDeviceProp, these fields only).
+struct cudaDeviceProp {
+  char name[256] = {};
+  int multiProcessorCount = 0;
+  std::size_t totalGlobalMem = 0;
+  CUuuid uuid{};
+};
+
+/// The driver keeps no per-thread last error: nothing to consume.
+inline cudaError_t cudaGetLastError() noexcept { return CUDA_SUCCESS; }
+
+/// Devices the driver sees; cuInit's failure (no device, driver too old) when it failed.
+inline cudaError_t cudaGetDeviceCount(int* count) {
+  const vendor::Driver& d = vendor::driver();
+  if (d.init != CUDA_SUCCESS) return d.init;
+  return d.cuDeviceGetCount(count);
+}
+
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int ordinal) {
+  const vendor::Driver& d = vendor::driver();
+  CUdevice dev = 0;
+  CUresult r = d.cuDeviceGet(&dev, ordinal);
+  if (r == CUDA_SUCCESS) r = d.cuDeviceGetName(prop->name, static_cast<int>(sizeof prop->name) - 1, dev);
+  if (r == CUDA_SUCCESS) r = d.cuDeviceTotalMem(&prop->totalGlobalMem, dev);
+  if (r == CUDA_SUCCESS) r = d.cuDeviceGetAttribute(&prop->multiProcessorCount, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  if (r == CUDA_SUCCESS) r = d.cuDeviceGetUuid(&prop->uuid, dev);
+  return r;
+}
+
+/// The bound context's stream priority range.
+inline cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  return vendor::driver().cuCtxGetStreamPriorityRange(least, greatest);
+}
+
+inline cudaError_t cudaDeviceCanAccessPeer(int* can, int ordinal, int peer) {
+  const vendor::Driver& d = vendor::driver();
+  CUdevice a = 0;
+  CUdevice b = 0;
+  CUresult r = d.cuDeviceGet(&a, ordinal);
+  if (r == CUDA_SUCCESS) r = d.cuDeviceGet(&b, peer);
+  if (r == CUDA_SUCCESS) r = d.cuDeviceCanAccessPeer(can, a, b);
+  return r;
+}
+
+/// Let the bound context reach `peer`'s memory (its primary context's).
+inline cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+  CUcontext ctx = nullptr;
+  if (const CUresult r = vendor::primary_context(peer, &ctx); r != CUDA_SUCCESS) return r;
+  return vendor::driver().cuCtxEnablePeerAccess(ctx, flags);
+}
+
+inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned flags, int priority) {
+  return vendor::driver().cuStreamCreateWithPriority(stream, flags, priority);
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t stream) { return vendor::driver().cuStreamDestroy(stream); }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return vendor::driver().cuStreamSynchronize(stream); }
+
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  return vendor::driver().cuEventCreate(event, flags);
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t event) { return vendor::driver().cuEventDestroy(event); }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t event) { return vendor::driver().cuEventSynchronize(event); }
+
+inline CUdeviceptr to_device_address(const void* p) noexcept {
+  return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p));
+}
+inline void* from_device_address(CUdeviceptr p) noexcept {
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
+}
+
+inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  CUdeviceptr d = 0;
+  const CUresult r = vendor::driver().cuMemAlloc(&d, bytes);
+  if (r == CUDA_SUCCESS) *p = from_device_address(d);
+  return r;
+}
+inline cudaError_t cudaFree(void* p) { return vendor::driver().cuMemFree(to_device_address(p)); }
+
+inline cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned flags) {
+  return vendor::driver().cuMemHostAlloc(p, bytes, flags);
+}
+inline cudaError_t cudaFreeHost(void* p) { return vendor::driver().cuMemFreeHost(p); }
+inline cudaError_t cudaHostRegister(void* p, std::size_t bytes, unsigned flags) {
+  return vendor::driver().cuMemHostRegister(p, bytes, flags);
+}
+inline cudaError_t cudaHostUnregister(void* p) { return vendor::driver().cuMemHostUnregister(p); }
+inline cudaError_t cudaHostGetFlags(unsigned* flags, void* p) { return vendor::driver().cuMemHostGetFlags(flags, p); }
+inline cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned flags) {
+  CUdeviceptr d = 0;
+  const CUresult r = vendor::driver().cuMemHostGetDevicePointer(&d, host, flags);
+  if (r == CUDA_SUCCESS) *device = from_device_address(d);
+  return r;
+}
+
+/// A copy between the memories of two devices, with their primary contexts.
+inline cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_ordinal, const void* src, int src_ordinal, std::size_t bytes,
+                                       cudaStream_t stream) {
+  CUcontext dst_ctx = nullptr;
+  CUcontext src_ctx = nullptr;
+  CUresult r = vendor::primary_context(dst_ordinal, &dst_ctx);
+  if (r == CUDA_SUCCESS) r = vendor::primary_context(src_ordinal, &src_ctx);
+  if (r != CUDA_SUCCESS) return r;
+  return vendor::driver().cuMemcpyPeerAsync(to_device_address(dst), dst_ctx, to_device_address(src), src_ctx, bytes,
+                                            stream);
+}
+
+}  // namespace ferry::detail::cuda_impl
+
+namespace ferry::detail::cuda_impl::vendor {
 
 /// Device facts that need vendor-specific queries.
 struct Features {
   std::string uuid;              ///< "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints
   std::array<std::uint8_t, 16> uuid_bytes{};  ///< the same, raw (Capabilities::uuid)
   std::uint32_t copy_engines = 0;
-  bool memory_pools = false;     ///< cudaMallocAsync family usable
+  bool memory_pools = false;     ///< stream-ordered allocation (cuMemAllocAsync family) usable
   bool stream_mem_ops64 = false; ///< cuStreamWaitValue64/WriteValue64 usable
 };
 
@@ -219,16 +483,15 @@ inline Features query_features(int ordinal, const cudaDeviceProp& prop) {
                 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
   f.uuid = buf;
   std::memcpy(f.uuid_bytes.data(), u, f.uuid_bytes.size());
-  int v = 0;
-  FERRY_CHECK_GEN(cudaDeviceGetAttribute(&v, cudaDevAttrAsyncEngineCount, ordinal), cudaSuccess,
-                  describe, classify);
-  f.copy_engines = static_cast<std::uint32_t>(v);
-  FERRY_CHECK_GEN(cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, ordinal), cudaSuccess,
-                  describe, classify);
-  f.memory_pools = v != 0;
+  const Driver& d = driver();
   CUdevice dev = 0;
-  FERRY_CU_CHECK(driver().cuDeviceGet(&dev, ordinal));
-  FERRY_CU_CHECK(driver().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev));
+  FERRY_CU_CHECK(d.cuDeviceGet(&dev, ordinal));
+  int v = 0;
+  FERRY_CU_CHECK(d.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, dev));
+  f.copy_engines = static_cast<std::uint32_t>(v);
+  FERRY_CU_CHECK(d.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev));
+  f.memory_pools = v != 0;
+  FERRY_CU_CHECK(d.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev));
   f.stream_mem_ops64 = v != 0;
   return f;
 }
@@ -236,9 +499,7 @@ inline Features query_features(int ordinal, const cudaDeviceProp& prop) {
 /// Signal: write `value` to `dev_ptr` after all earlier work of `s`. The default flags keep
 /// the memory barrier, so the writes of earlier copies are visible before the value is.
 inline void write_value64(cudaStream_t s, void* dev_ptr, std::uint64_t value) {
-  FERRY_CU_CHECK(driver().cuStreamWriteValue64(reinterpret_cast<CUstream>(s),
-                                               reinterpret_cast<CUdeviceptr>(dev_ptr), value,
-                                               CU_STREAM_WRITE_VALUE_DEFAULT));
+  FERRY_CU_CHECK(driver().cuStreamWriteValue64(s, to_device_address(dev_ptr), value, CU_STREAM_WRITE_VALUE_DEFAULT));
 }
 
 /// Wait: later work of `s` starts once `*dev_ptr >= value`. No CU_STREAM_WAIT_VALUE_FLUSH:
@@ -246,47 +507,60 @@ inline void write_value64(cudaStream_t s, void* dev_ptr, std::uint64_t value) {
 /// on (its data arrives by stream-ordered copies or by host writes made before the host's
 /// release store of the counter), and it would add a flush to every wait.
 inline void wait_value64_geq(cudaStream_t s, void* dev_ptr, std::uint64_t value) {
-  FERRY_CU_CHECK(driver().cuStreamWaitValue64(reinterpret_cast<CUstream>(s),
-                                              reinterpret_cast<CUdeviceptr>(dev_ptr), value,
-                                              CU_STREAM_WAIT_VALUE_GEQ));
+  FERRY_CU_CHECK(driver().cuStreamWaitValue64(s, to_device_address(dev_ptr), value, CU_STREAM_WAIT_VALUE_GEQ));
 }
 
-// The stream operations of the buffer copies and of every hand-off, called on the driver
-// directly: the runtime's entry points add their own per-call layer (lazy initialization,
-// context and stream checks, the last-error slot) to each, and an ordered copy makes five of
-// them. Peer and image copies, one call per copy, keep the runtime's entry points. The caller
-// has bound the stream's context (ContextGuard), which is all the driver needs. Stream
-// handles mean the same in both APIs (the legacy and per-thread default streams included).
+// The stream operations of the buffer copies and of every hand-off. The caller has bound the
+// stream's context (ContextGuard), which the legacy default stream needs: handle 1 names the
+// bound context's legacy stream.
 
 /// Enqueue a copy of `bytes` from host memory to device memory on `s`.
 inline void copy_h2d_async(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
-  FERRY_CU_CHECK(driver().cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst), src, bytes, reinterpret_cast<CUstream>(s)));
+  FERRY_CU_CHECK(driver().cuMemcpyHtoDAsync(to_device_address(dst), src, bytes, s));
 }
 
 /// Enqueue a copy of `bytes` from device memory to host memory on `s`.
 inline void copy_d2h_async(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
-  FERRY_CU_CHECK(driver().cuMemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), bytes, reinterpret_cast<CUstream>(s)));
+  FERRY_CU_CHECK(driver().cuMemcpyDtoHAsync(dst, to_device_address(src), bytes, s));
 }
 
 /// Enqueue a copy of `bytes` between two device ranges on `s`.
 inline void copy_d2d_async(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
-  FERRY_CU_CHECK(driver().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
-                                            bytes, reinterpret_cast<CUstream>(s)));
+  FERRY_CU_CHECK(driver().cuMemcpyDtoDAsync(to_device_address(dst), to_device_address(src), bytes, s));
 }
+
+/// Whether the driver has the batched copy (cuMemcpyBatchAsync of CUDA 13).
+inline bool has_batch_copy() {
+#if CUDA_VERSION >= 13000
+  return driver().cuMemcpyBatchAsync != nullptr;
+#else
+  return false;
+#endif
+}
+
+#if CUDA_VERSION >= 13000
+/// One batched copy of `count` ranges on `s` (has_batch_copy() is true): host and device
+/// addresses alike, as the unified address space gives them. Stream-ordered source access
+/// keeps the batch's ordering that of single copies on `s`.
+inline void copy_batch_async(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes, std::size_t count,
+                             cudaStream_t s) {
+  CUmemcpyAttributes attributes{};
+  attributes.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  attributes.flags = CU_MEMCPY_FLAG_DEFAULT;
+  std::size_t first = 0;  // every copy uses attributes[0]
+  FERRY_CU_CHECK(driver().cuMemcpyBatchAsync(dsts, srcs, sizes, count, &attributes, &first, 1, s));
+}
+#endif
 
 /// Record `e` after the work enqueued on `s` so far.
-inline void record_event(cudaEvent_t e, cudaStream_t s) {
-  FERRY_CU_CHECK(driver().cuEventRecord(reinterpret_cast<CUevent>(e), reinterpret_cast<CUstream>(s)));
-}
+inline void record_event(cudaEvent_t e, cudaStream_t s) { FERRY_CU_CHECK(driver().cuEventRecord(e, s)); }
 
 /// Later work of `s` waits for the last record of `e`.
-inline void stream_wait_event(cudaStream_t s, cudaEvent_t e) {
-  FERRY_CU_CHECK(driver().cuStreamWaitEvent(reinterpret_cast<CUstream>(s), reinterpret_cast<CUevent>(e), 0));
-}
+inline void stream_wait_event(cudaStream_t s, cudaEvent_t e) { FERRY_CU_CHECK(driver().cuStreamWaitEvent(s, e, 0)); }
 
 /// Whether the work before the last record of `e` is complete; a device error throws.
 inline bool event_complete(cudaEvent_t e) {
-  const CUresult r = driver().cuEventQuery(reinterpret_cast<CUevent>(e));
+  const CUresult r = driver().cuEventQuery(e);
   if (r == CUDA_ERROR_NOT_READY) return false;
   FERRY_CU_CHECK(r);
   return true;
@@ -298,28 +572,32 @@ inline bool event_complete(cudaEvent_t e) {
 /// PyTorch's default stream) is one stream of the context: events order it like any other, and
 /// its implicit synchronization with blocking streams only adds ordering (ferry's own streams
 /// are non-blocking, so it adds none to them).
-inline bool is_implicit_stream(cudaStream_t s) { return s == nullptr || s == cudaStreamPerThread; }
+inline bool is_implicit_stream(cudaStream_t s) { return s == nullptr || s == CU_STREAM_PER_THREAD; }
 /// The legacy default stream, which the driver cannot attribute to a device: it is the
 /// current context's, which adopt_queue binds.
-inline bool is_legacy_stream(cudaStream_t s) { return s == cudaStreamLegacy; }
+inline bool is_legacy_stream(cudaStream_t s) { return s == CU_STREAM_LEGACY; }
 
-/// Device ordinal of a stream, or nullopt where the vendor API cannot tell. Throws
-/// invalid_argument when the handle is not a live stream.
+/// Device ordinal of a stream, or nullopt where the driver cannot tell (older than 12.8).
+/// Throws invalid_argument when the handle is not a live stream.
 inline std::optional<int> stream_device(cudaStream_t s) {
-#if CUDART_VERSION >= 12080
-  int device = -1;
-  const cudaError_t e = cudaStreamGetDevice(s, &device);
-  if (e == cudaErrorInvalidResourceHandle || e == cudaErrorContextIsDestroyed) {
+  const Driver& d = driver();
+  if (d.cuStreamGetDevice == nullptr) return std::nullopt;
+  CUdevice device = 0;
+  const CUresult r = d.cuStreamGetDevice(s, &device);
+  if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_CONTEXT) {
     throw Error(ErrorCode::invalid_argument,
-                "cuda: adopt_queue: handle is not a live cudaStream_t (" + describe(e) + ")",
-                "cudaStreamGetDevice", std::source_location{});
+                "cuda: adopt_queue: handle is not a live cudaStream_t (" + describe(r) + ")", "cuStreamGetDevice",
+                std::source_location{});
   }
-  FERRY_CHECK_GEN(e, cudaSuccess, describe, classify);
-  return device;
-#else
-  (void)s;  // CUDA < 12.8 has no cudaStreamGetDevice; the front end documents the limit.
+  FERRY_CU_CHECK(r);
+  int count = 0;
+  FERRY_CU_CHECK(d.cuDeviceGetCount(&count));
+  for (int i = 0; i < count; ++i) {
+    CUdevice di = 0;
+    FERRY_CU_CHECK(d.cuDeviceGet(&di, i));
+    if (di == device) return i;
+  }
   return std::nullopt;
-#endif
 }
 
 /// Where a pointer's memory lives (Device::adopt_memory, HostPool::adopt): device or managed
@@ -343,9 +621,10 @@ struct PointerLocation {
 
 /// The location of `p`, asked in one driver call (cuPointerGetAttributes, which answers a
 /// pointer CUDA does not know with null attributes rather than an error). The mapping is the
-/// physical allocation the pointer is mapped to (a cudaMalloc or cudaHostAlloc allocation, or
+/// physical allocation the pointer is mapped to (a cuMemAlloc or cuMemHostAlloc allocation, or
 /// one cuMemMap of a virtual reservation), not the reservation, so a range inside it is
-/// backed to its last byte. Any failure is a device error naming the call.
+/// backed to its last byte. A driver that does not know the mapping attributes is asked for
+/// the others alone. Any failure is a device error naming the call.
 inline PointerLocation pointer_location(const void* p) {
   unsigned int type = 0;
   unsigned int managed = 0;  // a bool attribute: the driver writes its low byte
@@ -356,19 +635,11 @@ inline PointerLocation pointer_location(const void* p) {
                                       CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
                                       CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
   void* data[] = {&type, &managed, &device, &start, &size};
-  const CUresult r = driver().cuPointerGetAttributes(5, attributes, data,
-                                                     static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)));
+  const Driver& d = driver();
+  CUresult r = d.cuPointerGetAttributes(5, attributes, data, to_device_address(p));
   if (r == CUDA_ERROR_INVALID_VALUE) {
-    // A driver that does not know the mapping attributes: the runtime's answer, without them.
-    cudaPointerAttributes attr{};
-    const cudaError_t e = cudaPointerGetAttributes(&attr, p);
-    if (e == cudaErrorInvalidValue) {
-      (void)cudaGetLastError();
-      return {};
-    }
-    FERRY_CHECK_GEN(e, cudaSuccess, describe, classify);
-    return {attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, attr.type == cudaMemoryTypeHost,
-            attr.device};
+    start = size = 0;
+    r = d.cuPointerGetAttributes(3, attributes, data, to_device_address(p));
   }
   FERRY_CU_CHECK(r);
   PointerLocation where;
@@ -381,67 +652,125 @@ inline PointerLocation pointer_location(const void* p) {
 }
 
 // ---- Interop imports (backends/pair/): a timeline semaphore and device memory of another API
-// (Vulkan), exported as opaque fds.
+// (Vulkan), exported as opaque fds. Called with the device's context bound.
 
-using ExternalSemaphore = cudaExternalSemaphore_t;
-using ExternalMemory = cudaExternalMemory_t;
+using ExternalSemaphore = CUexternalSemaphore;
+using ExternalMemory = CUexternalMemory;
 
 /// Import a timeline semaphore from an opaque fd. CUDA owns the fd once the import succeeded.
 inline ExternalSemaphore import_timeline_semaphore(int fd) {
-  cudaExternalSemaphoreHandleDesc desc{};
-  desc.type = cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd;
+  CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC desc{};
+  desc.type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD;
   desc.handle.fd = fd;
-  cudaExternalSemaphore_t handle = nullptr;
-  FERRY_CHECK_GEN(cudaImportExternalSemaphore(&handle, &desc), cudaSuccess, describe, classify);
+  CUexternalSemaphore handle = nullptr;
+  FERRY_CU_CHECK(driver().cuImportExternalSemaphore(&handle, &desc));
   return handle;
 }
 
 /// From a destructor: cannot throw; failing here means the context is gone already.
 inline void destroy_external_semaphore(ExternalSemaphore handle) noexcept {
-  if (cudaDestroyExternalSemaphore(handle) != cudaSuccess) (void)cudaGetLastError();
+  const DriverLoad& l = driver_load();
+  if (l.loaded) (void)l.driver.cuDestroyExternalSemaphore(handle);
 }
 
 /// Signal timeline `value` on `stream`, after its earlier work.
 inline void signal_external_semaphore(ExternalSemaphore handle, cudaStream_t stream, std::uint64_t value) {
-  cudaExternalSemaphoreSignalParams params{};
+  CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS params{};
   params.params.fence.value = value;
-  FERRY_CHECK_GEN(cudaSignalExternalSemaphoresAsync(&handle, &params, 1, stream), cudaSuccess, describe, classify);
+  FERRY_CU_CHECK(driver().cuSignalExternalSemaphoresAsync(&handle, &params, 1, stream));
 }
 
 /// Later work of `stream` starts once the timeline reaches `value`.
 inline void wait_external_semaphore(ExternalSemaphore handle, cudaStream_t stream, std::uint64_t value) {
-  cudaExternalSemaphoreWaitParams params{};
+  CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS params{};
   params.params.fence.value = value;
-  FERRY_CHECK_GEN(cudaWaitExternalSemaphoresAsync(&handle, &params, 1, stream), cudaSuccess, describe, classify);
+  FERRY_CU_CHECK(driver().cuWaitExternalSemaphoresAsync(&handle, &params, 1, stream));
 }
 
 /// Import `size` bytes of device memory from an opaque fd and map them whole as one buffer:
 /// returns its device pointer and sets `*imported`. CUDA owns the fd once the import
-/// succeeded. Freed by cudaFree of the pointer, then destroy_external_memory.
+/// succeeded. Freed by cudaFree (cuMemFree) of the pointer, then destroy_external_memory.
 inline void* import_memory(int fd, std::uint64_t size, bool dedicated, ExternalMemory* imported) {
-  cudaExternalMemoryHandleDesc desc{};
-  desc.type = cudaExternalMemoryHandleTypeOpaqueFd;
+  const Driver& d = driver();
+  CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc{};
+  desc.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
   desc.handle.fd = fd;
   desc.size = size;
-  desc.flags = dedicated ? cudaExternalMemoryDedicated : 0;
-  cudaExternalMemory_t handle = nullptr;
-  FERRY_CHECK_GEN(cudaImportExternalMemory(&handle, &desc), cudaSuccess, describe, classify);
-  cudaExternalMemoryBufferDesc buffer{};
+  desc.flags = dedicated ? CUDA_EXTERNAL_MEMORY_DEDICATED : 0;
+  CUexternalMemory handle = nullptr;
+  FERRY_CU_CHECK(d.cuImportExternalMemory(&handle, &desc));
+  CUDA_EXTERNAL_MEMORY_BUFFER_DESC buffer{};
   buffer.offset = 0;
   buffer.size = size;
-  void* p = nullptr;
+  CUdeviceptr p = 0;
   try {
-    FERRY_CHECK_GEN(cudaExternalMemoryGetMappedBuffer(&p, handle, &buffer), cudaSuccess, describe, classify);
+    FERRY_CU_CHECK(d.cuExternalMemoryGetMappedBuffer(&p, handle, &buffer));
   } catch (...) {
-    if (cudaDestroyExternalMemory(handle) != cudaSuccess) (void)cudaGetLastError();
+    (void)d.cuDestroyExternalMemory(handle);
     throw;
   }
   *imported = handle;
-  return p;
+  return from_device_address(p);
 }
 
-inline void destroy_external_memory(ExternalMemory handle) {
-  FERRY_CHECK_GEN(cudaDestroyExternalMemory(handle), cudaSuccess, describe, classify);
+inline void destroy_external_memory(ExternalMemory handle) { FERRY_CU_CHECK(driver().cuDestroyExternalMemory(handle)); }
+
+// ---- Kernels: the synthetic compute step's device code is no part of libferry; ferry-testkit
+// supplies it as a module image (a fatbin or PTX text, see backends/backend.hpp), which is
+// loaded into the device's context here.
+
+/// The driver loads kernel images (cuModuleLoadData): run_synthetic_compute runs where
+/// ferry-testkit registered one.
+inline constexpr bool kLoadsKernels = true;
+
+/// A loaded kernel module and its one function.
+struct Kernels {
+  CUmodule module = nullptr;
+  CUfunction synthetic = nullptr;
+};
+
+/// Load `image` into the bound context and force its function loaded. Under lazy loading
+/// (CUDA's default) a function loads at its first launch, and loading may wait for work
+/// already queued in the context: a launch behind a stream that waits for the host would then
+/// never return. Asking for an attribute loads it now.
+inline Kernels load_kernels(std::span<const std::byte> image) {
+  const Driver& d = driver();
+  Kernels k;
+  FERRY_CU_CHECK(d.cuModuleLoadData(&k.module, image.data()));
+  try {
+    FERRY_CU_CHECK(d.cuModuleGetFunction(&k.synthetic, k.module, "ferry_synthetic_compute"));
+    int threads = 0;
+    FERRY_CU_CHECK(d.cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k.synthetic));
+  } catch (...) {
+    (void)d.cuModuleUnload(k.module);
+    throw;
+  }
+  return k;
+}
+
+/// From a destructor, with the context bound.
+inline void unload_kernels(Kernels& k) noexcept {
+  const DriverLoad& l = driver_load();
+  if (l.loaded && k.module != nullptr) (void)l.driver.cuModuleUnload(k.module);
+  k = {};
+}
+
+/// Enqueue the synthetic compute step on `stream`: `units` passes (at least one) over the
+/// data, each writing out[i] = in[i] + 1 (uint8, wrapping). `max_blocks` caps the grid (the
+/// kernel loops grid-stride). The launch's own error is checked.
+inline void launch_synthetic(const Kernels& k, const void* in, void* out, std::uint64_t bytes, std::uint32_t units,
+                             int max_blocks, cudaStream_t stream) {
+  constexpr unsigned threads = 256;
+  const std::uint64_t work = (bytes + 15) / 16;  // threads needed for one vector pass
+  const std::uint64_t wanted = (work + threads - 1) / threads;
+  const auto blocks = static_cast<unsigned>(
+      wanted < static_cast<std::uint64_t>(max_blocks) ? (wanted > 0 ? wanted : 1) : static_cast<std::uint64_t>(max_blocks));
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  unsigned long long n = bytes;
+  unsigned passes = units > 0 ? units : 1;
+  void* args[] = {&src, &dst, &n, &passes};
+  FERRY_CU_CHECK(driver().cuLaunchKernel(k.synthetic, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr));
 }
 
 }  // namespace ferry::detail::cuda_impl::vendor

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// ferry's synthetic compute step (transfer.hpp run_synthetic_compute): out[i] = in[i] + 1 per
+// ferry-testkit's synthetic compute step (testing.hpp run_synthetic_compute), registered with
+// libferry by the kit, whose Vulkan backend runs it: out[i] = in[i] + 1 per
 // byte, wrapping, four bytes per invocation and iteration (grid-stride loop). The host binds
 // `in` and `out` as storage buffers whose ranges start at most one offset alignment before the
 // data; `*_first` are the data's first words inside those ranges. A tail of 1..3 bytes is
