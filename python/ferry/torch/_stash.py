@@ -37,8 +37,12 @@ class _HostCopies:
             for i, (host, buffer, point) in enumerate(entries):
                 if host.numel() >= nbytes:
                     del entries[i]
-                    if torch._C._storage_Use_Count(host.untyped_storage()._cdata) > 2:
-                        return None  # held elsewhere meanwhile: let it go
+                    # One reference is the entry's tensor, one the storage object asked for here;
+                    # a torch that cannot tell reuses nothing.
+                    count = getattr(torch._C, "_storage_Use_Count", None)
+                    if count is None or count(host.untyped_storage()._cdata) > 2:
+                        _let_go(host, point)  # held elsewhere meanwhile
+                        return None
                     return host, buffer, point
         return None
 
@@ -46,12 +50,20 @@ class _HostCopies:
         with _lock:
             entries = self._free.setdefault(device_index, [])
             entries.append((host, buffer, point))
+            evicted = entries[:-self.KEEP]
             del entries[:-self.KEEP]
+        for host, _, point in evicted:
+            _let_go(host, point)
 
     def clear(self) -> None:
         with _lock:
             self._free.clear()
 
+
+def _let_go(host, point) -> None:
+    """A host copy ferry no longer keeps: held until the restore's copy that reads it completes,
+    so that PyTorch's pinned allocator cannot hand it out under that read."""
+    glue.hold(point, [host])
 
 _host_copies = _HostCopies()
 on_close.append(_host_copies.clear)
