@@ -14,7 +14,15 @@ echo "=== wheel: pip wheel . (build isolation)"
 python3 -m pip wheel . --no-deps --wheel-dir "$out"
 whl=$(ls -t "$out"/ferry-*.whl | head -n 1)
 echo "=== wheel: $whl"
-python3 -m zipfile -l "$whl" | sed -n '1,40p'
+listing=$(python3 -m zipfile -l "$whl")
+echo "$listing" | sed -n '1,40p'
+# Every module of the package's source tree is in the wheel.
+for f in $(cd python && git ls-files 'ferry/*.py' 'ferry/*.pyi'); do
+  if ! grep -q "^$f " <<<"$listing"; then
+    echo "wheel: $whl lacks $f" >&2
+    exit 1
+  fi
+done
 # A fresh virtual environment: auditwheel (from PyPI) runs there, and the wheel is installed
 # there, away from the source tree and the system's packages (Debian needs python3-venv).
 venv=$(mktemp -d)/venv
