@@ -24,9 +24,10 @@ for f in $(cd python && git ls-files 'ferry/*.py' 'ferry/*.pyi'); do
   fi
 done
 # A fresh virtual environment: auditwheel (from PyPI) runs there, and the wheel is installed
-# there, away from the source tree and the system's packages (Debian needs python3-venv).
+# there, away from the source tree (Debian needs python3-venv). It sees the system's packages,
+# so that where torch is installed, ferry.torch from the wheel is tried as a pip user gets it.
 venv=$(mktemp -d)/venv
-python3 -m venv "$venv"
+python3 -m venv --system-site-packages "$venv"
 "$venv/bin/python" -m pip install --quiet auditwheel
 echo "=== wheel: auditwheel show"
 show=$("$venv/bin/python" -m auditwheel show "$whl")
@@ -41,7 +42,7 @@ if grep -qiE "libcuda|libcudart|libamdhip|libhsa|libvulkan|rocm" <<<"$show"; the
 fi
 echo "=== wheel: installed in a fresh virtual environment"
 "$venv/bin/python" -m pip install --quiet "$whl"
-(cd "$(dirname "$venv")" && "$venv/bin/python" - <<'PY'
+(cd "$(dirname "$venv")" && FERRY_TORCH_NATIVE_CACHE="$(dirname "$venv")/native" "$venv/bin/python" - <<'PY'
 import ferry
 B = ferry.Backend
 rows = []
@@ -51,6 +52,17 @@ for b in (B.host, B.cuda, B.hip, B.vulkan):
 print("import ferry from the wheel:", ferry.__file__)
 print("\n".join(rows))
 assert ferry.Device.built_with(B.host) and ferry.Device.count(B.host) >= 1
+try:
+    import torch
+except ImportError:
+    print("torch is not installed: ferry.torch not tried")
+else:
+    # The wheel has no ferry._torch_native (build isolation hides the user's torch): ferry.torch
+    # builds it against this torch at first use.
+    import ferry.torch as ft
+    out = ft.to({"a": torch.arange(4)}, "cpu")
+    assert torch.equal(out["a"], torch.arange(4))
+    print(f"ferry.torch from the wheel under torch {torch.__version__}: native {ft.NATIVE}")
 PY
 )
 rm -rf "$(dirname "$venv")"

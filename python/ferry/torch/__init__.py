@@ -71,20 +71,29 @@ train pipeline's ``batch.to(...)`` is that call.
 device memory, and ``Stash.restore()`` brings it back, with no host wait (see ``stash``).
 
 ferry.torch's PyTorch side is ``ferry._torch_native``, built against the running torch's C++
-ABI; importing ferry.torch raises ``ferry.Error('unsupported')`` where it is missing or built
-for another torch. Errors raise ``ferry.Error`` with the caller's file and line.
+ABI. Where ferry was built beside this torch it is the one built then; otherwise (a wheel, or
+another torch) importing ferry.torch builds it against the running torch with torch's C++
+extension builder (a C++20 compiler and ninja), once per torch and Python version, cached
+under ``~/.cache/ferry/torch-native`` (``FERRY_TORCH_NATIVE_CACHE``; ``FERRY_TORCH_NATIVE=build``
+always builds). ``NATIVE`` says which. Where it can be neither, importing ferry.torch raises
+``ferry.Error('unsupported')`` naming why. Errors raise ``ferry.Error`` with the caller's
+file and line.
 """
 
 from __future__ import annotations
 
-from ._engine import engine, glue, held_sources, synchronize
+from ._engine import engine, glue, held_sources, native_origin, synchronize
 from ._engine import close_engines as _close_engines
 from ._pipeline import batches, pipeline_to
 from ._stash import Stash, stash
 from ._to import to
 
 __all__ = ["to", "pipeline_to", "batches", "stash", "Stash", "engine", "synchronize", "held_sources", "ALIGNMENT", "DMA_MIN_BYTES",
-           "RECORD_EVENTS"]
+           "RECORD_EVENTS", "NATIVE"]
+
+#: How ferry._torch_native was had: "prebuilt" (built with ferry, against this torch) or
+#: "built at first use in DIR" (compiled against the running torch and cached there).
+NATIVE = native_origin
 
 #: Whether the devices that ferry.torch opens record pool events and queue activity for
 #: their snapshots (``DeviceOptions::record_events``), read when an engine opens: set it

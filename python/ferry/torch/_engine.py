@@ -6,6 +6,8 @@ and ordinal, the stashes' download Transfers, PyTorch's half of the glue
 from __future__ import annotations
 
 import atexit
+import os
+import sys
 import threading
 from typing import Any
 
@@ -15,23 +17,114 @@ from .. import _ferry
 from .._error import Error
 
 
+# How ferry._torch_native was found: "prebuilt" (built with ferry, against this torch) or
+# "built at first use in DIR" (see _build_native).
+native_origin = ""
+
+
 def _load_native() -> Any:
     """ferry._torch_native, PyTorch's half of the glue, built against the running torch's C++
-    ABI; a ferry.Error names what to do where it is missing or built for another torch."""
+    ABI: the one built with ferry where it matches the running torch, else one built for it
+    at first use (a wheel cannot know the user's torch); a ferry.Error names what to do where
+    neither can be had. FERRY_TORCH_NATIVE=build always builds (or reuses a build)."""
+    global native_origin
+    why = None
+    if os.environ.get("FERRY_TORCH_NATIVE", "") != "build":
+        try:
+            from .. import _torch_native as prebuilt
+        except ImportError as exc:
+            why = f"this ferry has no ferry._torch_native ({exc})"
+        else:
+            if prebuilt.TORCH_VERSION == torch.__version__:
+                native_origin = "prebuilt"
+                prebuilt.set_error(Error, torch.OutOfMemoryError)
+                return prebuilt
+            why = f"this ferry's ferry._torch_native was built against torch {prebuilt.TORCH_VERSION}"
+    else:
+        why = "FERRY_TORCH_NATIVE=build"
+    module, directory = _build_native(why)
+    native_origin = f"built at first use in {directory}"
+    module.set_error(Error, torch.OutOfMemoryError)
+    return module
+
+
+def _native_cache(sources: list[str]) -> str:
+    """The directory of the build for these sources, this torch and this Python:
+    FERRY_TORCH_NATIVE_CACHE, or ferry/torch-native under XDG_CACHE_HOME (~/.cache)."""
+    import hashlib
+    base = os.environ.get("FERRY_TORCH_NATIVE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "ferry", "torch-native")
+    digest = hashlib.sha256()
+    for path in sources:
+        with open(path, "rb") as fh:
+            digest.update(fh.read())
+    tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{digest.hexdigest()[:16]}"
+    return os.path.join(base, "".join(c if c.isalnum() or c in ".-_" else "_" for c in tag))
+
+
+def _build_native(why: str) -> tuple[Any, str]:
+    """ferry._torch_native compiled against the running torch with its C++ extension builder
+    (a C++20 compiler and ninja), cached per ferry, torch and Python version; later imports
+    load the cached build at once. The sources ship with the package (torch/_native/)."""
+    from torch.utils import cpp_extension
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
+    source = os.path.join(here, "native.cpp")
+    if not os.path.exists(source):
+        raise Error("unsupported", f"ferry.torch needs ferry._torch_native for torch {torch.__version__}: {why}, "
+                    f"and its sources are not beside the package ({here}): reinstall ferry")
+    directory = _native_cache([source, os.path.join(here, "native_api.h")])
     try:
-        from .. import _torch_native
-    except ImportError as exc:
-        raise Error("unsupported",
-                    f"ferry.torch needs ferry._torch_native, built against the running torch ({torch.__version__}), "
-                    f"and this ferry has none ({exc}): build ferry where this torch is importable "
-                    "(pip install --no-build-isolation ., or meson setup -Dtorch_native=enabled)") from None
-    if _torch_native.TORCH_VERSION != torch.__version__:
-        raise Error("unsupported",
-                    f"ferry._torch_native was built against torch {_torch_native.TORCH_VERSION}, not the running "
-                    f"torch {torch.__version__} (its C++ ABI is that version's): rebuild ferry against this torch "
-                    "(pip install --no-build-isolation .)")
-    _torch_native.set_error(Error, torch.OutOfMemoryError)
-    return _torch_native
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise Error("unsupported", f"ferry.torch needs ferry._torch_native for torch {torch.__version__} ({why}); "
+                    f"its build directory {directory} cannot be made ({exc}): set FERRY_TORCH_NATIVE_CACHE to a "
+                    "writable directory") from None
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    # ninja hands the flags to a shell, so the string literal's quotes are escaped.
+    cflags = ["-O2", "-std=c++20", "-fvisibility=hidden", f'-DFERRY_TORCH_VERSION=\\"{torch.__version__}\\"']
+    include = [here]
+    ldflags = []
+    cuda_include = _cuda_headers() if torch.version.cuda else None
+    if cuda_include is not None and os.path.exists(os.path.join(torch_lib, "libc10_cuda.so")):
+        # The caching allocator's stream-taking entry point, as the prebuilt module has it.
+        cflags.append("-DFERRY_TORCH_CUDA_ALLOCATOR=1")
+        include.append(cuda_include)
+        ldflags += [f"-L{torch_lib}", "-lc10_cuda"]
+    try:
+        module = cpp_extension.load(name="_torch_native", sources=[source], extra_include_paths=include,
+                                    extra_cflags=cflags, extra_ldflags=ldflags, build_directory=directory,
+                                    verbose=False)
+    except Exception as exc:  # noqa: BLE001 - the compiler's or loader's failure is the reason named
+        text = str(exc).strip().splitlines()
+        raise Error("unsupported", f"ferry.torch needs ferry._torch_native for torch {torch.__version__} ({why}); "
+                    f"building it at first use in {directory} failed (a C++20 compiler, ninja and torch's "
+                    f"headers are needed): {' | '.join(text[-6:])}") from None
+    if getattr(module, "TORCH_VERSION", None) != torch.__version__:
+        raise Error("internal_error", f"ferry._torch_native built in {directory} names torch "
+                    f"{getattr(module, 'TORCH_VERSION', None)}, not {torch.__version__}")
+    return module, directory
+
+
+def _cuda_headers() -> str | None:
+    """A directory with CUDA's runtime headers (cuda_runtime_api.h), which torch's CUDA
+    allocator header includes: the toolkit's, or PyPI's nvidia CUDA runtime package's (torch's
+    CUDA wheels depend on it); None where there is none."""
+    candidates = []
+    from torch.utils import cpp_extension
+    home = getattr(cpp_extension, "CUDA_HOME", None)
+    if home:
+        candidates.append(os.path.join(home, "include"))
+    try:
+        import nvidia  # the namespace package of PyPI's CUDA wheels
+        for root in getattr(nvidia, "__path__", []):
+            for sub in ("cuda_runtime", "cu13", "cu12"):
+                candidates.append(os.path.join(root, sub, "include"))
+    except ImportError:
+        pass
+    for c in candidates:
+        if os.path.exists(os.path.join(c, "cuda_runtime_api.h")):
+            return c
+    return None
 
 
 native = _load_native()
