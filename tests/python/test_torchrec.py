@@ -439,6 +439,8 @@ def test_inplace_leaf_memory_is_reused_once_its_tensor_dies_after_its_last_read(
     its longest-lived leaf), and that copy waits for the training stream's work that read the
     leaf before it died, and for nothing later."""
     dev = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # no free block of earlier tests' may serve the second call
     memcpy = torch.cuda.Stream(dev)
     main = torch.cuda.current_stream(dev)
     # What pipeline_to does under data_copy_stream: the current stream's memory, waited for by

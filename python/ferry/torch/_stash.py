@@ -34,17 +34,19 @@ class _HostCopies:
         """(host tensor, its ferry HostBuffer, point to wait for) of at least `nbytes`, or None."""
         with _lock:
             entries = self._free.get(device_index, [])
-            for i, (host, buffer, point) in enumerate(entries):
-                if host.numel() >= nbytes:
-                    del entries[i]
-                    # One reference is the entry's tensor, one the storage object asked for here;
-                    # a torch that cannot tell reuses nothing.
-                    count = getattr(torch._C, "_storage_Use_Count", None)
-                    if count is None or count(host.untyped_storage()._cdata) > 2:
-                        _let_go(host, point)  # held elsewhere meanwhile
-                        return None
-                    return host, buffer, point
-        return None
+            # The smallest that fits: a training step's stashes of several sizes each find
+            # their own, and a small stash does not take (and hold) a large copy.
+            fits = [i for i, e in enumerate(entries) if e[0].numel() >= nbytes]
+            if not fits:
+                return None
+            host, buffer, point = entries.pop(min(fits, key=lambda k: entries[k][0].numel()))
+        # One reference is the entry's tensor, one the storage object asked for here; a torch
+        # that cannot tell reuses nothing.
+        count = getattr(torch._C, "_storage_Use_Count", None)
+        if count is None or count(host.untyped_storage()._cdata) > 2:
+            _let_go(host, point)  # held elsewhere meanwhile
+            return None
+        return host, buffer, point
 
     def give_back(self, device_index: int, host, buffer, point) -> None:
         with _lock:
