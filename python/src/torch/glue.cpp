@@ -30,7 +30,6 @@ struct Block {
   const ferry_torch_native::Api* native = nullptr;
   std::uint64_t pointer = 0;
   std::uint64_t size = 0;
-  std::int32_t device_index = -1;
 
   Block() = default;
   Block(const Block&) = delete;
@@ -41,7 +40,7 @@ struct Block {
     if (destinations) {
       destinations->release(pointer, size, point);
     } else {
-      native->free(pointer, device_index);
+      native->free(pointer, -1);
     }
   }
 };
@@ -140,7 +139,6 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     auto block = std::make_shared<Block>();
     block->native = &native;
     block->size = size;
-    block->device_index = cpu ? -1 : device_index;
     ferry::TimelinePoint ready_after;
     if (cpu) {
       block->pointer = native.allocate(size, 0, -1);
