@@ -14,8 +14,6 @@
 # studies: this tree's Python package alone: tools/python/pipeline_study.py over the configs of
 #   FERRY_PIPELINE_CONFIGS ("MIB LEAVES pinned|pageable base|sparse_dist [STUDY ARGS];...") and
 #   lab/python/stash_study.py --trace; torchrec from .whl/ with stand-ins where it does not import.
-# validate: this tree alone, built whole: the CUDA, Vulkan and pair conformance suites, the
-#   Python suite on CUDA, lab/python/copy_probe.py and a profiled pipeline study.
 # FERRY_AB_DEADLINE (seconds, default 560) bounds a call; each step's log is in OUTDIR.
 set -u
 out=${1:?usage: gpu-ab.sh OUTDIR PHASE...}
@@ -154,21 +152,6 @@ for phase in "$@"; do
       step stash 240 env PYTHONPATH=build-py/python python3 lab/python/stash_study.py --workloads "${FERRY_STASH_WORKLOADS:-mixed,reuse}" \
         --steps 12 --trace --json "$out/stash.json"
       grep -vE "^\[" "$out/stash.log" | head -n 200
-      ;;
-    validate)  # this tree alone: every GPU suite, the Python suite on CUDA, the copy probe
-      step build-full 300 bash -c 'build_tree "$@"' _ . build-gpu -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled
-      step test-cuda 150 meson test -C build-gpu --no-rebuild --print-errorlogs --suite conformance-cuda
-      step test-vulkan 150 meson test -C build-gpu --no-rebuild --print-errorlogs --suite conformance-vulkan
-      step test-pairs 150 meson test -C build-gpu --no-rebuild --print-errorlogs --suite conformance-vulkan_cuda \
-        --suite conformance-cuda_vulkan
-      python_path build-gpu
-      step python 240 env PYTHONPATH="$pp" FERRY_REQUIRE_TORCHREC=1 python3 -m pytest -q -rfs -p no:cacheprovider tests/python
-      grep -hE "^(Ok|Fail|Skipped):|passed|failed|^FAILED|^ERROR" "$out"/test-*.log "$out"/python.log | sort | uniq -c
-      step probe 60 env PYTHONPATH="$pp" python3 lab/python/copy_probe.py
-      cat "$out/probe.log"
-      step pipeline-profile 120 env PYTHONPATH="$pp" python3 tools/python/pipeline_study.py --batch-mib 1024 --leaves 26 \
-        --profile-copy
-      grep -vE "^W[0-9]|warn" "$out/pipeline-profile.log" | tail -n 40
       ;;
     glues)
       step glues 120 env PYTHONPATH=build-prev/python python3 - <<'EOF'

@@ -64,7 +64,7 @@ def _native_cache(sources: list[str]) -> str:
 
 def _build_native(why: str) -> tuple[Any, str]:
     """ferry._torch_native compiled against the running torch with its C++ extension builder
-    (a C++20 compiler and ninja), cached per ferry, torch and Python version; later imports
+    (a C++20 compiler and ninja), cached per source, torch and Python version; later imports
     load the cached build at once. The sources ship with the package (torch/_native/)."""
     from torch.utils import cpp_extension
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")

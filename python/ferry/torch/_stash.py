@@ -67,6 +67,7 @@ def _let_go(host, point) -> None:
     so that PyTorch's pinned allocator cannot hand it out under that read."""
     glue.hold(point, [host])
 
+
 _host_copies = _HostCopies()
 on_close.append(_host_copies.clear)
 
@@ -263,10 +264,11 @@ def stash(tensors: Any, *, stream: Any = None, free: str = "ordered") -> Stash:
     dev, xfer = engine(backend, device.index)
     owner = adopted_queue(dev, stream)
     glue.release_reached()
-    reused = _host_copies.take(device.index, max(total, 1))
+    host_bytes = max(total, 1)
+    reused = _host_copies.take(device.index, host_bytes)
     if reused is None:
-        host = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=True)
-        host_buffer = dev.host_pool.adopt(host.data_ptr(), max(total, 1))
+        host = torch.empty(host_bytes, dtype=torch.uint8, pin_memory=True)
+        host_buffer = dev.host_pool.adopt(host.data_ptr(), host_bytes)
         read_until = None
     else:
         host, host_buffer, read_until = reused
