@@ -521,3 +521,26 @@ def test_a_stash_reuses_a_restored_host_copy_after_the_restore_read_it():
     assert int((kept != 3).sum()) == 0
     sd.restore()
     sd.wait()
+
+
+def test_small_leaves_of_a_per_leaf_call_never_wait_behind_its_bulk_copies():
+    # Where the target does not wait, each leaf has its own block. The leaves too small for
+    # DMA must still go in one staged call: one staged call per small leaf takes a buffer of
+    # the staging ring each, and once the ring wraps the host waits for the DMA of the first
+    # lap, queued behind the call's bulk copy.
+    from ferry.torch._engine import gpu_backend
+    main, side = torch.cuda.Stream(), torch.cuda.Stream()
+    dev_index = torch.cuda.current_device()
+    bulk = torch.ones(256 << 20, dtype=torch.uint8).pin_memory()
+    small = [torch.full((1000 + i,), i, dtype=torch.int32).pin_memory() for i in range(12)]
+    ft.to([bulk] + small, "cuda", target_stream=main, wait_stream=side)  # set up the engine
+    torch.cuda.synchronize()
+    device = ft.engine(gpu_backend(), dev_index)[0]
+    before = device.host_waits
+    out = ft.to([bulk] + small, "cuda", target_stream=main, wait_stream=side)
+    waits = device.host_waits - before
+    main.wait_stream(side)
+    for s, d in zip(small, out[1:]):
+        assert torch.equal(d.cpu(), s)
+    assert int(out[0].sum(dtype=torch.int64)) == bulk.numel()
+    assert waits == 0, f"the call waited on the host {waits} times"

@@ -11,6 +11,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <exception>
 #include <span>
 
@@ -158,13 +159,32 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     block->buffer = dev.adopt_memory(ferry::NativeMemory{.pointer = block->pointer}, size, owner, std::move(ao));
     blocks.push_back(std::move(block));
   };
+  // Per leaf, the leaves too small for DMA share one block: each staged call takes a buffer of
+  // the staging ring, and one call per small leaf would wrap the ring within a batch or two,
+  // so that the next call waits on the host for the DMA of an earlier batch's staging,
+  // queued behind that batch's bulk copies. Their memory is small beside the batch.
+  std::size_t shared_block = n;  // the small leaves' block, n where there is none
   if (per_leaf) {
+    std::uint64_t small = 0;
     for (std::size_t i = 0; i < n; ++i) {
       Source& s = sources[i];
       s.offset = 0;
       if (s.leaf.nbytes == 0) continue;
+      if (s.leaf.nbytes < kDmaMinBytes) {
+        small = (small + kAlignment - 1) / kAlignment * kAlignment;
+        s.offset = small;
+        small += s.leaf.nbytes;
+        continue;
+      }
       block_of[i] = blocks.size();
       make_block(s.leaf.nbytes);
+    }
+    if (small > 0) {
+      shared_block = blocks.size();
+      for (std::size_t i = 0; i < n; ++i) {
+        if (sources[i].leaf.nbytes != 0 && sources[i].leaf.nbytes < kDmaMinBytes) block_of[i] = shared_block;
+      }
+      make_block(small);
     }
   } else if (total > 0) {
     make_block(total);
@@ -189,6 +209,9 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     }
     staged_leaves.push_back(i);
   }
+  // One staged call per block takes the block's staged leaves together.
+  std::stable_sort(staged_leaves.begin(), staged_leaves.end(),
+                   [&](std::size_t a, std::size_t b) { return block_of[a] < block_of[b]; });
   ferry::TimelinePoint last;
   const auto pinned_tensor = [&](std::size_t k) { return sources[pinned[k].first].tensor; };
   if (!blocks.empty()) {
@@ -219,7 +242,7 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
         if (k + 1 < staged_leaves.size() && block_of[staged_leaves[k + 1]] == b) continue;
         ferry::UploadIntoOptions o;
         o.owner_waits = target_waits && k + 1 == staged_leaves.size();
-        o.overwrite_padding = !per_leaf;  // a leaf's own block has no padding
+        o.overwrite_padding = !per_leaf || b == shared_block;  // a leaf's own block has no padding
         o.destination_unused = true;
         last = x.upload_into(std::span<const ferry::HostView>(staged), blocks[b]->buffer,
                              std::span<const std::uint64_t>(staged_offsets), std::move(o));
