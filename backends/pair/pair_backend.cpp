@@ -131,6 +131,7 @@ class PairQueue final : public BackendQueue {
   void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) override {
     inner_->copy_d2d(mine(dst), mine(src), bytes);
   }
+  void enqueue_yield() override { inner_->enqueue_yield(); }
   void signal(BackendSemaphore& sem, std::uint64_t value) override {
     auto& pair = static_cast<PairSemaphore&>(sem);
     inner_->signal(pair.side(side_), value);
