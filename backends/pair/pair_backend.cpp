@@ -205,6 +205,8 @@ class PairDevice final : public BackendDevice {
     caps_.is_gpu = true;
     caps_.device_memory_bytes = cu.device_memory_bytes;
     caps_.copy_engines = ex.copy_engines;
+    caps_.copy_priorities = ex.copy_priorities;  // copies run on the executing side's queues
+    caps_.copy_bytes_per_second = ex.copy_bytes_per_second;
     caps_.dedicated_transfer_queue = ex.dedicated_transfer_queue;
     caps_.separate_queue_families = true;
     caps_.ownership_transfer = vk.ownership_transfer || !vk.separate_queue_families;

@@ -158,9 +158,10 @@
 ///
 /// ## Thread-safety
 /// A Transfer may be used from several threads; calls of one class are serialized internally
-/// and enqueue in call order (urgent and bulk calls take separate locks: see "Priorities"). The caller's host memory must not be modified by other threads during a
-/// call that reads it, nor touched while a call writes it. `synchronize()` waits for the
-/// copies enqueued before it began; copies other threads enqueue meanwhile keep their host
+/// and enqueue in call order (urgent and bulk calls take separate locks: see "Priorities").
+/// The caller's host memory must not be modified by other threads during a call that reads
+/// it, nor touched while a call writes it. `synchronize()` waits for the copies enqueued
+/// before it began, of both classes; copies other threads enqueue meanwhile keep their host
 /// memory alive until they complete. Moving or destroying a Transfer must not race with a
 /// call on it. Several Transfers may share one executor queue; each keeps its own staging ring.
 ///
@@ -217,8 +218,10 @@ struct TransferOptions {
   /// Pinned staging used for pageable sources/destinations: chunk size and number of chunks
   /// in the ring. The ring is allocated on first use and bounded by chunk * chunks bytes (the
   /// staging cap): a Transfer never holds more pinned staging than that, whatever the size of
-  /// a call. A call may cut each ring buffer into smaller chunks (a power-of-two fraction, at
-  /// least 1 MiB) so that a batch of a few buffers' worth still pipelines packing and DMA.
+  /// a call, plus, once it stages an urgent copy, the urgent ring of min(chunks, 2) chunks
+  /// (see "Priorities"). A call may cut each ring buffer into smaller chunks (a power-of-two
+  /// fraction, at least 1 MiB) so that a batch of a few buffers' worth still pipelines packing
+  /// and DMA.
   std::uint64_t staging_chunk_bytes = 16ull << 20;
   std::uint32_t staging_chunks = 4;
   /// false: staging disabled. The Transfer allocates no staging ring and starts no helper

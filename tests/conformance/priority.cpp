@@ -3,6 +3,7 @@
 // and both classes keep every other ordering rule. Run with latency injection
 // (conformance-host-latency), a missing wait here turns into wrong bytes.
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -52,14 +53,23 @@ CONFORMANCE_CASE("priority: an urgent copy submitted during a long bulk copy com
   Transfer xfer(dev, piece_options());
   if (!priorities_supported(dev, xfer)) return;
   const std::uint64_t big = long_bulk_bytes(dev), small = 64 * KiB;
+  HostBuffer first_src = dev.host_pool().allocate(small);
   HostBuffer bulk_src = dev.host_pool().allocate(big);
   HostBuffer urgent_src = dev.host_pool().allocate(small);
   HostBuffer back = dev.host_pool().allocate(big);
+  std::vector<DeviceBuffer> keep;  // fresh blocks: nothing for the copies to wait for
   for (int round = 0; round < 3; ++round) {
     CAPTURE(round);
     fill_pattern(bulk_src.span(), 10 + static_cast<std::uint64_t>(round));
     fill_pattern(urgent_src.span(), 20 + static_cast<std::uint64_t>(round));
+    // The bulk copy is under way when the urgent one is submitted: `first` and `bulk` are
+    // queued behind a gate, and `first` is seen complete before the urgent call.
+    TimelineSemaphore gate = dev.create_semaphore(0);
+    xfer.executor().wait(gate.at(1));
+    Upload first = xfer.upload(first_src, owner, {.owner_waits = false});
     Upload bulk = xfer.upload(bulk_src, owner, {.owner_waits = false});
+    gate.signal(1);
+    first.ready.wait();
     Upload urgent = xfer.upload(urgent_src, owner, {.owner_waits = false, .priority = Priority::urgent});
     urgent.ready.wait();
     CHECK_MESSAGE(!bulk.ready.reached(),
@@ -70,9 +80,11 @@ CONFORMANCE_CASE("priority: an urgent copy submitted during a long bulk copy com
     TimelinePoint u = xfer.download(urgent.buffer, back, 0, {.priority = Priority::urgent});
     u.wait();
     CHECK(first_mismatch(back.span().first(small), 20 + static_cast<std::uint64_t>(round)) == -1);
-    bulk.buffer.release();
-    urgent.buffer.release();
+    keep.push_back(std::move(first.buffer));
+    keep.push_back(std::move(bulk.buffer));
+    keep.push_back(std::move(urgent.buffer));
   }
+  for (DeviceBuffer& b : keep) b.release();
   xfer.synchronize();
 }
 
@@ -117,39 +129,40 @@ CONFORMANCE_CASE("priority: bulk copies that overwrite one region keep submissio
   const std::uint64_t shift = 512 * KiB + 1;  // copy k writes [k * shift, k * shift + region)
   constexpr int copies = 8;
   const std::uint64_t total = region + (copies - 1) * shift;
-  DeviceBuffer dst = dev.pool().allocate(total, owner);
-  DeviceBuffer side = dev.pool().allocate(64 * KiB, owner);
-  std::vector<HostBuffer> sources;
-  for (int k = 0; k < copies; ++k) {
-    sources.push_back(dev.host_pool().allocate(region));
-    fill_pattern(sources.back().span(), 50 + static_cast<std::uint64_t>(k));
+  // Copy k downloads device buffer k into one pinned host buffer: the copies touch no buffer
+  // in common that ferry tracks, so only the order of the class keeps the later bytes on top.
+  std::vector<DeviceBuffer> sources;
+  {
+    HostBuffer src = dev.host_pool().allocate(region);
+    for (int k = 0; k < copies; ++k) {
+      fill_pattern(src.span(), 50 + static_cast<std::uint64_t>(k));
+      sources.push_back(xfer.upload(src, owner).buffer);
+      xfer.synchronize();
+    }
   }
-  HostBuffer urgent_src = dev.host_pool().allocate(64 * KiB);
-  fill_pattern(urgent_src.span(), 49);
-  HostBuffer zeros = dev.host_pool().allocate(total);
-  std::memset(zeros.data(), 0, zeros.size());
-  HostBuffer back = dev.host_pool().allocate(total);
-  // The region's bytes as the copies leave them, in submission order, overlap and all.
+  DeviceBuffer side = dev.pool().allocate(64 * KiB, owner);
+  HostBuffer side_back = dev.host_pool().allocate(64 * KiB);
+  HostBuffer dst = dev.host_pool().allocate(total);
+  // The bytes as the copies leave them, in submission order, overlaps and all.
   std::vector<std::byte> expected(total, std::byte{0});
   for (int k = 0; k < copies; ++k) {
-    std::memcpy(expected.data() + k * shift, sources[static_cast<std::size_t>(k)].data(), region);
+    HostBuffer src = dev.host_pool().allocate(region);
+    fill_pattern(src.span(), 50 + static_cast<std::uint64_t>(k));
+    std::memcpy(expected.data() + k * shift, src.data(), region);
   }
   for (int round = 0; round < 3; ++round) {
     CAPTURE(round);
-    xfer.upload_into(zeros, dst, {.owner_waits = false});
+    std::memset(dst.data(), 0, dst.size());
     for (int k = 0; k < copies; ++k) {
-      xfer.upload_into(sources[static_cast<std::size_t>(k)], 0, region, dst, k * shift, {.owner_waits = false});
-      // Urgent copies of another buffer between them: they must not reorder the bulk ones.
-      UploadIntoOptions u;
-      u.owner_waits = false;
-      u.priority = Priority::urgent;
-      xfer.upload_into(urgent_src, side, u);
+      (void)xfer.download(sources[static_cast<std::size_t>(k)], dst, k * shift);
+      // Urgent copies between them: they must not reorder the bulk ones.
+      (void)xfer.download(side, side_back, 0, {.priority = Priority::urgent});
     }
-    xfer.download(dst, back).wait();
-    const int bad = std::memcmp(back.data(), expected.data(), total);
+    xfer.synchronize();
+    const int bad = std::memcmp(dst.data(), expected.data(), total);
     CHECK_MESSAGE(bad == 0, "overlapping bulk copies into one region left bytes out of submission order");
   }
-  dst.release();
+  for (DeviceBuffer& b : sources) b.release();
   side.release();
   xfer.synchronize();
 }
@@ -181,6 +194,16 @@ CONFORMANCE_CASE("priority: an urgent copy's owner wait and release point order 
     UploadOptions held = urgent;
     held.wait = {go.at(1)};
     Upload a = xfer.upload(first, owner, held);
+    // The owner's own timeline, which ferry's buffer tracking does not order: with owner_waits
+    // it passes the copy's point only once the copy, held by `go`, is complete.
+    const TimelinePoint owner_after = owner.mark();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    bool passed = false;
+    while (!passed && std::chrono::steady_clock::now() < until) {
+      passed = owner_after.reached();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHECK_MESSAGE(!passed, "the owner went past an urgent upload's point before the copy was complete");
     DeviceBuffer out = dev.pool().allocate(n, owner);
     conformance::Gate gate(dev, owner);  // the compute's free point stays pending until opened
     run_synthetic_compute(owner, a.buffer, out, 2);
