@@ -124,7 +124,7 @@ ContentionStudy run_contention(const DeviceFactory& factory, const ContentionCon
       const std::string d = dir;
       const std::string call = d == "h2d" ? "upload_into, " : "download, ";
       study.rows.push_back(rig.row(d + " bulk alone", d, false, call + bulk_how));
-      study.rows.push_back(rig.row(d + " bulk + urgent", d, true, call + bulk_how + "; urgent: " + urgent_how));
+      study.rows.push_back(rig.row(d + " bulk + urgent", d, true, call + bulk_how));
     }
   }
   // The references run on GPUs only, after ferry's buffers are freed (each side holds a bulk

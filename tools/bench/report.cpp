@@ -613,11 +613,14 @@ void print_contention(const Run& run) {
                 r.urgent ? std::to_string(r.samples).c_str() : "-", lat(r.p50_us).c_str(), lat(r.p99_us).c_str(),
                 lat(r.max_us).c_str(), r.bulk == "none" ? "-" : fmt("%.2f", r.bulk_gbps).c_str());
   }
-  std::string last;
+  // How each path issued its copies: its urgent copies as in its row without bulk, each bulk
+  // once (the rows with and without urgent copies issue it alike).
+  std::vector<std::string> seen;
   for (const ContentionRow& r : c.rows) {
-    if (r.path + r.how == last) continue;
-    last = r.path + r.how;
-    std::printf("  %s, %s: %s\n", r.path.c_str(), r.name.c_str(), r.how.c_str());
+    const std::string key = r.path + "\n" + r.how;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
+    std::printf("  %s %s: %s\n", r.path.c_str(), r.bulk == "none" ? "urgent copies" : "bulk", r.how.c_str());
   }
   if (!c.cuda_skipped.empty()) std::printf("  raw CUDA references not measured: %s\n", c.cuda_skipped.c_str());
   if (!c.vulkan_skipped.empty()) std::printf("  raw Vulkan references not measured: %s\n", c.vulkan_skipped.c_str());

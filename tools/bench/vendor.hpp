@@ -179,7 +179,9 @@ struct ContentionRow {
   std::string name;       ///< unique within its path: "urgent alone", "h2d bulk + urgent", ...
   std::string bulk;       ///< "none", "h2d", "d2h"
   bool urgent = true;     ///< whether urgent copies ran
-  std::string how;        ///< how the copies were issued
+  /// How the row's bulk was issued; for a row without bulk, how the urgent copies were (every
+  /// row of a path issues its urgent copies that way).
+  std::string how;
   std::uint64_t samples = 0;
   double p50_us = 0, p99_us = 0, max_us = 0;
   double bulk_gbps = 0;   ///< median over the reps; 0 without bulk

@@ -538,8 +538,8 @@ VendorContention measure_cuda_contention(const ferry::Device& device, const Cont
   for (const char* dir : {"h2d", "d2h"}) {
     const std::string d = dir;
     out.rows.push_back(rig.row(d + " bulk alone", d, false, false, one));
-    out.rows.push_back(rig.row(d + " bulk + urgent", d, false, true, one + "; urgent: " + urgent_how));
-    out.rows.push_back(rig.row(d + " chunked bulk + urgent", d, true, true, chunks + "; urgent: " + urgent_how));
+    out.rows.push_back(rig.row(d + " bulk + urgent", d, false, true, one));
+    out.rows.push_back(rig.row(d + " chunked bulk + urgent", d, true, true, chunks));
   }
   out.measured = true;
   return out;

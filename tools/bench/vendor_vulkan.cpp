@@ -772,7 +772,7 @@ VendorContention measure_vulkan_contention(const ferry::Device& device, const Co
   for (const char* dir : {"h2d", "d2h"}) {
     const std::string d = dir;
     row(d + " bulk alone", d, false, one);
-    row(d + " bulk + urgent", d, true, one + "; urgent: " + urgent_how);
+    row(d + " bulk + urgent", d, true, one);
   }
   out.measured = true;
   return out;
