@@ -117,8 +117,10 @@ ContentionStudy run_contention(const DeviceFactory& factory, const ContentionCon
     rig.bulk(true).wait(std::chrono::minutes(10));
     rig.bulk(false).wait(std::chrono::minutes(10));
     const std::string urgent_how = "upload_into, Priority::urgent (the urgent executor)";
-    const std::string bulk_how = "Priority::bulk, pieces of " + size_label(study.bulk_piece_bytes) + " with a yield "
-                                 "point between them";
+    const std::string bulk_how =
+        study.bulk_piece_bytes > 0
+            ? "Priority::bulk, pieces of " + size_label(study.bulk_piece_bytes) + " with a yield point between them"
+            : std::string("Priority::bulk, not cut (the executor has no yield point)");
     study.rows.push_back(rig.row("urgent alone", "none", true, urgent_how));
     for (const char* dir : {"h2d", "d2h"}) {
       const std::string d = dir;

@@ -365,7 +365,12 @@ class EmptyKernel {
     load("cuModuleUnload", module_unload_);
     load("cuLaunchKernel", launch_kernel_);
     check_cu(module_load_data_(&module_, kEmptyKernelPtx), "cuModuleLoadData");
-    check_cu(module_get_function_(&function_, module_, "ferry_bench_empty"), "cuModuleGetFunction");
+    try {
+      check_cu(module_get_function_(&function_, module_, "ferry_bench_empty"), "cuModuleGetFunction");
+    } catch (...) {
+      (void)module_unload_(module_);  // the destructor of a failed constructor does not run
+      throw;
+    }
   }
   EmptyKernel(const EmptyKernel&) = delete;
   EmptyKernel& operator=(const EmptyKernel&) = delete;
@@ -386,10 +391,17 @@ class EmptyKernel {
   static void load(const char* symbol, Fn& fn) {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult status{};
-    check(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status),
-          "cudaGetDriverEntryPointByVersion");
+    // The ABI of CUDA 12.0, as ferry's backend asks for; runtimes before 12.5 have only the
+    // call without a version (deprecated since), which gives the runtime's own.
+#if CUDART_VERSION >= 12050
+    const char* call = "cudaGetDriverEntryPointByVersion";
+    check(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status), call);
+#else
+    const char* call = "cudaGetDriverEntryPoint";
+    check(cudaGetDriverEntryPoint(symbol, &p, cudaEnableDefault, &status), call);
+#endif
     if (status != cudaDriverEntryPointSuccess || p == nullptr) {
-      throw std::runtime_error(std::string("cudaGetDriverEntryPointByVersion(") + symbol + "): status " +
+      throw std::runtime_error(std::string(call) + "(" + symbol + "): status " +
                                std::to_string(static_cast<int>(status)));
     }
     fn = reinterpret_cast<Fn>(p);
