@@ -311,8 +311,8 @@ void contention_verdicts(const Run& run, std::vector<Verdict>& out) {
       if (const ContentionRow* vk = c.find("vulkan", dir + " bulk + urgent")) {
         text += "; raw Vulkan one copy: " + fmt("%.1f", vk->p99_us) + " us";
       }
-      text += ") (bar <= max(" + fmt("%.0f", contention_p99_floor_us) + " us, 2 x alone p99) = " + fmt("%.1f", bar) +
-              " us)";
+      text += ") (bar <= max(" + fmt("%.0f", contention_p99_floor_us) + " us, " +
+              fmt("%.0f", contention_p99_factor) + " x alone p99) = " + fmt("%.1f", bar) + " us)";
       out.push_back({c.config.bulk_bytes, "contention", "contention_" + dir + "_urgent_p99_us", ferry->p99_us, bar, true,
                      text});
     }
@@ -628,8 +628,9 @@ void print_contention(const Run& run) {
               "complete (ferry: TimelinePoint::reached(); CUDA: cudaEventQuery; Vulkan: the timeline semaphore's "
               "value); bulk GB/s: bytes / host time from just before the bulk call to its completion, median\n");
   if (!run.is_gpu) {
-    std::printf("  bars: judged on GPU backends only (urgent p99 <= max(250 us, 2 x alone p99); bulk GB/s >= 98%% "
-                "of the one-piece raw copy); not judged here\n");
+    std::printf("  bars: judged on GPU backends only (urgent p99 <= max(%.0f us, %.0f x alone p99); bulk GB/s >= "
+                "%.0f%% of the one-piece raw copy); not judged here\n",
+                contention_p99_floor_us, contention_p99_factor, contention_bandwidth_bar * 100);
   }
 }
 
