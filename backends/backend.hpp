@@ -219,6 +219,12 @@ struct QueueTraits {
   /// defer a call's submission (TransferOptions::submit_batch); both need the front end's
   /// record of which queue signals which value. False: a signal is on its way once enqueued.
   bool defers_signals = false;
+  /// enqueue_yield lets another queue's copies take the copy engine between two of this
+  /// queue's copies (host: its engine model; CUDA and Vulkan fill it in). The front end then
+  /// cuts bulk copies into pieces with a yield between them, so that an urgent copy on
+  /// another queue starts within a piece. False: there is no yield, so the front end neither
+  /// cuts bulk copies nor calls enqueue_yield.
+  bool yields = false;
 };
 
 /// A queue of the backend. Operations execute in enqueue order. Each call enqueues and
@@ -248,6 +254,12 @@ class BackendQueue {
   virtual void copy_d2h_many(std::span<const HostDeviceCopy> copies) {
     for (const HostDeviceCopy& c : copies) copy_d2h(c.host, c.device, c.bytes);
   }
+  /// Optional (QueueTraits::yields): a yield point. A copy engine serves one queue's
+  /// consecutive copies back to back, whatever the queues' priorities; after a yield point it
+  /// serves the copies other queues have ready first, then this queue's next copy. Orders
+  /// nothing: work before and after it keeps its queue order. Called only on a queue whose
+  /// traits say it yields, between two copies. Default: nothing to enqueue.
+  virtual void enqueue_yield() {}
   /// Signal `value` on `sem` after all earlier work of this queue.
   virtual void signal(BackendSemaphore& sem, std::uint64_t value) = 0;
   /// Later work of this queue starts after `sem` reaches `value`.

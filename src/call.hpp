@@ -3,6 +3,7 @@
 // owner queues, for the Transfer API's files (transfer.cpp, image.cpp). Not installed.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <source_location>
@@ -13,6 +14,11 @@
 #include "staging.hpp"
 
 namespace ferry::detail {
+
+/// The name of the priority field of a call's options, for its errors.
+inline const char* priority_field(const UploadOptions&) { return "UploadOptions::priority"; }
+inline const char* priority_field(const UploadIntoOptions&) { return "UploadIntoOptions::priority"; }
+inline const char* priority_field(const CallOptions&) { return "CallOptions::priority"; }
 
 /// The skeleton every Transfer call shares, in order: check the Transfer and its device, bind
 /// the thread to the device's backend (one binding for the call's several backend calls),
@@ -25,8 +31,9 @@ namespace ferry::detail {
 class Call {
  public:
   Call(const std::unique_ptr<detail::TransferState>& s, const char* function, const std::source_location& where)
-      : state_(checked(s, function, where)),
-        device_(*detail::access::state(state_.device)),
+      : root_(checked(s, function, where)),
+        state_(&root_),
+        device_(*detail::access::state(root_.device)),
         bound_(*device_.backend),
         function_(function),
         where_(where) {
@@ -35,8 +42,28 @@ class Call {
   }
 
   [[nodiscard]] detail::DeviceState& device() const { return device_; }
-  [[nodiscard]] detail::TransferState& state() const { return state_; }
-  [[nodiscard]] const QueuePtr& exec() const { return state_.exec; }
+  [[nodiscard]] detail::TransferState& state() const { return *state_; }
+  [[nodiscard]] const QueuePtr& exec() const { return state_->exec; }
+  /// The most bytes the call's lane moves between yield points (pacing.hpp; 0: not cut).
+  [[nodiscard]] std::uint64_t piece() const { return state_->piece; }
+
+  /// The call's options: its priority class picks its lane (before anything reads exec()),
+  /// then order() checks its lists. Argument checks, so before lock().
+  template <class Options>
+  void order(const Options& options) {
+    prioritize(options.priority, priority_field(options));
+    order(options.wait, options.signal);
+  }
+
+  /// Check `priority` (`field` names it in the error) and take the urgent lane for an urgent
+  /// call (see "Priorities" in transfer.hpp).
+  void prioritize(Priority priority, const char* field) {
+    FERRY_REQUIRE(priority == Priority::bulk || priority == Priority::urgent, function_,
+                  std::string(field) + " is " + std::to_string(static_cast<unsigned>(priority)) +
+                      ", not a Priority (bulk = 0, urgent = 1)",
+                  where_);
+    if (priority == Priority::urgent) state_ = &root_.urgent_lane(where_);
+  }
 
   /// Check the caller's wait and signal lists (UploadOptions, UploadIntoOptions, CallOptions)
   /// and keep them for the call; an argument check, so before lock(). The signal values are
@@ -99,8 +126,47 @@ class Call {
   /// A peer copy's other device: its points may be waited on too (before order()).
   void allow_peer(const detail::DeviceState& peer) { peer_ = &peer; }
 
-  /// Take the Transfer's lock: calls enqueue in call order.
-  void lock() { lock_ = std::unique_lock(state_.mutex); }
+  /// Take the lane's lock (calls of a class enqueue in call order), then the lanes' order lock.
+  void lock() {
+    lock_ = std::unique_lock(state_->mutex);
+    order_lock_ = std::unique_lock(state_->order->mutex);
+  }
+
+  /// Let the order lock go for the rest of the call, which then touches no ordering state
+  /// (a blocking call's last host wait).
+  void end_ordering() {
+    if (order_lock_.owns_lock()) order_lock_.unlock();
+  }
+
+  /// Wait until `object` (a block or an image the call accesses) is not being staged by a
+  /// call of the other lane (LaneOrder); after lock().
+  void wait_not_busy(const void* object) {
+    detail::LaneOrder& o = *state_->order;
+    o.idle.wait(order_lock_, [&] { return std::find(o.busy.begin(), o.busy.end(), object) == o.busy.end(); });
+  }
+
+  /// The scope of a staged copy's chunks through the ring of `object` (a block or an image the
+  /// call has accessed): the order lock is let go for it, so that a call of the other lane
+  /// runs meanwhile, and `object` is busy for the calls that access it.
+  class Staging {
+   public:
+    Staging(Call& call, const void* object) : call_(call), object_(object) {
+      call_.state_->order->busy.push_back(object_);
+      call_.order_lock_.unlock();
+    }
+    ~Staging() {
+      detail::LaneOrder& o = *call_.state_->order;
+      call_.order_lock_.lock();
+      o.busy.erase(std::find(o.busy.begin(), o.busy.end(), object_));
+      o.idle.notify_all();
+    }
+    Staging(const Staging&) = delete;
+    Staging& operator=(const Staging&) = delete;
+
+   private:
+    Call& call_;
+    const void* object_;
+  };
 
   /// Enqueue the caller's waits on `q`, the queue about to run the call's first device work;
   /// later calls do nothing (caller holds q.mutex). Not queried: like Queue::wait, a wait for
@@ -114,16 +180,16 @@ class Call {
   /// enqueue_waits() on the executor, for calls whose first device work is not on_executor()'s
   /// (the staged copies).
   void enqueue_waits_on_executor() {
-    std::lock_guard elock(state_.exec->mutex);
-    enqueue_waits(*state_.exec);
+    std::lock_guard elock(state_->exec->mutex);
+    enqueue_waits(*state_->exec);
   }
 
   /// Enqueue the caller's waits, then its signals, on the executor: a call with no device
   /// work of its own still orders its signal points after its wait points.
   void pass_through_executor() {
-    std::lock_guard elock(state_.exec->mutex);
-    enqueue_waits(*state_.exec);
-    enqueue_signals(*state_.exec);
+    std::lock_guard elock(state_->exec->mutex);
+    enqueue_waits(*state_->exec);
+    enqueue_signals(*state_->exec);
   }
 
   /// Signal the caller's points on `q`, after the call's last device work (caller holds
@@ -169,17 +235,18 @@ class Call {
 
   /// Order the executor's access to `b` after its last user (see prepare_access); returns
   /// the queue that uses `b` next, to hand the range back to.
-  QueuePtr access(detail::BlockState& b, bool keep_contents, bool user_idle = false) const {
+  QueuePtr access(detail::BlockState& b, bool keep_contents, bool user_idle = false) {
+    wait_not_busy(&b);
     // Without a ready_after that covers the block's previous life for the executor, "unused
     // since its allocation" would let the copy overwrite what the owner's queued work of that
     // life still reads: a block the owner allocated for itself carries no such point.
-    FERRY_REQUIRE(!user_idle || b.adopted || b.owner == state_.exec || b.first_writer == state_.exec->id, function_,
+    FERRY_REQUIRE(!user_idle || b.adopted || b.owner == state_->exec || b.first_writer == state_->exec->id, function_,
                   "UploadIntoOptions::destination_unused needs adopted memory or a block allocated with "
                   "AllocationOptions::first_writer = this transfer's executor (its ready_after then covers the "
                   "block's previous use); this block was allocated for its owner alone",
                   where_);
     QueuePtr next = detail::last_user(b);
-    detail::prepare_access(state_.exec, b, keep_contents, user_idle);
+    detail::prepare_access(state_->exec, b, keep_contents, user_idle);
     return next;
   }
 
@@ -190,7 +257,7 @@ class Call {
   TimelinePoint on_executor(detail::BlockState& b, const QueuePtr& next, Op&& op) {
     return with_executor([&](detail::QueueState& e) {
       op(e);
-      return detail::finish_access(state_.exec, b, next);
+      return detail::finish_access(state_->exec, b, next);
     });
   }
 
@@ -199,11 +266,11 @@ class Call {
   /// enqueued them; the work counts as the call's, submitted by finish(). Returns op's result.
   template <class Op>
   decltype(auto) with_executor(Op&& op) {
-    const QueuePtr& exec = state_.exec;
+    const QueuePtr& exec = state_->exec;
     std::lock_guard elock(exec->mutex);
     enqueue_waits(*exec);
     // Deferred submission: the call's signals wait for submit_or_defer() in finish().
-    const bool hold = state_.options.submit_batch > 1 && exec->traits.defers_signals;
+    const bool hold = state_->options.submit_batch > 1 && exec->traits.defers_signals;
     if (hold) exec->backend->hold_signals(true);
     struct Unhold {  // also when op() throws
       detail::BackendQueue* q;
@@ -220,12 +287,12 @@ class Call {
   /// then signal the caller's points on the executor, after the call's last device work.
   void finish(const char* name, std::uint64_t bytes, const TimelinePoint& done,
               const std::shared_ptr<detail::HostAllocation>& host = nullptr) {
-    detail::record_activity(device_, *state_.exec, name, bytes, done);
-    if (host) state_.keep(done, host);
-    std::lock_guard elock(state_.exec->mutex);
-    if (signal_ != nullptr) enqueue_signals(*state_.exec);
+    detail::record_activity(device_, *state_->exec, name, bytes, done);
+    if (host) state_->keep(done, host);
+    std::lock_guard elock(state_->exec->mutex);
+    if (signal_ != nullptr) enqueue_signals(*state_->exec);
     if (submit_pending_) {
-      detail::submit_or_defer(*state_.exec, bytes, state_.options.submit_batch, state_.options.submit_bytes);
+      detail::submit_or_defer(*state_->exec, bytes, state_->options.submit_batch, state_->options.submit_bytes);
       submit_pending_ = false;
     }
   }
@@ -235,8 +302,8 @@ class Call {
   ~Call() {
     if (!submit_pending_) return;
     try {
-      std::lock_guard elock(state_.exec->mutex);
-      detail::flush(*state_.exec);
+      std::lock_guard elock(state_->exec->mutex);
+      detail::flush(*state_->exec);
     } catch (...) {  // a device error: the call is failing with its own error already
     }
   }
@@ -251,7 +318,8 @@ class Call {
     return *s;
   }
 
-  detail::TransferState& state_;
+  detail::TransferState& root_;  ///< the Transfer's state: its bulk lane
+  detail::TransferState* state_;  ///< the call's lane (prioritize())
   detail::DeviceState& device_;
   const detail::BoundThread bound_;
   const char* function_;
@@ -263,7 +331,8 @@ class Call {
   /// on_executor() recorded work that finish() has not submitted or deferred yet.
   bool submit_pending_ = false;
   const detail::DeviceState* peer_ = nullptr;  ///< allow_peer()
-  std::unique_lock<std::mutex> lock_;
+  std::unique_lock<std::mutex> lock_;        ///< the lane's
+  std::unique_lock<std::mutex> order_lock_;  ///< the lanes' LaneOrder (released before lock_)
 };
 
 /// A device buffer argument of a call that may name another device (peer copies): live, of

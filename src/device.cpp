@@ -133,6 +133,10 @@ void DeviceState::close() noexcept {
     peer_devices = std::move(peers);
     released = std::move(foreign_semaphores);  // no queue of this device waits any more
   }
+  {
+    std::lock_guard ulock(urgent_mutex);  // not under `mutex`: urgent_lane takes it first
+    urgent_transfer.reset();
+  }
   if (!handed.empty()) {
     for (const auto& w : peer_devices) {
       auto peer = w.lock();

@@ -73,6 +73,11 @@ struct DeviceState : std::enable_shared_from_this<DeviceState> {
   bool queues_gone = false;  ///< close destroyed the queues (under `mutex`)
   std::shared_ptr<QueueState> compute;
   std::shared_ptr<QueueState> transfer;
+  /// The queue of urgent copies (TransferState::urgent_lane), made at the first urgent call
+  /// of any Transfer without an urgent_executor: the transfer queue itself where the device
+  /// has no queue left. Under urgent_mutex.
+  std::mutex urgent_mutex;
+  std::shared_ptr<QueueState> urgent_transfer;
 
   PoolState pool;
   HostPoolState host;

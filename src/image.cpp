@@ -9,6 +9,7 @@
 #include <string>
 
 #include "call.hpp"
+#include "pacing.hpp"
 #include "ferry/image.hpp"
 #include "ferry/transfer.hpp"
 #include "image_state.hpp"
@@ -458,10 +459,12 @@ class ImageCall {
   void prepare(std::span<const ImageRegion> regions, std::uint64_t buffer_size, const UploadIntoOptions& options,
                bool staged) {
     check_image_options(options, fn_, where_);
+    call_.prioritize(options.priority, detail::priority_field(options));
     prepare(regions, buffer_size, options.wait, options.signal, staged);
   }
   void prepare(std::span<const ImageRegion> regions, std::uint64_t buffer_size, const CallOptions& options,
                bool staged) {
+    call_.prioritize(options.priority, detail::priority_field(options));
     prepare(regions, buffer_size, options.wait, options.signal, staged);
   }
 
@@ -472,6 +475,7 @@ class ImageCall {
     const TimelinePoint owner_done = owner_hands_over(exec(), *img_, use_);
     return call_.with_executor([&](detail::QueueState& e) {
       executor_takes_over(e, *img_, use_, owner_done);
+      detail::yield_before(e, call_.piece(), total_bytes(copies_));  // an image copy is not cut
       op(e);
       return executor_hands_back(device(), exec(), *img_, use_);
     });
@@ -509,6 +513,7 @@ class ImageCall {
     const detail::HostRef stage{detail::access::state(slot.buffer)->memory.get(), 0};
     const QueuePtr& e = exec();
     std::lock_guard elock(e->mutex);
+    detail::yield_before(*e, call_.piece(), total_bytes(staged_));
     if (use_ == ImageUse::copy_dst) {
       e->backend->copy_h2i(*img_->backend, stage, staged_);
     } else {
@@ -542,6 +547,7 @@ class ImageCall {
     if (staged) check_staging(call_.state(), copies_, fn_, where_);
     call_.order(wait, signal);
     call_.lock();
+    call_.wait_not_busy(img_);
   }
 
   Call call_;
@@ -695,12 +701,16 @@ TimelinePoint Transfer::upload_image(std::span<const std::byte> source, const Im
   ImageState& img = call.image(destination);
   call.prepare(regions, source.size(), options, /*staged=*/true);
   auto* linear = const_cast<std::byte*>(source.data());  // move_rows only reads it here
-  for (const auto& pieces : call.take_over()) {
-    detail::TransferState::Slot& slot = call.next_slot();
-    for (const StagedPiece& p : pieces) {
-      move_rows(call.copies()[p.region], p, linear, slot.buffer.data(), /*to_stage=*/true);
+  const auto chunks = call.take_over();
+  {
+    const detail::Call::Staging staging(call.call(), &img);
+    for (const auto& pieces : chunks) {
+      detail::TransferState::Slot& slot = call.next_slot();
+      for (const StagedPiece& p : pieces) {
+        move_rows(call.copies()[p.region], p, linear, slot.buffer.data(), /*to_stage=*/true);
+      }
+      call.issue(slot, pieces);
     }
-    call.issue(slot, pieces);
   }
   const TimelinePoint done = call.hand_back();
   call.finish("copy h2i (staged)", done);
@@ -728,7 +738,7 @@ void Transfer::download_image(const Image& source, std::span<std::byte> destinat
   constexpr const char* fn = "Transfer::download_image(pageable)";
   ImageCall call(state_, ImageUse::copy_src, fn, where);
   FERRY_REQUIRE(destination.data() != nullptr || destination.empty(), fn, "null destination span", where);
-  (void)call.image(source);
+  ImageState& img = call.image(source);
   call.prepare(regions, destination.size(), options, /*staged=*/true);
   const auto chunks = call.take_over();
   // Up to a ring's worth of chunks in flight; each is scattered once its copy is complete.
@@ -746,14 +756,18 @@ void Transfer::download_image(const Image& source, std::span<std::byte> destinat
     }
   };
   const std::size_t ring = call.call().state().ring.size();
-  for (std::size_t k = 0; k < chunks.size(); ++k) {
-    if (pending.size() - unpacked == ring) unpack_oldest();
-    detail::TransferState::Slot& slot = call.next_slot();
-    call.issue(slot, chunks[k]);
-    pending.push_back({k, &slot});
+  {
+    const detail::Call::Staging staging(call.call(), &img);
+    for (std::size_t k = 0; k < chunks.size(); ++k) {
+      if (pending.size() - unpacked == ring) unpack_oldest();
+      detail::TransferState::Slot& slot = call.next_slot();
+      call.issue(slot, chunks[k]);
+      pending.push_back({k, &slot});
+    }
   }
   const TimelinePoint done = call.hand_back();
   call.finish("copy i2h (staged)", done);
+  call.call().end_ordering();  // the scatter below waits for the device, not for ordering state
   while (unpacked < pending.size()) unpack_oldest();
 }
 

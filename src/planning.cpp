@@ -3,6 +3,7 @@
 #include "planning.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 
 namespace ferry::detail::planning {
@@ -123,6 +124,16 @@ CopyPlan plan_copies(std::span<const StreamPiece> pieces, std::uint64_t total, c
     plan.items[plan.units[u].end++] = to_staging ? CopyItem{staged, host, b - a} : CopyItem{host, staged, b - a};
   });
   return plan;
+}
+
+std::uint64_t derived_bulk_piece(std::uint64_t bytes_per_second) noexcept {
+  const std::uint64_t rate = bytes_per_second != 0 ? bytes_per_second : kAssumedCopyRate;
+  // bytes = rate * latency, without overflow for any rate: rate / 1e9 * ns + the remainder.
+  const std::uint64_t bytes = rate / 1'000'000'000 * kPieceLatencyNs + rate % 1'000'000'000 * kPieceLatencyNs / 1'000'000'000;
+  if (bytes <= kMinPiece) return kMinPiece;
+  if (bytes >= kMaxPiece) return kMaxPiece;
+  const std::uint64_t below = std::bit_floor(bytes);
+  return bytes - below < 2 * below - bytes ? below : 2 * below;  // the nearer; a tie rounds up
 }
 
 }  // namespace ferry::detail::planning

@@ -114,4 +114,17 @@ CopyPlan plan_copies(std::span<const StreamPiece> pieces, std::uint64_t total, c
                      std::span<std::byte* const> ring, std::uint64_t workers, const StagingTuning& tuning,
                      bool to_staging);
 
+/// The derived bulk piece (TransferOptions::bulk_piece_bytes = 0): the bytes a link of
+/// `bytes_per_second` moves in kPieceLatencyNs (at kAssumedCopyRate when the rate is 0),
+/// rounded to the nearest power of two, clamped to [kMinPiece, kMaxPiece]. The latency bounds
+/// an urgent copy's wait behind a bulk copy; the floor keeps pieces large enough for the copy
+/// engine to keep its full rate (a copy's fixed cost hides behind the previous one's DMA).
+inline constexpr std::uint64_t kPieceLatencyNs = 100'000;
+inline constexpr std::uint64_t kAssumedCopyRate = 25'000'000'000;  ///< PCIe 4.0 x16, bytes/s
+inline constexpr std::uint64_t kMinPiece = 1ull << 20;
+inline constexpr std::uint64_t kMaxPiece = 64ull << 20;
+/// The smallest piece a caller may ask for (TransferOptions::bulk_piece_bytes).
+inline constexpr std::uint64_t kMinGivenPiece = 64ull << 10;
+std::uint64_t derived_bulk_piece(std::uint64_t bytes_per_second) noexcept;
+
 }  // namespace ferry::detail::planning

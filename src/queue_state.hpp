@@ -34,6 +34,8 @@ struct QueueState {
   std::recursive_mutex mutex;                // serializes enqueues on this queue
   std::uint64_t last_mark = 0;               // last value signalled on `timeline`
   bool dirty = false;                        // work enqueued since last mark
+  /// Bulk copy bytes enqueued since the queue's last yield point (pacing.hpp; under mutex).
+  std::uint64_t unyielded = 0;
   /// An engine's queue (Device::adopt_queue): the engine enqueues work ferry never sees, so
   /// ferry cannot know it idle since its last mark; every mark is a new one.
   bool external = false;

@@ -3,6 +3,8 @@
 // DMA and scattering for downloads, and the keep-alive list of host memory.
 #include "staging.hpp"
 
+#include "pacing.hpp"
+
 #include <algorithm>
 #include <thread>
 
@@ -20,6 +22,36 @@ void TransferState::ensure_staging(DeviceState& d, const std::source_location& w
     if (n < 0) n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) - 1, 0, 15);
     copier = std::make_unique<ParallelCopier>(static_cast<unsigned>(n));
   }
+}
+
+TransferState& TransferState::urgent_lane(const std::source_location& where) {
+  std::lock_guard lock(urgent_mutex);
+  if (urgent) return *urgent;
+  auto lane = std::make_unique<TransferState>();
+  lane->device = device;
+  lane->options = options;
+  // A ring of its own for staged urgent copies: urgent copies are small, two chunks pipeline them.
+  lane->options.staging_chunks = std::min<std::uint32_t>(options.staging_chunks, 2);
+  lane->order = order;
+  if (options.urgent_executor) {
+    lane->exec = detail::access::state(options.urgent_executor);
+  } else {
+    DeviceState& d = *detail::access::state(device);
+    std::lock_guard dlock(d.urgent_mutex);
+    if (!d.urgent_transfer) {
+      try {
+        Queue q = device.create_queue(QueueRole::transfer, "urgent transfer", /*priority=*/1, where);
+        d.urgent_transfer = detail::access::state(q);
+      } catch (const Error& e) {
+        // No queue left to give (a one-queue device): urgent copies share the bulk executor.
+        if (e.code() != ErrorCode::unsupported) throw;
+        d.urgent_transfer = detail::access::state(device.queue(QueueRole::transfer, where));
+      }
+    }
+    lane->exec = d.urgent_transfer;
+  }
+  urgent = std::move(lane);
+  return *urgent;
 }
 
 void TransferState::staged_h2d(const std::vector<StreamPiece>& pieces, std::uint64_t total, const BlockState& b,
@@ -55,8 +87,10 @@ void TransferState::staged_h2d(const std::vector<StreamPiece>& pieces, std::uint
       const std::uint64_t at = k * g.chunk, n = std::min(g.chunk, total - at);
       Slot& slot = ring[g.buffer(k)];
       std::lock_guard elock(exec->mutex);
-      exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + base + at},
-                              HostRef{detail::access::state(slot.buffer)->memory.get(), g.offset(k)}, n);
+      const HostMemory* stage = detail::access::state(slot.buffer)->memory.get();
+      paced(*exec, piece, n, [&](std::uint64_t o, std::uint64_t m) {
+        exec->backend->copy_h2d(DeviceRef{b.segment, b.offset + base + at + o}, HostRef{stage, g.offset(k) + o}, m);
+      });
       exec->dirty = true;
       // The newest mark on the executor: it covers every earlier use of the buffer too.
       dma[k] = slot.free = enqueue_mark(*exec);
@@ -108,9 +142,11 @@ void TransferState::staged_d2h(const std::vector<StreamPiece>& pieces, const std
         while (run < runs.size() && runs[run].stream + runs[run].size <= cb) ++run;
         for (std::size_t r = run; r < runs.size() && runs[r].stream < ce; ++r) {
           const std::uint64_t a = std::max(cb, runs[r].stream), e = std::min(ce, runs[r].stream + runs[r].size);
-          exec->backend->copy_d2h(
-              HostRef{detail::access::state(slot.buffer)->memory.get(), g.offset(issued) + (a - cb)},
-              DeviceRef{b.segment, b.offset + runs[r].source + (a - runs[r].stream)}, e - a);
+          const HostRef stage{detail::access::state(slot.buffer)->memory.get(), g.offset(issued) + (a - cb)};
+          const DeviceRef from{b.segment, b.offset + runs[r].source + (a - runs[r].stream)};
+          paced(*exec, piece, e - a, [&](std::uint64_t o, std::uint64_t m) {
+            exec->backend->copy_d2h(HostRef{stage.memory, stage.offset + o}, DeviceRef{from.segment, from.offset + o}, m);
+          });
         }
         exec->dirty = true;
         dma[issued] = slot.free = enqueue_mark(*exec);

@@ -3,6 +3,7 @@
 // staging ring through which pageable and scattered copies are pipelined. Not installed.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -19,11 +20,35 @@
 
 namespace ferry::detail {
 
+/// What the two lanes of a Transfer (bulk and urgent: "Priorities" in transfer.hpp) share: a
+/// lock over the ordering state of the buffers and images the calls access (BlockState's
+/// last access, holder and owed acquire; an image's), held by a call from lock() to its end,
+/// except while it waits for its staging ring. Then the buffer or image it stages is `busy`,
+/// and a call of the other lane that accesses it waits until it is not.
+struct LaneOrder {
+  std::mutex mutex;
+  std::condition_variable idle;  ///< notified when an object leaves `busy`
+  std::vector<const void*> busy;
+};
+
+/// A Transfer is two lanes of this state: the bulk lane (the Transfer's own) and the urgent
+/// lane (`urgent`, made at the first urgent call), each with its executor, lock, staging ring
+/// and list of host memory kept alive, so that an urgent call never waits for a bulk call's
+/// staging. They share `order`.
 struct TransferState {
   Device device;  // keeps the device open while the Transfer lives
   std::shared_ptr<QueueState> exec;
   TransferOptions options;
-  std::mutex mutex;  // serializes calls on this Transfer
+  std::mutex mutex;  // serializes calls of this lane
+  std::shared_ptr<LaneOrder> order = std::make_shared<LaneOrder>();
+  /// The most bytes a copy of this lane moves between yield points (pacing.hpp); 0 cuts
+  /// nothing (the urgent lane, or an executor without yield points).
+  std::uint64_t piece = 0;
+  /// The bulk lane only: the urgent lane, once made (under urgent_mutex; never unset).
+  std::mutex urgent_mutex;
+  std::unique_ptr<TransferState> urgent;
+  /// The bulk lane only: the urgent lane, made now if it is not yet.
+  TransferState& urgent_lane(const std::source_location& where);
   struct InFlight {
     TimelinePoint done;
     std::shared_ptr<HostAllocation> host;

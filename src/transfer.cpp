@@ -10,6 +10,8 @@
 #include <optional>
 
 #include "call.hpp"
+#include "pacing.hpp"
+#include "planning.hpp"
 
 namespace ferry {
 
@@ -26,6 +28,17 @@ Transfer::Transfer(const Device& device, TransferOptions options, std::source_lo
                 "submit_batch must be >= 1 (1 submits every call), not 0", where);
   FERRY_REQUIRE(options.submit_bytes >= 1, "Transfer::Transfer",
                 "submit_bytes must be >= 1 (1 submits every call), not 0", where);
+  FERRY_REQUIRE(options.bulk_piece_bytes == 0 || options.bulk_piece_bytes >= detail::planning::kMinGivenPiece,
+                "Transfer::Transfer",
+                "bulk_piece_bytes must be 0 (derived) or at least " +
+                    std::to_string(detail::planning::kMinGivenPiece) + " bytes, not " +
+                    std::to_string(options.bulk_piece_bytes),
+                where);
+  if (options.urgent_executor) {
+    detail::QueueState& q = detail::checked_queue(options.urgent_executor, "Transfer::Transfer", where);
+    FERRY_REQUIRE(q.device_id == detail::access::state(device).get(), "Transfer::Transfer",
+                  "the urgent_executor queue belongs to another device", where);
+  }
   state_ = std::make_unique<detail::TransferState>();
   state_->device = device;
   if (options.executor) {
@@ -35,6 +48,12 @@ Transfer::Transfer(const Device& device, TransferOptions options, std::source_lo
     state_->exec = detail::access::state(options.executor);
   } else {
     state_->exec = detail::access::state(device.queue(QueueRole::transfer));
+  }
+  // Bulk copies are cut only where the executor can yield between pieces (pacing.hpp).
+  if (state_->exec->traits.yields) {
+    state_->piece = options.bulk_piece_bytes != 0
+                        ? options.bulk_piece_bytes
+                        : detail::planning::derived_bulk_piece(device.capabilities(where).copy_bytes_per_second);
   }
   state_->options = std::move(options);
 }
@@ -54,6 +73,25 @@ Transfer& Transfer::operator=(Transfer&&) noexcept = default;
 Queue Transfer::executor(std::source_location where) const {
   FERRY_REQUIRE(state_ != nullptr, "Transfer::executor", "moved-from transfer", where);
   return detail::access::make<Queue>(state_->exec);
+}
+
+Queue Transfer::urgent_executor(std::source_location where) {
+  FERRY_REQUIRE(state_ != nullptr, "Transfer::urgent_executor", "moved-from transfer", where);
+  FERRY_REQUIRE(state_->device.is_open(), "Transfer::urgent_executor", "the device is closed", where);
+  return detail::access::make<Queue>(state_->urgent_lane(where).exec);
+}
+
+std::uint64_t Transfer::bulk_piece_bytes(std::source_location where) const {
+  FERRY_REQUIRE(state_ != nullptr, "Transfer::bulk_piece_bytes", "moved-from transfer", where);
+  return state_->piece;
+}
+
+std::string_view to_string(Priority priority) noexcept {
+  switch (priority) {
+    case Priority::bulk: return "bulk";
+    case Priority::urgent: return "urgent";
+  }
+  return "unknown";
 }
 
 namespace {
@@ -111,7 +149,7 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
   auto& host = detail::checked_host(source, &d, "Transfer::upload", where);
   detail::check_range(offset, bytes, host.memory->size, "Transfer::upload", "source", where);
   const auto& q = checked_owner(owner, d, "Transfer::upload", where);
-  call.order(options.wait, options.signal);
+  call.order(options);
   call.lock();
   const auto& self = detail::access::state(state_->device);
   const detail::HostRef src{host.memory.get(), offset};
@@ -123,7 +161,9 @@ Upload Transfer::upload(const HostBuffer& source, std::uint64_t offset, std::uin
   // waits for the block's free point (pending only if the pool found it not reached).
   up.ready = call.on_executor(b, q, [&](detail::QueueState& e) {
     detail::enqueue_wait(e, b.ready_after, /*query=*/false);
-    e.backend->copy_h2d(detail::ref(b), src, bytes);
+    detail::paced(e, call.piece(), bytes, [&](std::uint64_t at, std::uint64_t n) {
+      e.backend->copy_h2d(detail::DeviceRef{b.segment, b.offset + at}, detail::HostRef{src.memory, src.offset + at}, n);
+    });
   });
   call.finish("copy h2d", bytes, up.ready, detail::access::state(source));
   if (options.owner_waits) detail::make_owner_wait(q, up.ready);
@@ -162,7 +202,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
   std::optional<detail::planning::BatchLayout> layout =
       detail::planning::layout_batch(views, detail::BlockAllocator::max_request());
   FERRY_REQUIRE(layout.has_value(), fn, "the batch exceeds the largest supported allocation (2^52 bytes)", where);
-  call.order(options.wait, options.signal);
+  call.order(options);
   const std::uint64_t total = layout->total;
   UploadBatch batch;
   batch.offsets = std::move(layout->offsets);
@@ -180,6 +220,7 @@ UploadBatch Transfer::upload(std::span<const HostView> views, const Queue& owner
     detail::enqueue_wait(*exec, b.ready_after);
   }
   try {
+    const detail::Call::Staging staging(call, &b);
     if (total > 0) s.staged_h2d(pieces, total, b, where);
   } catch (...) {
     // The chunks issued before the failure still write the block: its release (the batch's
@@ -213,13 +254,15 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, const DeviceBuffer
           "source (" + std::to_string(host.memory->size) + " bytes) is larger than the destination (" +
               std::to_string(b.requested) + " bytes)",
           where);
-  call.order(options.wait, options.signal);
+  call.order(options);
   call.lock();
   // The owner may still read the old contents: the executor waits for its work so far. A
   // smaller source leaves the tail as it was, so then the range changes hands properly.
   const QueuePtr owner = call.access(b, host.memory->size < b.requested, options.destination_unused);
   const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
-    e.backend->copy_h2d(detail::ref(b), detail::HostRef{host.memory.get(), 0}, host.memory->size);
+    detail::paced(e, call.piece(), host.memory->size, [&](std::uint64_t at, std::uint64_t n) {
+      e.backend->copy_h2d(detail::DeviceRef{b.segment, b.offset + at}, detail::HostRef{host.memory.get(), at}, n);
+    });
   });
   call.finish("copy h2d (preallocated)", host.memory->size, done, detail::access::state(source));
   if (options.owner_waits) detail::make_owner_wait(owner, done);
@@ -237,15 +280,16 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, std::uint64_t sour
   check_no_padding(options, fn, where);
   detail::check_range(source_offset, bytes, host.memory->size, fn, "source", where);
   detail::check_range(destination_offset, bytes, b.requested, fn, "destination", where);
-  call.order(options.wait, options.signal);
+  call.order(options);
   call.lock();
   // The owner may still read the old contents, and the bytes outside the range stay: the
   // range changes hands with the rest of the buffer's contents kept.
   const QueuePtr owner = call.access(b, bytes < b.requested, options.destination_unused);
   const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
-    detail::DeviceRef dst = detail::ref(b);
-    dst.offset += destination_offset;
-    e.backend->copy_h2d(dst, detail::HostRef{host.memory.get(), source_offset}, bytes);
+    detail::paced(e, call.piece(), bytes, [&](std::uint64_t at, std::uint64_t n) {
+      e.backend->copy_h2d(detail::DeviceRef{b.segment, b.offset + destination_offset + at},
+                          detail::HostRef{host.memory.get(), source_offset + at}, n);
+    });
   });
   call.finish("copy h2d (preallocated)", bytes, done, detail::access::state(source));
   if (options.owner_waits) detail::make_owner_wait(owner, done);
@@ -272,7 +316,7 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, std::span<const st
                   where);
     total += bytes;
   }
-  call.order(options.wait, options.signal);
+  call.order(options);
   call.lock();
   // Each destination is overwritten whole: no contents to hand over.
   std::vector<QueuePtr> owners;
@@ -285,8 +329,8 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, std::span<const st
       copies.push_back(
           {detail::ref(*blocks[i]), detail::HostRef{host.memory.get(), source_offsets[i]}, blocks[i]->requested});
     }
-    e.backend->copy_h2d_many(copies);
-    return detail::finish_access(state_->exec, blocks, owners);
+    detail::paced_many(e, call.piece(), copies, /*to_device=*/true);
+    return detail::finish_access(call.exec(), blocks, owners);
   });
   call.finish("copy h2d (buffers)", total, done, detail::access::state(source));
   if (options.owner_waits) {
@@ -362,12 +406,15 @@ TimelinePoint Transfer::upload_into(std::span<const HostView> views, const Devic
   }
   std::uint64_t total = 0;
   for (const Run& r : runs) total += r.total;
+  call.order(options);
   call.lock();
   auto& s = call.state();
   s.ensure_staging(d, where);
   // Bytes outside the views keep their contents unless the views cover the whole buffer.
   const QueuePtr owner = call.access(b, total < b.requested, options.destination_unused);
+  call.enqueue_waits_on_executor();
   try {
+    const detail::Call::Staging staging(call, &b);
     for (const Run& r : runs) s.staged_h2d(r.pieces, r.total, b, where, r.base);
   } catch (...) {
     (void)call.on_executor(b, owner, [](detail::QueueState&) {});  // the chunks issued still write the block
@@ -386,11 +433,13 @@ TimelinePoint Transfer::download(const DeviceBuffer& source, const HostBuffer& d
   auto& b = detail::checked_block(source, &d, "Transfer::download", where);
   auto& host = detail::checked_host(destination, &d, "Transfer::download", where);
   detail::check_range(offset, b.requested, host.memory->size, "Transfer::download", "destination", where);
-  call.order(options.wait, options.signal);
+  call.order(options);
   call.lock();
   const QueuePtr owner = call.access(b, true);  // after the work that produced the data
   const TimelinePoint done = call.on_executor(b, owner, [&](detail::QueueState& e) {
-    e.backend->copy_d2h(detail::HostRef{host.memory.get(), offset}, detail::ref(b), b.requested);
+    detail::paced(e, call.piece(), b.requested, [&](std::uint64_t at, std::uint64_t n) {
+      e.backend->copy_d2h(detail::HostRef{host.memory.get(), offset + at}, detail::DeviceRef{b.segment, b.offset + at}, n);
+    });
   });
   call.finish("copy d2h", b.requested, done, detail::access::state(destination));
   return done;
@@ -424,7 +473,7 @@ TimelinePoint Transfer::download(std::span<const DeviceBuffer> sources, const Ho
                       std::to_string(std::max(p, c)) + " overlap",
                   where);
   }
-  call.order(options.wait, options.signal);
+  call.order(options);
   call.lock();
   std::vector<QueuePtr> owners;
   owners.reserve(blocks.size());
@@ -435,8 +484,8 @@ TimelinePoint Transfer::download(std::span<const DeviceBuffer> sources, const Ho
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       copies.push_back({detail::ref(*blocks[i]), detail::HostRef{host.memory.get(), offsets[i]}, blocks[i]->requested});
     }
-    e.backend->copy_d2h_many(copies);
-    return detail::finish_access(state_->exec, blocks, owners);
+    detail::paced_many(e, call.piece(), copies, /*to_device=*/false);
+    return detail::finish_access(call.exec(), blocks, owners);
   });
   call.finish("copy d2h (buffers)", total, done, detail::access::state(destination));
   return done;
@@ -501,7 +550,7 @@ void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView
                   where);
   }
   const detail::planning::DownloadPlan plan = detail::planning::coalesce_downloads(views);
-  call.order(options.wait, options.signal);
+  call.order(options);
   if (plan.total == 0) {
     // Every view is empty: nothing to read. The caller's waits and signals still pass through
     // the executor, so a signal point is reached after the wait points, as for any call.
@@ -515,6 +564,7 @@ void Transfer::download(const DeviceBuffer& source, std::span<const DownloadView
   const QueuePtr owner = call.access(b, true);  // after the work that produced the data
   call.enqueue_waits_on_executor();
   try {
+    const detail::Call::Staging staging(call, &b);
     s.staged_d2h(plan.pieces, plan.runs, plan.total, b, where);
   } catch (...) {
     (void)call.on_executor(b, owner, [](detail::QueueState&) {});  // keep the block's ordering consistent
@@ -565,12 +615,15 @@ TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& des
     detail::DeviceState& other = src_device.get() != &d ? *src_device : *dst_device;
     (void)detail::require_peer(d, other, fn, where);
     call.allow_peer(other);
-    call.order(options.wait, options.signal);
+    call.order(options);
     call.lock();
     const QueuePtr src_owner = call.access(src, true);
     const QueuePtr dst_owner = call.access(dst, bytes < dst.requested);  // a partial write keeps the rest
     const TimelinePoint done = call.on_executor(dst, dst_owner, [&](detail::QueueState& e) {
-      e.backend->copy_peer(detail::ref(dst), *dst_device->backend, detail::ref(src), *src_device->backend, bytes);
+      detail::paced(e, call.piece(), bytes, [&](std::uint64_t at, std::uint64_t n) {
+        e.backend->copy_peer(detail::DeviceRef{dst.segment, dst.offset + at}, *dst_device->backend,
+                             detail::DeviceRef{src.segment, src.offset + at}, *src_device->backend, n);
+      });
       e.dirty = true;  // the source's hand-back below marks the copy, so it must count as work
       (void)detail::finish_access(call.exec(), src, src_owner);
     });
@@ -580,12 +633,14 @@ TimelinePoint Transfer::copy(const DeviceBuffer& source, const DeviceBuffer& des
     detail::make_owner_wait(dst_owner, done);
     return done;
   }
-  call.order(options.wait, options.signal);
+  call.order(options);
   call.lock();
   const QueuePtr src_owner = call.access(src, true);
   const QueuePtr dst_owner = call.access(dst, bytes < dst.requested);  // a partial write keeps the rest
   const TimelinePoint done = call.on_executor(dst, dst_owner, [&](detail::QueueState& e) {
-    e.backend->copy_d2d(detail::ref(dst), detail::ref(src), bytes);
+    detail::paced(e, call.piece(), bytes, [&](std::uint64_t at, std::uint64_t n) {
+      e.backend->copy_d2d(detail::DeviceRef{dst.segment, dst.offset + at}, detail::DeviceRef{src.segment, src.offset + at}, n);
+    });
     e.dirty = true;  // the source's hand-back below marks the copy, so it must count as work
     (void)detail::finish_access(call.exec(), src, src_owner);
   });
@@ -614,7 +669,7 @@ PeerCopy Transfer::copy_to(const DeviceBuffer& source, const Queue& owner, Uploa
     path = detail::require_peer(d, other, fn, where).path;
     call.allow_peer(other);
   }
-  call.order(options.wait, options.signal);
+  call.order(options);
   call.lock();
   const QueuePtr& exec = call.exec();
   // From the owner's pool, owned by it; the executor is its first writer and waits for the
@@ -624,11 +679,14 @@ PeerCopy Transfer::copy_to(const DeviceBuffer& source, const Queue& owner, Uploa
   const QueuePtr src_owner = call.access(src, true);
   const TimelinePoint done = call.on_executor(b, q, [&](detail::QueueState& e) {
     detail::enqueue_wait(e, b.ready_after, /*query=*/false);
-    if (path == PeerPath::same_device) {
-      e.backend->copy_d2d(detail::ref(b), detail::ref(src), bytes);
-    } else {
-      e.backend->copy_peer(detail::ref(b), *dst_device->backend, detail::ref(src), *src_device->backend, bytes);
-    }
+    detail::paced(e, call.piece(), bytes, [&](std::uint64_t at, std::uint64_t n) {
+      const detail::DeviceRef to{b.segment, b.offset + at}, from{src.segment, src.offset + at};
+      if (path == PeerPath::same_device) {
+        e.backend->copy_d2d(to, from, n);
+      } else {
+        e.backend->copy_peer(to, *dst_device->backend, from, *src_device->backend, n);
+      }
+    });
     e.dirty = true;
     (void)detail::finish_access(exec, src, src_owner);
   });
@@ -661,19 +719,34 @@ std::string_view to_string(PeerPath path) noexcept {
 void Transfer::synchronize(std::chrono::nanoseconds timeout, std::source_location where) {
   FERRY_REQUIRE(state_ != nullptr, "Transfer::synchronize", "moved-from transfer", where);
   if (!state_->device.is_open()) return;
-  detail::access::make<Queue>(state_->exec).synchronize(timeout, where);
-  std::lock_guard lock(state_->mutex);
-  // Copies enqueued by other threads while this thread waited are not covered by the wait:
-  // only what is seen complete is let go.
-  state_->prune_completed();
-  state_->prune_at = state_->in_flight.size() + 32;
+  detail::TransferState* urgent = nullptr;
+  {
+    std::lock_guard lock(state_->urgent_mutex);
+    urgent = state_->urgent.get();
+  }
+  for (detail::TransferState* lane : {state_.get(), urgent}) {
+    if (lane == nullptr) continue;
+    detail::access::make<Queue>(lane->exec).synchronize(timeout, where);
+    std::lock_guard lock(lane->mutex);
+    // Copies enqueued by other threads while this thread waited are not covered by the wait:
+    // only what is seen complete is let go.
+    lane->prune_completed();
+    lane->prune_at = lane->in_flight.size() + 32;
+  }
 }
 
 void Transfer::flush(std::source_location where) {
   Call call(state_, "Transfer::flush", where);
   call.lock();
-  std::lock_guard elock(call.exec()->mutex);
-  detail::flush(*call.exec());
+  {
+    std::lock_guard elock(call.exec()->mutex);
+    detail::flush(*call.exec());
+  }
+  std::lock_guard lock(state_->urgent_mutex);
+  if (state_->urgent) {
+    std::lock_guard elock(state_->urgent->exec->mutex);
+    detail::flush(*state_->urgent->exec);
+  }
 }
 
 }  // namespace ferry

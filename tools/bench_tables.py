@@ -10,7 +10,8 @@ directory, searched recursively for results*.json: files written by ferry-bench 
 backend's rows (give one per backend, e.g. the CUDA and the Vulkan run), a file written by
 lab/python/seed_study.py becomes the PyTorch rows. The tables replace the block between the
 lines `<!-- bench-table:begin -->` and `<!-- bench-table:end -->` of the document (both kept),
-or are printed with --stdout. Nothing but the files' figures goes into the tables; the header
+or are printed with --stdout. A run with the contention section gets a table of its rows after
+the bars. Nothing but the files' figures goes into the tables; the header
 names each run's device, commit (the JSON's, else --commit) and command (the JSON's, else one
 rebuilt from the run's configuration).
 
@@ -114,6 +115,21 @@ def references(doc):
     return parts
 
 
+def contention_table(doc):
+    """The contention section's rows (urgent latency beside a bulk copy), when the run has them."""
+    c = doc.get("contention")
+    if not c or not c.get("rows"):
+        return []
+    out = [f"ferry {backend_label(doc)} contention: a {size_label(c['bulk_bytes'])} pinned bulk copy beside a "
+           f"{size_label(c['urgent_bytes'])} pinned urgent upload every {c['period_us']} us:", "",
+           "| path | row | urgent p50 µs | urgent p99 µs | urgent max µs | bulk GB/s |", "|---|---|---|---|---|---|"]
+    for r in c["rows"]:
+        out.append(f"| {r['path']} | {r['name']} | {fmt(r.get('urgent_p50_us'), '.1f')} | "
+                   f"{fmt(r.get('urgent_p99_us'), '.1f')} | {fmt(r.get('urgent_max_us'), '.1f')} | "
+                   f"{fmt(r.get('bulk_gbps'), '.2f')} |")
+    return out + [""]
+
+
 def backend_label(doc):
     return BACKEND_LABEL.get(doc["backend"], doc["backend"])
 
@@ -196,6 +212,8 @@ def generate(docs, paths, seed_study, commit=None):
             line += "; missed: " + "; ".join(v["text"] for v in failed)
         out.append(line + ".")
         out.append("")
+    for doc in docs:
+        out += contention_table(doc)
     return "\n".join(out).rstrip() + "\n"
 
 

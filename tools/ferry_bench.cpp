@@ -3,12 +3,14 @@
 //
 //   ferry-bench [--backend auto] [--sizes 64M,512M] [--steps 30] [--compute-units 20]
 //               [--inflight 2] [--workloads seed,pipeline] [--orders seed,compute_first]
-//               [--strategies ...] [--images] [--out DIR] [--snapshot DIR] [--quiet]
+//               [--strategies ...] [--images] [--contention on|off] [--out DIR] [--snapshot DIR]
+//               [--quiet]
 //
 // Prints, per workload (seed, pipeline; the seed in each order), a table (footprint,
 // bandwidth, host cost, step time, overlap per strategy and size), a raw-copy reference row per
-// size, the image study (on a GPU, or with --images) and verdict lines against each
-// workload's bars (docs/benchmarks.md, "Bars").
+// size, the image study (on a GPU, or with --images), the contention section (urgent uploads
+// beside a bulk copy) and verdict lines against each workload's bars (docs/benchmarks.md,
+// "Bars").
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,8 +51,24 @@ ImageStudy measure_images(const Run& run, const DeviceFactory& factory, const Pr
   return run_image_study(factory, o.image_reps, o.image_scale.value_or(run.is_gpu ? 1.0 : 1.0 / 32), progress);
 }
 
+// The contention section at the options' sizes: a CPU backend's bulk is smaller by default.
+ContentionStudy measure_contention(const Run& run, const DeviceFactory& factory, const Progress& progress) {
+  const auto& o = run.options;
+  ContentionConfig config;
+  config.bulk_bytes = o.contention_bulk_bytes.value_or(run.is_gpu ? 4096ull << 20 : 64ull << 20);
+  config.urgent_bytes = o.contention_urgent_bytes;
+  config.period_us = o.contention_period_us;
+  config.reps = o.contention_reps;
+  return run_contention(factory, config, progress);
+}
+
 void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
   const auto& o = run.options;
+  if (o.contention_only) {
+    run.contention = measure_contention(run, factory, progress);
+    progress.done();
+    return;
+  }
   if (o.images_only) {
     run.images = measure_images(run, factory, progress);
     progress.done();
@@ -117,6 +135,7 @@ void measure(Run& run, const DeviceFactory& factory, const Progress& progress) {
     run.batch = run_batch_study(factory, batch_bytes, dma, dma_d2h, o.batch_rounds, progress);
   }
   if (!o.batch_study_only && o.images.value_or(run.is_gpu)) run.images = measure_images(run, factory, progress);
+  if (!o.batch_study_only && o.contention) run.contention = measure_contention(run, factory, progress);
   progress.done();
 }
 
@@ -146,8 +165,14 @@ int bench_main(int argc, char** argv) {
   if (options->images_only && options->images == std::optional<bool>(false)) {
     throw std::invalid_argument("--images-only with --no-images measures nothing");
   }
+  if (options->contention_only && (options->host_cost_only || options->batch_study_only || options->images_only)) {
+    throw std::invalid_argument("--contention-only excludes --host-cost-only, --batch-study-only and --images-only");
+  }
+  if (options->contention_only && !options->contention) {
+    throw std::invalid_argument("--contention-only with --contention off measures nothing");
+  }
   Run run = plan(*options, factory);
-  if (options->host_cost_only || options->images_only) run.sizes.clear();
+  if (options->host_cost_only || options->images_only || options->contention_only) run.sizes.clear();
   print_header(run);
   measure(run, factory, progress);
   print_table(run);

@@ -138,7 +138,7 @@ for s in "${steps[@]}"; do
     bench-cuda) run_step bench-cuda 150 "$build/tools/ferry-bench" --backend cuda --sizes "$sizes" --quiet --out "$out/bench-cuda" --snapshot "$out/snapshot-cuda" ;;
     trace)
       for b in cuda vulkan; do
-        run_step "trace-$b" 90 "$build/tools/ferry-bench" --backend $b --sizes 64M --batch-study off --host-cost off \
+        run_step "trace-$b" 90 "$build/tools/ferry-bench" --backend $b --sizes 64M --batch-study off --host-cost off --contention off \
           --trace-steps --quiet
       done ;;
     bench-vulkan) run_step bench-vulkan 150 "$build/tools/ferry-bench" --backend vulkan --sizes "$sizes" --quiet --out "$out/bench-vulkan" --snapshot "$out/snapshot-vulkan" ;;

@@ -33,6 +33,7 @@ Device::Device(int ordinal) : core_(std::make_shared<Core>()) {
   const std::span<const std::byte> kernel_image = synthetic_kernel_image(FERRY_GPU_BACKEND);
   const bool kernels = vendor::kLoadsKernels && !kernel_image.empty();
   if (kernels) (void)core_->kernels(kernel_image);
+  core_->yield_kernel = vendor::load_yield_kernel();
 
   caps_.name = prop.name;
   caps_.backend = FERRY_GPU_BACKEND;
@@ -40,6 +41,7 @@ Device::Device(int ordinal) : core_(std::make_shared<Core>()) {
   caps_.synthetic_compute = kernels;
   caps_.device_memory_bytes = prop.totalGlobalMem;
   caps_.copy_engines = features.copy_engines;
+  caps_.copy_priorities = core_->yield_kernel.function != nullptr;
   caps_.dedicated_transfer_queue = true;   // its own stream; copies go to the copy engines
   caps_.host_memory_registration = true;   // cudaHostRegister
   caps_.host_memory_adoption = true;       // cudaPointerGetAttributes says page-locked

@@ -87,6 +87,11 @@ struct Core {
   vendor::Kernels loaded_kernels;
   bool kernels_loaded = false;
 
+  /// The yield point's kernel (vendor::load_yield_kernel), loaded at open, before any queue
+  /// exists, for the same reason as the synthetic kernel; its function is null where the
+  /// driver could not load it, and the queues then do not yield.
+  vendor::YieldKernel yield_kernel;
+
   static constexpr std::size_t kSlabBytes = 4096;
   static constexpr std::size_t kCounterStride = 64;
   std::mutex counters_mutex;  ///< guards slabs, free_counters and retired_imports
@@ -159,6 +164,7 @@ class Queue final : public BackendQueue {
  public:
   /// cudaStreamWaitEvent and cuStreamWaitValue64 are stream operations: all later work of the
   /// stream starts after them.
+  /// It yields where the device has the yield kernel (Core::yield_kernel).
   static constexpr QueueTraits kTraits{.wait_orders_later_work = true, .acquires_ownership = false,
                                        .defers_signals = false};
 
@@ -188,6 +194,7 @@ class Queue final : public BackendQueue {
 #endif
 
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) override;
+  void enqueue_yield() override;
 
  private:
   std::shared_ptr<Core> core_;

@@ -13,7 +13,14 @@
 namespace ferry::detail::FERRY_GPU_NS {
 
 Queue::Queue(std::shared_ptr<Core> core, cudaStream_t stream, bool owned)
-    : BackendQueue(kTraits), core_(std::move(core)), stream_(stream), owned_(owned) {
+    : BackendQueue([&] {
+        QueueTraits t = kTraits;
+        t.yields = core->yield_kernel.function != nullptr;
+        return t;
+      }()),
+      core_(std::move(core)),
+      stream_(stream),
+      owned_(owned) {
   std::lock_guard lock(core_->mutex);
   core_->streams.push_back(stream_);
 }
@@ -109,6 +116,11 @@ bool Queue::synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, 
   vendor::launch_synthetic(core_->kernels(image), device_ptr(in), device_ptr(out), bytes, units, core_->max_blocks,
                            stream_);
   return true;
+}
+
+void Queue::enqueue_yield() {
+  ContextGuard guard(*core_);
+  vendor::launch_yield(core_->yield_kernel, stream_);
 }
 
 }  // namespace ferry::detail::FERRY_GPU_NS

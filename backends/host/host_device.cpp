@@ -90,7 +90,9 @@ class HostDevice final : public BackendDevice {
     caps_.is_gpu = false;
     caps_.synthetic_compute = true;
     caps_.device_memory_bytes = memory_limit_ != 0 ? memory_limit_ : physical_memory_bytes();
-    caps_.copy_engines = 1;
+    caps_.copy_engines = 3;  // one per direction (host_internal.hpp, "Copy engines")
+    caps_.copy_priorities = true;
+    caps_.copy_bytes_per_second = 10'000'000'000;
     caps_.dedicated_transfer_queue = true;
     caps_.separate_queue_families = false;
     caps_.ownership_transfer = false;

@@ -13,6 +13,16 @@
 // memmove, and a worker of one waits on the other's semaphores, which are plain host objects:
 // so the cross-device ordering of peer copies is tested without a GPU.
 //
+// Copy engines: a device has one copy engine per direction (to the device, from it, within
+// it), shared by all its queues, as a GPU's DMA engines are. A copy runs only while its queue
+// holds the engine of its direction. A queue keeps the engine from one copy to its next one
+// while only signals come between them, so a queue's back-to-back copies never let another
+// queue's copy in, whatever the queues' priorities: that is how a GPU's copy engine treats
+// streams. A yield point (enqueue_yield), any other operation (a wait, compute) or an empty
+// FIFO lets the engine go: it then serves the queues that have a copy ready, in the order they
+// asked for it, before this queue's next copy. With latency injection the delay of a copy
+// counts as engine time, so a long chain of unyielded copies visibly holds other queues back.
+//
 // Latency injection (DeviceOptions::host_latency_us, or FERRY_HOST_LATENCY_US when that is
 // negative): before each operation the worker sleeps a random 0..N microseconds, so that a
 // missing queue wait shows up as wrong data rather than passing by luck.
@@ -33,6 +43,8 @@
 //    queue waits on a value nobody will signal (as a GPU backend would).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -124,18 +136,43 @@ struct RowCopy {
   std::uint64_t bytes = 0;
 };
 
-// The set of live queues of a device, for wait_idle. Shared so that a caller-owned queue may
-// outlive its device without touching freed memory.
+// The copy engines of a device (see the file comment), one per direction. A queue's worker
+// asks for an engine only while it holds no other, so no two workers can wait on each other.
+class CopyEngines {
+ public:
+  static constexpr int kCount = 3;  ///< to the device, from the device, within the device
+
+  /// Block until `queue` holds engine `e` (queues are served in the order they asked);
+  /// false, holding nothing, once `stop` is set (wake() interrupts the wait).
+  bool acquire(int e, const void* queue, const std::atomic<bool>& stop);
+  /// Let engine `e` go if `queue` holds it: to the queue that asked first, if any.
+  void release(int e, const void* queue);
+  /// Wake every waiting worker, to see its `stop`.
+  void wake();
+
+ private:
+  struct Engine {
+    const void* holder = nullptr;
+    std::deque<const void*> waiting;
+  };
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::array<Engine, kCount> engines_{};
+};
+
+// The set of live queues of a device, for wait_idle, and the device's copy engines. Shared so
+// that a caller-owned queue may outlive its device without touching freed memory.
 struct QueueRegistry {
   std::mutex mutex;
   std::unordered_set<HostQueue*> queues;
+  CopyEngines engines;
 };
 
 class HostQueue final : public BackendQueue {
  public:
   /// The worker blocks on a wait before anything queued after it.
   static constexpr QueueTraits kTraits{.wait_orders_later_work = true, .acquires_ownership = false,
-                                       .defers_signals = false};
+                                       .defers_signals = false, .yields = true};
 
   HostQueue(std::shared_ptr<QueueRegistry> registry, std::uint32_t latency_us, std::shared_ptr<FaultState> faults);
   ~HostQueue() override;
@@ -152,6 +189,7 @@ class HostQueue final : public BackendQueue {
   void copy_i2d(DeviceRef dst, BackendImage& src, std::span<const ImageCopy> regions) override;
   void copy_peer(DeviceRef dst, BackendDevice& dst_device, DeviceRef src, BackendDevice& src_device,
                  std::uint64_t bytes) override;
+  void enqueue_yield() override;
   void signal(BackendSemaphore& sem, std::uint64_t value) override;
   void wait(BackendSemaphore& sem, std::uint64_t value) override;
   bool synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) override;
@@ -162,7 +200,8 @@ class HostQueue final : public BackendQueue {
 
  private:
   struct Op {
-    enum class Kind : std::uint8_t { copy, compute, signal, wait, rows } kind = Kind::copy;
+    enum class Kind : std::uint8_t { copy, compute, signal, wait, rows, yield } kind = Kind::copy;
+    std::uint8_t engine = 0;  // copy, rows: the copy engine (CopyEngines), by direction
     std::shared_ptr<const std::vector<RowCopy>> rows{};  // Kind::rows: an image copy's rows
     std::byte* dst = nullptr;
     const std::byte* src = nullptr;
@@ -171,8 +210,9 @@ class HostQueue final : public BackendQueue {
     std::uint64_t value = 0;
     std::uint32_t units = 0;
 
-    static Op copy(std::byte* d, const std::byte* s, std::uint64_t n) {
+    static Op copy(std::byte* d, const std::byte* s, std::uint64_t n, std::uint8_t e) {
       Op op{Kind::copy};
+      op.engine = e;
       op.dst = d;
       op.src = s;
       op.bytes = n;
@@ -187,17 +227,23 @@ class HostQueue final : public BackendQueue {
 
   /// One queued operation copying every row of `regions` between linear memory at `linear`
   /// and the image's reference layout (host_image_level), in the direction `to_image`.
-  void push_rows(const HostImage& image, std::byte* linear, std::span<const ImageCopy> regions, bool to_image);
+  void push_rows(const HostImage& image, std::byte* linear, std::span<const ImageCopy> regions, bool to_image,
+                 std::uint8_t engine);
   void push(const Op& op);
   void run() noexcept;
   void inject_latency();
   // Returns false only when a wait was interrupted by destruction.
   bool execute(const Op& op);
+  // The worker's hold on the copy engines: take the one `op` needs (letting the others go
+  // first), keep it over signals, let all go before anything else. False: stopping.
+  bool hold_engines(const Op& op);
+  void release_engines() noexcept;
 
   std::shared_ptr<QueueRegistry> registry_;
   const std::uint32_t latency_us_;
   const std::shared_ptr<FaultState> faults_;  // null: no faults injected
   std::mt19937 rng_;  // used by the worker only
+  unsigned held_engines_ = 0;  // bit e: the worker holds engine e (worker only)
 
   std::mutex mutex_;                  // guards ops_, submitted_, completed_
   std::condition_variable work_cv_;   // worker: work arrived or stop

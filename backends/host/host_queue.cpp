@@ -33,7 +33,44 @@ void add_one(std::byte* dst, const std::byte* src, std::uint64_t bytes) {
   for (; i < bytes; ++i) dst[i] = static_cast<std::byte>(static_cast<std::uint8_t>(src[i]) + 1U);
 }
 
+// Copy engines by direction (CopyEngines).
+constexpr std::uint8_t kToDevice = 0, kFromDevice = 1, kWithinDevice = 2;
+
 }  // namespace
+
+bool CopyEngines::acquire(int e, const void* queue, const std::atomic<bool>& stop) {
+  std::unique_lock lock(mutex_);
+  Engine& engine = engines_[static_cast<std::size_t>(e)];
+  if (engine.holder == queue) return true;
+  if (engine.holder == nullptr) {  // released engines pass to a waiter at once: none waits
+    engine.holder = queue;
+    return true;
+  }
+  engine.waiting.push_back(queue);
+  cv_.wait(lock, [&] { return engine.holder == queue || stop.load(); });
+  if (engine.holder == queue) return true;
+  engine.waiting.erase(std::find(engine.waiting.begin(), engine.waiting.end(), queue));
+  return false;
+}
+
+void CopyEngines::release(int e, const void* queue) {
+  {
+    std::lock_guard lock(mutex_);
+    Engine& engine = engines_[static_cast<std::size_t>(e)];
+    if (engine.holder != queue) return;
+    engine.holder = nullptr;
+    if (!engine.waiting.empty()) {
+      engine.holder = engine.waiting.front();
+      engine.waiting.pop_front();
+    }
+  }
+  cv_.notify_all();
+}
+
+void CopyEngines::wake() {
+  { std::lock_guard lock(mutex_); }  // a worker between its check of `stop` and its wait
+  cv_.notify_all();
+}
 
 HostQueue::HostQueue(std::shared_ptr<QueueRegistry> registry, std::uint32_t latency_us, std::shared_ptr<FaultState> faults)
     : BackendQueue(kTraits), registry_(std::move(registry)), latency_us_(latency_us), faults_(std::move(faults)) {
@@ -63,42 +100,45 @@ HostQueue::~HostQueue() {
   }
   work_cv_.notify_all();
   done_cv_.notify_all();
+  registry_->engines.wake();
   worker_.join();
 }
 
 void HostQueue::copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) {
-  push(Op::copy(device_ptr(dst), host_ptr(src), bytes));
+  push(Op::copy(device_ptr(dst), host_ptr(src), bytes, kToDevice));
 }
 
 void HostQueue::copy_d2h(HostRef dst, DeviceRef src, std::uint64_t bytes) {
-  push(Op::copy(host_ptr(dst), device_ptr(src), bytes));
+  push(Op::copy(host_ptr(dst), device_ptr(src), bytes, kFromDevice));
 }
 
 void HostQueue::copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) {
-  push(Op::copy(device_ptr(dst), device_ptr(src), bytes));
+  push(Op::copy(device_ptr(dst), device_ptr(src), bytes, kWithinDevice));
 }
 
 void HostQueue::copy_h2i(BackendImage& dst, HostRef src, std::span<const ImageCopy> regions) {
-  push_rows(static_cast<HostImage&>(dst), host_ptr(src), regions, /*to_image=*/true);
+  push_rows(static_cast<HostImage&>(dst), host_ptr(src), regions, /*to_image=*/true, kToDevice);
 }
 
 void HostQueue::copy_i2h(HostRef dst, BackendImage& src, std::span<const ImageCopy> regions) {
-  push_rows(static_cast<HostImage&>(src), host_ptr(dst), regions, /*to_image=*/false);
+  push_rows(static_cast<HostImage&>(src), host_ptr(dst), regions, /*to_image=*/false, kFromDevice);
 }
 
 void HostQueue::copy_d2i(BackendImage& dst, DeviceRef src, std::span<const ImageCopy> regions) {
-  push_rows(static_cast<HostImage&>(dst), device_ptr(src), regions, /*to_image=*/true);
+  push_rows(static_cast<HostImage&>(dst), device_ptr(src), regions, /*to_image=*/true, kWithinDevice);
 }
 
 void HostQueue::copy_i2d(DeviceRef dst, BackendImage& src, std::span<const ImageCopy> regions) {
-  push_rows(static_cast<HostImage&>(src), device_ptr(dst), regions, /*to_image=*/false);
+  push_rows(static_cast<HostImage&>(src), device_ptr(dst), regions, /*to_image=*/false, kWithinDevice);
 }
 
 // Every host device's memory is process memory: a copy between two is a memmove.
 void HostQueue::copy_peer(DeviceRef dst, BackendDevice& /*dst_device*/, DeviceRef src,
                           BackendDevice& /*src_device*/, std::uint64_t bytes) {
-  push(Op::copy(device_ptr(dst), device_ptr(src), bytes));
+  push(Op::copy(device_ptr(dst), device_ptr(src), bytes, kWithinDevice));
 }
+
+void HostQueue::enqueue_yield() { push(Op{Op::Kind::yield}); }
 
 void HostQueue::signal(BackendSemaphore& sem, std::uint64_t value) {
   Op op{Op::Kind::signal};
@@ -115,7 +155,7 @@ void HostQueue::wait(BackendSemaphore& sem, std::uint64_t value) {
 }
 
 bool HostQueue::synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, std::uint32_t units) {
-  Op op = Op::copy(device_ptr(out), device_ptr(in), bytes);
+  Op op = Op::copy(device_ptr(out), device_ptr(in), bytes, 0);
   op.kind = Op::Kind::compute;
   op.units = units;
   push(op);
@@ -129,7 +169,7 @@ void HostQueue::drain() {
 }
 
 void HostQueue::push_rows(const HostImage& image, std::byte* linear, std::span<const ImageCopy> regions,
-                          bool to_image) {
+                          bool to_image, std::uint8_t engine) {
   const FormatInfo f = format_info(image.desc.format);
   auto rows = std::make_shared<std::vector<RowCopy>>();
   for (const ImageCopy& c : regions) {
@@ -148,12 +188,14 @@ void HostQueue::push_rows(const HostImage& image, std::byte* linear, std::span<c
     }
   }
   Op op{Op::Kind::rows};
+  op.engine = engine;
   op.rows = std::move(rows);
   push(op);
 }
 
 void HostQueue::push(const Op& op) {
-  if (faults_) faults_->enqueue(op.kind == Op::Kind::copy);  // throws an injected fault
+  // Throws an injected fault. A yield is no operation a plan counts: plans name the caller's work.
+  if (faults_ && op.kind != Op::Kind::yield) faults_->enqueue(op.kind == Op::Kind::copy);
   {
     std::lock_guard lock(mutex_);
     ops_.push_back(op);
@@ -163,10 +205,20 @@ void HostQueue::push(const Op& op) {
 }
 
 void HostQueue::run() noexcept {
+  struct Release {  // a stopping worker lets its engines go
+    HostQueue* q;
+    ~Release() { q->release_engines(); }
+  } release{this};
   for (;;) {
     Op op;
     {
       std::unique_lock lock(mutex_);
+      if (ops_.empty() && held_engines_ != 0) {
+        // Nothing is ready on this queue: the engines go on to the others.
+        lock.unlock();
+        release_engines();
+        lock.lock();
+      }
       work_cv_.wait(lock, [&] { return stop_.load() || !ops_.empty(); });
       if (stop_.load()) return;  // remaining operations are dropped
       if (faults_ && faults_->lost()) {
@@ -179,7 +231,8 @@ void HostQueue::run() noexcept {
       op = ops_.front();
       ops_.pop_front();
     }
-    inject_latency();
+    if (!hold_engines(op)) return;
+    inject_latency();  // for a copy, while it holds its engine: delay as engine time
     if (faults_ && !faults_->begin_operation()) {
       // Lost while this operation waited its turn: it does not run, and the rest is
       // dropped at the top of the loop.
@@ -199,6 +252,35 @@ void HostQueue::run() noexcept {
     }
     done_cv_.notify_all();
   }
+}
+
+bool HostQueue::hold_engines(const Op& op) {
+  switch (op.kind) {
+    case Op::Kind::signal:
+      return true;  // a signal between two copies keeps the engine with the queue
+    case Op::Kind::copy:
+    case Op::Kind::rows: {
+      const unsigned bit = 1U << op.engine;
+      if ((held_engines_ & bit) != 0) return true;
+      release_engines();  // wait for an engine holding none: no worker waits on another's hold
+      if (!registry_->engines.acquire(op.engine, this, stop_)) return false;
+      held_engines_ = bit;
+      return true;
+    }
+    case Op::Kind::yield:
+    case Op::Kind::wait:
+    case Op::Kind::compute:
+      release_engines();
+      return true;
+  }
+  return true;
+}
+
+void HostQueue::release_engines() noexcept {
+  for (int e = 0; e < CopyEngines::kCount; ++e) {
+    if ((held_engines_ & (1U << e)) != 0) registry_->engines.release(e, this);
+  }
+  held_engines_ = 0;
 }
 
 void HostQueue::inject_latency() {
@@ -222,6 +304,8 @@ bool HostQueue::execute(const Op& op) {
     case Op::Kind::signal:
       op.sem->signal(op.value);
       return true;
+    case Op::Kind::yield:
+      return true;  // hold_engines let the engines go
     case Op::Kind::wait:
       // Sleep on the semaphore's condition variable in slices so destruction can interrupt
       // (and a device loss: the wait is abandoned, and what follows it dropped).

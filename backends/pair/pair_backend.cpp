@@ -131,6 +131,7 @@ class PairQueue final : public BackendQueue {
   void copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) override {
     inner_->copy_d2d(mine(dst), mine(src), bytes);
   }
+  void enqueue_yield() override { inner_->enqueue_yield(); }
   void signal(BackendSemaphore& sem, std::uint64_t value) override {
     auto& pair = static_cast<PairSemaphore&>(sem);
     inner_->signal(pair.side(side_), value);
@@ -204,6 +205,8 @@ class PairDevice final : public BackendDevice {
     caps_.is_gpu = true;
     caps_.device_memory_bytes = cu.device_memory_bytes;
     caps_.copy_engines = ex.copy_engines;
+    caps_.copy_priorities = ex.copy_priorities;  // copies run on the executing side's queues
+    caps_.copy_bytes_per_second = ex.copy_bytes_per_second;
     caps_.dedicated_transfer_queue = ex.dedicated_transfer_queue;
     caps_.separate_queue_families = true;
     caps_.ownership_transfer = vk.ownership_transfer || !vk.separate_queue_families;

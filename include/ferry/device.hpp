@@ -93,6 +93,15 @@ struct Capabilities {
   bool is_gpu = false;                      ///< false for the host backend and CPU Vulkan drivers
   std::uint64_t device_memory_bytes = 0;    ///< total device memory (0 = unknown)
   std::uint32_t copy_engines = 0;           ///< independent copy engines (asyncEngineCount)
+  /// Urgent copies overtake a bulk copy in flight (transfer.hpp, "Priorities"): the backend
+  /// has a yield point between copies, so the copy engine leaves a bulk copy cut into pieces
+  /// for a copy ready on another queue. False: urgent copies still run on a queue of their
+  /// own, but the engine may serve them only once the bulk copy it runs is done.
+  bool copy_priorities = false;
+  /// The host<->device copy rate the backend states, in bytes per second (0 = unknown), from
+  /// which TransferOptions::bulk_piece_bytes is derived (host backend: 10 GB/s, a memcpy's
+  /// order of magnitude).
+  std::uint64_t copy_bytes_per_second = 0;
   bool dedicated_transfer_queue = false;    ///< transfer work runs on its own queue/family
   bool separate_queue_families = false;     ///< Vulkan: transfer and compute families differ
   bool ownership_transfer = false;          ///< Vulkan: buffers need queue-family ownership transfer

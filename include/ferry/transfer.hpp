@@ -15,6 +15,7 @@
 #include <source_location>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -110,6 +111,31 @@
 ///    throws `invalid_argument` after its copy was enqueued (the copy completes and its source
 ///    is kept alive as usual); that signal and the later ones of the list are not enqueued.
 ///
+/// ## Priorities
+/// Every call has a priority class (`priority` of `UploadOptions`, `UploadIntoOptions`,
+/// `CallOptions`): `Priority::bulk`, the default, or `Priority::urgent`, for a small copy that
+/// the next kernel needs while a large one is in flight.
+///  - Copies of one class on a Transfer keep their order, as above. An urgent copy is not
+///    ordered after the Transfer's earlier bulk copies, except through its waits (a wait
+///    point, or a buffer that a bulk copy accessed before it: ferry's accesses to one buffer
+///    stay ordered whatever their class): it may complete first, which is its purpose.
+///    Everything else -- the wait and signal lists, `owner_waits`, `destination_unused`, the
+///    release point, the blocking rules -- holds for both classes.
+///  - Urgent copies run on a second executor: `TransferOptions::urgent_executor`, or the
+///    device's urgent transfer queue, made at the first urgent call (high priority where the
+///    backend has priorities; where the device has no queue left, the bulk executor, and then
+///    an urgent copy waits behind the bulk copies queued before it). They take their own lock:
+///    an urgent call never waits for a bulk call in another thread to finish its staging, and
+///    a staged urgent copy has a staging ring of its own, of at most 2 chunks.
+///  - A copy engine serves one queue's copies back to back, whatever the queues' priorities.
+///    So the bulk executor cuts its copies into pieces of at most
+///    `TransferOptions::bulk_piece_bytes` and puts a yield point between pieces, where the
+///    engine serves a copy ready on another queue first: an urgent copy waits for at most one
+///    piece. Copies smaller than a piece are not cut, and consecutive small copies share a
+///    piece; the staging ring's chunks yield the same way. An image copy is not cut: it yields
+///    before it starts. Where the backend has no yield point (`Capabilities::copy_priorities`
+///    false) nothing is cut, and an urgent copy may wait for the bulk copy the engine runs.
+///
 /// ## Deferred submission
 /// On Vulkan a queue submission costs the host several microseconds, more than recording a
 /// small copy, so the executor may record consecutive calls and submit them together, in one
@@ -131,10 +157,11 @@
 /// enqueued: there the options change nothing and `flush()` is a no-op.
 ///
 /// ## Thread-safety
-/// A Transfer may be used from several threads; calls are serialized internally and enqueue
-/// in call order. The caller's host memory must not be modified by other threads during a
-/// call that reads it, nor touched while a call writes it. `synchronize()` waits for the
-/// copies enqueued before it began; copies other threads enqueue meanwhile keep their host
+/// A Transfer may be used from several threads; calls of one class are serialized internally
+/// and enqueue in call order (urgent and bulk calls take separate locks: see "Priorities").
+/// The caller's host memory must not be modified by other threads during a call that reads
+/// it, nor touched while a call writes it. `synchronize()` waits for the copies enqueued
+/// before it began, of both classes; copies other threads enqueue meanwhile keep their host
 /// memory alive until they complete. Moving or destroying a Transfer must not race with a
 /// call on it. Several Transfers may share one executor queue; each keeps its own staging ring.
 ///
@@ -149,7 +176,7 @@
 ///    the size); two destination ranges that overlap; counts of two parallel lists that
 ///    differ; staging needed (a pageable source or destination with bytes to move) while
 ///    `TransferOptions::staging` is false; an option set for a call it does not apply to
-///    (see `UploadIntoOptions`).
+///    (see `UploadIntoOptions`); a `priority` that is no `Priority` value (naming the field).
 ///  - `invalid_argument` for the lists: a wait or signal point on a semaphore of another
 ///    device; an empty signal point; a signal point on a queue's private timeline; a signal
 ///    value at or below the highest value signalled or enqueued for signal on its semaphore,
@@ -166,15 +193,35 @@ namespace detail {
 struct TransferState;
 }
 
+/// @brief The priority class of a copy (see "Priorities" in the contract above).
+enum class Priority : std::uint8_t {
+  bulk,    ///< the default: in call order on the executor, cut into pieces that yield
+  urgent,  ///< on the urgent executor, never queued behind bulk pieces; not cut
+};
+
+/// @brief Lower-case name of a priority class ("bulk", "urgent").
+FERRY_API std::string_view to_string(Priority priority) noexcept;
+
 /// @brief Options of a Transfer.
 struct TransferOptions {
   /// The executing queue; null = the device's transfer queue.
   Queue executor{};
+  /// The queue of urgent copies (see "Priorities" above); null = the device's urgent transfer
+  /// queue, made at the first urgent call. It must be a queue of the Transfer's device.
+  Queue urgent_executor{};
+  /// The most bytes a bulk copy moves between two yield points. 0 (the default) derives it:
+  /// the bytes the link moves in 100 us at `Capabilities::copy_bytes_per_second` (25 GB/s, a
+  /// PCIe 4.0 x16 link, when the backend states none), rounded to the nearest power of two and
+  /// clamped to [1 MiB, 64 MiB]: large enough for the copy engine to keep its full rate, small
+  /// enough that an urgent copy waits about 100 us. Otherwise at least 64 KiB.
+  std::uint64_t bulk_piece_bytes = 0;
   /// Pinned staging used for pageable sources/destinations: chunk size and number of chunks
   /// in the ring. The ring is allocated on first use and bounded by chunk * chunks bytes (the
   /// staging cap): a Transfer never holds more pinned staging than that, whatever the size of
-  /// a call. A call may cut each ring buffer into smaller chunks (a power-of-two fraction, at
-  /// least 1 MiB) so that a batch of a few buffers' worth still pipelines packing and DMA.
+  /// a call, plus, once it stages an urgent copy, the urgent ring of min(chunks, 2) chunks
+  /// (see "Priorities"). A call may cut each ring buffer into smaller chunks (a power-of-two
+  /// fraction, at least 1 MiB) so that a batch of a few buffers' worth still pipelines packing
+  /// and DMA.
   std::uint64_t staging_chunk_bytes = 16ull << 20;
   std::uint32_t staging_chunks = 4;
   /// false: staging disabled. The Transfer allocates no staging ring and starts no helper
@@ -259,6 +306,8 @@ struct UploadOptions {
   std::vector<TimelinePoint> wait{};
   /// Points signalled once the copy is complete (see "Wait and signal lists" above).
   std::vector<TimelinePoint> signal{};
+  /// The copy's class (see "Priorities" above).
+  Priority priority = Priority::bulk;
 };
 
 /// @brief Options of a call that writes a caller-supplied destination: `upload_into` (every
@@ -273,6 +322,8 @@ struct UploadIntoOptions {
   std::vector<TimelinePoint> wait{};
   /// Points signalled once the copy is complete (see "Wait and signal lists" above).
   std::vector<TimelinePoint> signal{};
+  /// The copy's class (see "Priorities" above).
+  Priority priority = Priority::bulk;
   /// Batch `upload_into` (HostViews at offsets) only: the destination bytes between two
   /// consecutive views (in destination order) that are less than `kPaddingLimit` bytes apart
   /// are padding, which the copy may overwrite with unspecified bytes. Views separated only by
@@ -302,6 +353,7 @@ struct UploadIntoOptions {
 struct CallOptions {
   std::vector<TimelinePoint> wait{};    ///< points the call's device work waits for
   std::vector<TimelinePoint> signal{};  ///< points signalled once the call's work is complete
+  Priority priority = Priority::bulk;   ///< the call's class (see "Priorities" above)
 };
 
 /// @brief Result of an upload: the owner-owned destination and the point it is ready at.
@@ -333,6 +385,13 @@ class FERRY_API Transfer {
 
   /// @brief The executing queue.
   [[nodiscard]] Queue executor(std::source_location where = std::source_location::current()) const;
+  /// @brief The queue that runs urgent copies (see "Priorities" above); made now if no urgent
+  /// call made it yet. It is `executor()` where the device has no queue left to give.
+  [[nodiscard]] Queue urgent_executor(std::source_location where = std::source_location::current());
+  /// @brief The most bytes a bulk copy moves between two yield points (the derived or given
+  /// `TransferOptions::bulk_piece_bytes`); 0 where the executor has no yield point, so that
+  /// nothing is cut.
+  [[nodiscard]] std::uint64_t bulk_piece_bytes(std::source_location where = std::source_location::current()) const;
 
   /// @brief Copy pinned/registered host memory to a new device buffer owned by `owner`, by
   /// DMA from the HostBuffer itself. Errors: an empty source.

@@ -28,6 +28,7 @@ from ._ferry import (
     MemorySnapshot,
     PoolBudget,
     PoolDetailedStatistics,
+    Priority,
     Queue,
     QueueBudget,
     QueueRole,
@@ -43,6 +44,6 @@ from ._ferry import (
 __all__ = [
     "Backend", "BufferView", "Capabilities", "Device", "DeviceBuffer", "DevicePool",
     "Error", "HostBuffer", "HostPool", "MemorySnapshot", "PoolBudget", "PoolDetailedStatistics",
-    "Queue", "QueueBudget", "QueueRole", "TimelinePoint", "TimelineSemaphore", "Transfer",
+    "Priority", "Queue", "QueueBudget", "QueueRole", "TimelinePoint", "TimelineSemaphore", "Transfer",
     "Upload", "UploadBatch", "backend_name", "parse_backend",
 ]

@@ -50,6 +50,12 @@ class Capabilities:
     def copy_engines(self) -> int: ...
 
     @property
+    def copy_priorities(self) -> bool: ...
+
+    @property
+    def copy_bytes_per_second(self) -> int: ...
+
+    @property
     def dedicated_transfer_queue(self) -> bool: ...
 
     @property
@@ -495,32 +501,49 @@ class UploadBatch:
     def views(self) -> list[BufferView]:
         """Input i's range of the buffer, as a BufferView (DLPack-exportable)."""
 
+class Priority(enum.Enum):
+    """
+    A copy's class: bulk (the default) copies keep their order and are cut into pieces that let a copy engine serve other queues; urgent copies run on a queue of their own, never behind bulk pieces, and may complete before bulk copies enqueued earlier.
+    """
+
+    bulk = 0
+
+    urgent = 1
+
 class Transfer:
     """
     The transfer engine: copies on an executing queue into memory owned by other queues. Calls are serialized internally and may come from several threads.
     """
 
-    def __init__(self, device: Device, executor: object | None = None, staging_chunk_bytes: int = 16777216, staging_chunks: int = 4, staging: bool = True, staging_threads: int = -1) -> None: ...
+    def __init__(self, device: Device, executor: object | None = None, staging_chunk_bytes: int = 16777216, staging_chunks: int = 4, staging: bool = True, staging_threads: int = -1, urgent_executor: object | None = None, bulk_piece_bytes: int = 0) -> None: ...
 
     @property
     def executor(self) -> Queue: ...
 
-    def upload(self, source: object, owner: Queue, *, tag: str = '', overlap: bool = False, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> Upload:
+    @property
+    def urgent_executor(self) -> Queue:
+        """The queue of urgent copies (made now if no urgent call made it yet)."""
+
+    @property
+    def bulk_piece_bytes(self) -> int:
+        """The most bytes a bulk copy moves between two yield points (0: not cut)."""
+
+    def upload(self, source: object, owner: Queue, *, tag: str = '', overlap: bool = False, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = [], priority: Priority = Priority.bulk) -> Upload:
         """
-        Copy host memory to a new device buffer owned by `owner`: a HostBuffer (pinned: DMA from it, kept alive until the copy completes) or any contiguous buffer (pageable: staged through the pinned ring before the call returns). Keyword options (every upload): tag (label of the destination in pool events), overlap (grow the pool rather than wait for the owner's pending free), owner_waits (enqueue owner.wait(ready) in the call; default True), wait (points the copy waits for), signal (user points signalled once the copy is complete).
+        Copy host memory to a new device buffer owned by `owner`: a HostBuffer (pinned: DMA from it, kept alive until the copy completes) or any contiguous buffer (pageable: staged through the pinned ring before the call returns). Keyword options (every upload): tag (label of the destination in pool events), overlap (grow the pool rather than wait for the owner's pending free), owner_waits (enqueue owner.wait(ready) in the call; default True), wait (points the copy waits for), signal (user points signalled once the copy is complete), priority (Priority.bulk, the default, or Priority.urgent: see Priority).
         """
 
-    def upload_batch(self, sources: Sequence[object], owner: Queue, *, tag: str = '', overlap: bool = False, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> UploadBatch:
+    def upload_batch(self, sources: Sequence[object], owner: Queue, *, tag: str = '', overlap: bool = False, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = [], priority: Priority = Priority.bulk) -> UploadBatch:
         """
         Upload many contiguous buffers (empty ones allowed) in one call into one owner-owned allocation, staged through the pinned ring; the sources may be reused when it returns.
         """
 
-    def upload_into(self, source: object, destination: DeviceBuffer, offsets: object | None = None, *, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = [], destination_unused: bool = False) -> TimelinePoint:
+    def upload_into(self, source: object, destination: DeviceBuffer, offsets: object | None = None, *, owner_waits: bool = True, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = [], destination_unused: bool = False, source_offset: int = 0, size: int | None = None, priority: Priority = Priority.bulk) -> TimelinePoint:
         """
         Copy into a caller-supplied destination: a HostBuffer (pinned: DMA from it; `offsets`, when given, is the one destination offset it goes to, the other bytes are kept), or a list of contiguous buffers placed at `offsets` (staged; none may be empty). The executor waits for the destination owner's work so far (only for its ready_after and ferry's earlier copies with destination_unused, the caller's guarantee that nothing used the buffer since its allocation: UploadIntoOptions::destination_unused); the owner waits for the copy when owner_waits. Returns the point at which every byte is in place.
         """
 
-    def download(self, source: DeviceBuffer, destination: object, offset: int = 0, *, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = []) -> object:
+    def download(self, source: DeviceBuffer, destination: object, offset: int = 0, *, wait: Sequence[TimelinePoint] = [], signal: Sequence[TimelinePoint] = [], priority: Priority = Priority.bulk) -> object:
         """
         Copy a device buffer to host memory. A HostBuffer (pinned) destination returns the point to wait for before reading; any writable contiguous buffer (pageable) blocks until the bytes are there (the GIL is released) and returns None.
         """
@@ -530,7 +553,7 @@ class Transfer:
         Download a batch's inputs into writable buffers of their sizes (blocking).
         """
 
-    def copy(self, source: DeviceBuffer, destination: DeviceBuffer, nbytes: int = 0) -> TimelinePoint:
+    def copy(self, source: DeviceBuffer, destination: DeviceBuffer, nbytes: int = 0, *, priority: Priority = Priority.bulk) -> TimelinePoint:
         """Device-to-device copy (0 = all of source)."""
 
     def synchronize(self, timeout: float = 60.0) -> None:

@@ -22,6 +22,8 @@ void bind_device(nb::module_& m) {
       .def_ro("is_gpu", &ferry::Capabilities::is_gpu)
       .def_ro("device_memory_bytes", &ferry::Capabilities::device_memory_bytes)
       .def_ro("copy_engines", &ferry::Capabilities::copy_engines)
+      .def_ro("copy_priorities", &ferry::Capabilities::copy_priorities)
+      .def_ro("copy_bytes_per_second", &ferry::Capabilities::copy_bytes_per_second)
       .def_ro("dedicated_transfer_queue", &ferry::Capabilities::dedicated_transfer_queue)
       .def_ro("host_memory_registration", &ferry::Capabilities::host_memory_registration)
       .def_ro("host_memory_adoption", &ferry::Capabilities::host_memory_adoption)

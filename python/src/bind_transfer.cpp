@@ -16,8 +16,9 @@ namespace {
 
 ferry::UploadOptions upload_options(const std::string& tag, bool overlap, bool owner_waits,
                                     std::vector<ferry::TimelinePoint> wait,
-                                    std::vector<ferry::TimelinePoint> signal) {
+                                    std::vector<ferry::TimelinePoint> signal, ferry::Priority priority) {
   ferry::UploadOptions o;
+  o.priority = priority;
   o.tag = tag;
   o.overlap = overlap;
   o.owner_waits = owner_waits;
@@ -39,11 +40,18 @@ const char* const kUploadOptionsDoc =
     "Keyword options (every upload): tag (label of the destination in pool events), overlap "
     "(grow the pool rather than wait for the owner's pending free), owner_waits (enqueue "
     "owner.wait(ready) in the call; default True), wait (points the copy waits for), signal "
-    "(user points signalled once the copy is complete).";
+    "(user points signalled once the copy is complete), priority (Priority.bulk, the default, or "
+    "Priority.urgent: see Priority).";
 
 }  // namespace
 
 void bind_transfer(nb::module_& m) {
+  nb::enum_<ferry::Priority>(m, "Priority",
+                             "A copy's class: bulk (the default) copies keep their order and are cut into pieces "
+                             "that let a copy engine serve other queues; urgent copies run on a queue of their own, "
+                             "never behind bulk pieces, and may complete before bulk copies enqueued earlier.")
+      .value("bulk", ferry::Priority::bulk)
+      .value("urgent", ferry::Priority::urgent);
   nb::class_<PyUpload>(m, "Upload", "An upload's destination and the point it is ready at.")
       .def_ro("buffer", &PyUpload::buffer)
       .def_ro("ready", &PyUpload::ready);
@@ -67,21 +75,29 @@ void bind_transfer(nb::module_& m) {
                          "The transfer engine: copies on an executing queue into memory owned by other queues. "
                          "Calls are serialized internally and may come from several threads.")
       .def("__init__", [](PyTransfer* self, PyDevice& dev, nb::object executor, std::uint64_t staging_chunk_bytes,
-                          std::uint32_t staging_chunks, bool staging, int staging_threads) {
+                          std::uint32_t staging_chunks, bool staging, int staging_threads, nb::object urgent_executor,
+                          std::uint64_t bulk_piece_bytes) {
              ferry::TransferOptions o;
              if (!executor.is_none()) o.executor = nb::cast<ferry::Queue>(executor);
+             if (!urgent_executor.is_none()) o.urgent_executor = nb::cast<ferry::Queue>(urgent_executor);
+             o.bulk_piece_bytes = bulk_piece_bytes;
              o.staging_chunk_bytes = staging_chunk_bytes;
              o.staging_chunks = staging_chunks;
              o.staging = staging;
              o.staging_threads = staging_threads;
              new (self) PyTransfer{dev, std::make_unique<ferry::Transfer>(dev.device, o)};
            }, "device"_a, "executor"_a = nb::none(), "staging_chunk_bytes"_a = 16ull << 20, "staging_chunks"_a = 4,
-           "staging"_a = true, "staging_threads"_a = -1)
+           "staging"_a = true, "staging_threads"_a = -1, "urgent_executor"_a = nb::none(), "bulk_piece_bytes"_a = 0)
       .def_prop_ro("executor", [](PyTransfer& t) { return t.get().executor(); })
+      .def_prop_ro("urgent_executor", [](PyTransfer& t) { return t.get().urgent_executor(); },
+                   "The queue of urgent copies (made now if no urgent call made it yet).")
+      .def_prop_ro("bulk_piece_bytes", [](PyTransfer& t) { return t.get().bulk_piece_bytes(); },
+                   "The most bytes a bulk copy moves between two yield points (0: not cut).")
       .def("upload", [](PyTransfer& t, nb::handle source, const ferry::Queue& owner,
                         const std::string& tag, bool overlap, bool owner_waits, std::vector<ferry::TimelinePoint> wait,
-                        std::vector<ferry::TimelinePoint> signal) {
-             ferry::UploadOptions o = upload_options(tag, overlap, owner_waits, std::move(wait), std::move(signal));
+                        std::vector<ferry::TimelinePoint> signal, ferry::Priority priority) {
+             ferry::UploadOptions o =
+                 upload_options(tag, overlap, owner_waits, std::move(wait), std::move(signal), priority);
              ferry::Upload up;
              if (nb::isinstance<PyHostBuffer>(source)) {
                const PyHostBuffer& h = nb::cast<const PyHostBuffer&>(source);
@@ -96,11 +112,13 @@ void bind_transfer(nb::module_& m) {
              return PyUpload{wrap(std::move(up.buffer), t.device, up.ready), up.ready};
            }, "source"_a, "owner"_a, nb::kw_only(), "tag"_a = "",
            "overlap"_a = false, "owner_waits"_a = true, "wait"_a = std::vector<ferry::TimelinePoint>{},
-           "signal"_a = std::vector<ferry::TimelinePoint>{}, upload_doc.c_str())
+           "signal"_a = std::vector<ferry::TimelinePoint>{}, "priority"_a = ferry::Priority::bulk, upload_doc.c_str())
       .def("upload_batch", [](PyTransfer& t, const std::vector<nb::object>& sources, const ferry::Queue& owner,
                               const std::string& tag, bool overlap, bool owner_waits,
-                              std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal) {
-             ferry::UploadOptions o = upload_options(tag, overlap, owner_waits, std::move(wait), std::move(signal));
+                              std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal,
+                              ferry::Priority priority) {
+             ferry::UploadOptions o =
+                 upload_options(tag, overlap, owner_waits, std::move(wait), std::move(signal), priority);
              std::vector<Buffer> held;
              held.reserve(sources.size());
              std::vector<ferry::HostView> views;
@@ -116,16 +134,17 @@ void bind_transfer(nb::module_& m) {
              return make_batch(std::move(b), t.device);
            }, "sources"_a, "owner"_a, nb::kw_only(), "tag"_a = "",
            "overlap"_a = false, "owner_waits"_a = true, "wait"_a = std::vector<ferry::TimelinePoint>{},
-           "signal"_a = std::vector<ferry::TimelinePoint>{},
+           "signal"_a = std::vector<ferry::TimelinePoint>{}, "priority"_a = ferry::Priority::bulk,
            "Upload many contiguous buffers (empty ones allowed) in one call into one owner-owned "
            "allocation, staged through the pinned ring; the sources may be reused when it returns.")
       .def("upload_into", [](PyTransfer& t, nb::handle source, PyDeviceBuffer& destination, nb::object offsets,
                              bool owner_waits, std::vector<ferry::TimelinePoint> wait,
                              std::vector<ferry::TimelinePoint> signal, bool destination_unused,
-                             std::uint64_t source_offset, nb::object size) {
+                             std::uint64_t source_offset, nb::object size, ferry::Priority priority) {
              ferry::UploadIntoOptions o{.owner_waits = owner_waits,
                                         .wait = std::move(wait),
                                         .signal = std::move(signal),
+                                        .priority = priority,
                                         .destination_unused = destination_unused};
              ferry::TimelinePoint p;
              if (nb::isinstance<PyHostBuffer>(source)) {
@@ -166,6 +185,7 @@ void bind_transfer(nb::module_& m) {
            }, "source"_a, "destination"_a, "offsets"_a = nb::none(), nb::kw_only(), "owner_waits"_a = true,
            "wait"_a = std::vector<ferry::TimelinePoint>{}, "signal"_a = std::vector<ferry::TimelinePoint>{},
            "destination_unused"_a = false, "source_offset"_a = 0, "size"_a = nb::none(),
+           "priority"_a = ferry::Priority::bulk,
            "Copy into a caller-supplied destination: a HostBuffer (pinned: DMA from it; `offsets`, "
            "when given, is the one destination offset it goes to, the other bytes are kept; "
            "`source_offset` and `size` select a range of it, by default all of it), or a "
@@ -175,8 +195,9 @@ void bind_transfer(nb::module_& m) {
            "used the buffer since its allocation: UploadIntoOptions::destination_unused); the owner "
            "waits for the copy when owner_waits. Returns the point at which every byte is in place.")
       .def("download", [](PyTransfer& t, PyDeviceBuffer& source, nb::handle destination, std::uint64_t offset,
-                          std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal) -> nb::object {
-             ferry::CallOptions o{std::move(wait), std::move(signal)};
+                          std::vector<ferry::TimelinePoint> wait, std::vector<ferry::TimelinePoint> signal,
+                          ferry::Priority priority) -> nb::object {
+             ferry::CallOptions o{std::move(wait), std::move(signal), priority};
              if (nb::isinstance<PyHostBuffer>(destination)) {
                const PyHostBuffer& h = nb::cast<const PyHostBuffer&>(destination);
                ferry::TimelinePoint p;
@@ -196,6 +217,7 @@ void bind_transfer(nb::module_& m) {
              return nb::none();
            }, "source"_a, "destination"_a, "offset"_a = 0, nb::kw_only(),
            "wait"_a = std::vector<ferry::TimelinePoint>{}, "signal"_a = std::vector<ferry::TimelinePoint>{},
+           "priority"_a = ferry::Priority::bulk,
            "Copy a device buffer to host memory. A HostBuffer (pinned) destination returns the point "
            "to wait for before reading; any writable contiguous buffer (pageable) blocks until the "
            "bytes are there (the GIL is released) and returns None.")
@@ -224,10 +246,12 @@ void bind_transfer(nb::module_& m) {
              t.get().download(batch.buffer.s->buffer, std::span<const ferry::DownloadView>(views));
            }, "batch"_a, "destinations"_a,
            "Download a batch's inputs into writable buffers of their sizes (blocking).")
-      .def("copy", [](PyTransfer& t, PyDeviceBuffer& source, PyDeviceBuffer& destination, std::uint64_t nbytes) {
+      .def("copy", [](PyTransfer& t, PyDeviceBuffer& source, PyDeviceBuffer& destination, std::uint64_t nbytes,
+                      ferry::Priority priority) {
              nb::gil_scoped_release nogil;
-             return t.get().copy(source.s->buffer, destination.s->buffer, nbytes);
-           }, "source"_a, "destination"_a, "nbytes"_a = 0, "Device-to-device copy (0 = all of source).")
+             return t.get().copy(source.s->buffer, destination.s->buffer, nbytes, {.priority = priority});
+           }, "source"_a, "destination"_a, "nbytes"_a = 0, nb::kw_only(), "priority"_a = ferry::Priority::bulk,
+           "Device-to-device copy (0 = all of source).")
       .def("synchronize", [](PyTransfer& t, double timeout) {
              nb::gil_scoped_release nogil;
              t.get().synchronize(seconds(timeout));

@@ -10,6 +10,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "conformance.hpp"
 
@@ -45,6 +46,51 @@ std::unique_ptr<conformance::ForeignImage> allocate_image(ferry::Device& /*devic
   return image;
 }
 }  // namespace
+
+// The host backend's copy engine model (backends/host/host_internal.hpp, "Copy engines"): a
+// queue's consecutive copies keep the engine, so a bulk copy that is not cut holds an urgent
+// copy on another queue back until it is done; cut into pieces with yields, it does not.
+CONFORMANCE_CASE("host: a bulk copy that does not yield holds an urgent copy back") {
+  constexpr std::uint64_t MiB = 1 << 20;
+  ferry::Device dev = conformance::open_device();
+  ferry::Queue owner = dev.queue(ferry::QueueRole::compute);
+  const std::uint64_t big = conformance::small() ? 32 * MiB : 64 * MiB;
+  ferry::HostBuffer bulk_src = dev.host_pool().allocate(big);
+  ferry::HostBuffer urgent_src = dev.host_pool().allocate(64 << 10);
+  ferry::HostBuffer first_src = dev.host_pool().allocate(64 << 10);
+  for (const std::uint64_t piece : {std::uint64_t{1} << 40, 1 * MiB}) {
+    CAPTURE(piece);
+    ferry::TransferOptions options;
+    options.bulk_piece_bytes = piece;  // 1 TiB: the bulk lane's copies below never yield
+    ferry::Transfer xfer(dev, options);
+    REQUIRE(xfer.urgent_executor() != xfer.executor());
+    std::vector<ferry::DeviceBuffer> keep;  // fresh blocks: no wait for a free point between copies
+    for (int round = 0; round < 3; ++round) {
+      // `first` completes while the bulk queue holds the engine, with `bulk` queued behind it
+      // (both wait behind `gate`, so neither runs before the other is queued): once `first` is
+      // seen complete, the urgent copy asks for an engine the bulk queue holds.
+      ferry::TimelineSemaphore gate = dev.create_semaphore(0);
+      xfer.executor().wait(gate.at(1));
+      ferry::Upload first = xfer.upload(first_src, owner, {.owner_waits = false});
+      ferry::Upload bulk = xfer.upload(bulk_src, owner, {.owner_waits = false});
+      gate.signal(1);
+      first.ready.wait();
+      ferry::Upload urgent =
+          xfer.upload(urgent_src, owner, {.owner_waits = false, .priority = ferry::Priority::urgent});
+      urgent.ready.wait();
+      if (piece != 1 * MiB) {
+        CHECK_MESSAGE(bulk.ready.reached(), "an urgent copy overtook a copy that never yields the engine");
+      } else {
+        CHECK_MESSAGE(!bulk.ready.reached(), "an urgent copy waited for a bulk copy that yields every 1 MiB");
+      }
+      keep.push_back(std::move(first.buffer));
+      keep.push_back(std::move(bulk.buffer));
+      keep.push_back(std::move(urgent.buffer));
+    }
+    for (ferry::DeviceBuffer& b : keep) b.release();
+    xfer.synchronize();
+  }
+}
 
 int main(int argc, char** argv) {
   const ferry::Backend backend = ferry::Backend::host;

@@ -271,6 +271,7 @@ CONFORMANCE_CASE("faults: a staged upload failing midway frees its block only af
   TransferOptions to;
   to.staging_chunk_bytes = 1 * MiB;
   to.staging_chunks = 4;
+  to.bulk_piece_bytes = 64 * MiB;  // the input's upload is one copy, not cut into pieces
   Transfer xfer(dev, to);
   Queue owner = dev.queue(QueueRole::compute);
   const std::uint64_t n = 12 * MiB;  // a large request: its own segment, reused by the same size

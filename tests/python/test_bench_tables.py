@@ -2,7 +2,8 @@
 """tools/bench_tables.py on a synthetic ferry-bench run: the tables of docs/benchmarks.md are
 regenerated from a run's output directory, with each run's device, commit and command, and
 only the block between the markers changes. With FERRY_BENCH set (meson sets it when the tools
-are built), a short run of the real ferry-bench on the host backend as well."""
+are built), short runs of the real ferry-bench on the host backend as well: the strategies, and
+the contention section alone."""
 import json
 import os
 import pathlib
@@ -22,7 +23,7 @@ def bench_row(workload, strategy, size, reserved, overlap, gbps):
             "overlap": overlap, "copy_gbps": gbps}
 
 
-def write_run(out, backend="host", commit=None, command=None):
+def write_run(out, backend="host", commit=None, command=None, contention=None):
     doc = {
         "tool": "ferry-bench", "version": "0.1.0", "backend": backend, "device": "Synthetic CPU",
         "config": {"sizes": [16 * M, 64 * M], "steps": 30, "compute_units": 4, "workloads": ["seed", "pipeline"]},
@@ -39,6 +40,8 @@ def write_run(out, backend="host", commit=None, command=None):
             {"pass": None, "text": "informational"},
         ],
     }
+    if contention:
+        doc["contention"] = contention
     if commit:
         doc["commit"] = commit
     if command:
@@ -131,3 +134,54 @@ def test_a_real_host_run_gives_its_own_figures_commit_and_command(tmp_path):
             f"{seed['copy_gbps']:.1f} |") in r.stdout
     overlap = rows[("pipeline", "owner_owned+overlap")]
     assert f"| ferry host owner_owned+overlap | **{overlap['peak_reserved_bytes'] / GIB:.3f}** |" in r.stdout
+
+
+def test_the_contention_rows_get_a_table_of_their_own(tmp_path):
+    rows = [{"path": "ferry", "name": "urgent alone", "bulk": "none", "urgent": True, "urgent_p50_us": 12.25,
+             "urgent_p99_us": 20.5, "urgent_max_us": 31.0, "bulk_gbps": None},
+            {"path": "ferry", "name": "h2d bulk + urgent", "bulk": "h2d", "urgent": True, "urgent_p50_us": 40.0,
+             "urgent_p99_us": 90.25, "urgent_max_us": 120.0, "bulk_gbps": 52.5},
+            {"path": "cuda", "name": "h2d bulk alone", "bulk": "h2d", "urgent": False, "urgent_p50_us": None,
+             "urgent_p99_us": None, "urgent_max_us": None, "bulk_gbps": 53.0}]
+    write_run(tmp_path / "out", backend="cuda",
+              contention={"bulk_bytes": 4 * GIB, "urgent_bytes": 64 << 10, "period_us": 500, "rows": rows})
+    r = run(tmp_path / "out", "--stdout")
+    assert r.returncode == 0, r.stderr
+    assert "ferry CUDA contention: a 4G pinned bulk copy beside a 64K pinned urgent upload every 500 us:" in r.stdout
+    assert "| ferry | urgent alone | 12.2 | 20.5 | 31.0 | – |" in r.stdout
+    assert "| ferry | h2d bulk + urgent | 40.0 | 90.2 | 120.0 | 52.50 |" in r.stdout
+    assert "| cuda | h2d bulk alone | – | – | – | 53.00 |" in r.stdout
+    # A run without the section (an older results.json, or --contention off) has no such table.
+    write_run(tmp_path / "old")
+    r = run(tmp_path / "old", "--stdout")
+    assert r.returncode == 0 and "contention" not in r.stdout, r.stderr
+
+
+@pytest.mark.skipif(not os.environ.get("FERRY_BENCH"), reason="FERRY_BENCH (the built ferry-bench) is not set")
+def test_the_contention_section_runs_on_the_host_backend(tmp_path):
+    out = tmp_path / "bench-contention"
+    bench = subprocess.run([os.environ["FERRY_BENCH"], "--backend", "host", "--contention-only", "--quiet",
+                            "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    assert "contention: a 64M pinned bulk copy beside a 64K pinned urgent upload every 500 us" in bench.stdout
+    assert "bars: judged on GPU backends only" in bench.stdout
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    c = doc["contention"]
+    assert c["bulk_bytes"] == 64 * M and c["urgent_bytes"] == 64 << 10 and c["period_us"] == 500
+    rows = {(r["path"], r["name"]): r for r in c["rows"]}
+    assert set(rows) == {("ferry", n) for n in ("urgent alone", "h2d bulk alone", "h2d bulk + urgent",
+                                                 "d2h bulk alone", "d2h bulk + urgent")}
+    alone = rows[("ferry", "urgent alone")]
+    assert alone["urgent_samples"] == c["alone_copies"] and 0 < alone["urgent_p50_us"] <= alone["urgent_p99_us"]
+    assert alone["urgent_p99_us"] <= alone["urgent_max_us"] and alone["bulk_gbps"] is None
+    for d in ("h2d", "d2h"):
+        assert rows[("ferry", f"{d} bulk alone")]["bulk_gbps"] > 0
+        assert rows[("ferry", f"{d} bulk alone")]["urgent_p99_us"] is None
+        both = rows[("ferry", f"{d} bulk + urgent")]
+        assert both["bulk_gbps"] > 0 and both["urgent_samples"] > 0 and both["urgent_p99_us"] > 0
+        assert f"  ferry   {d} bulk + urgent " in bench.stdout
+    # Its bars are GPU bars: none is judged on the host backend.
+    assert not [v for v in doc["verdicts"] if v["name"].startswith("contention_")]
+    r = run(out, "--stdout")
+    assert r.returncode == 0, r.stderr
+    assert "ferry host contention: a 64M pinned bulk copy" in r.stdout

@@ -386,3 +386,30 @@ def test_the_type_stub_names_every_binding():
     missing = [n for n in dir(ferry._ferry)
                if not n.startswith("__") and not re.search(rf"(^|\s){re.escape(n)}\b", stub, re.M)]
     assert missing == []
+
+
+def test_an_urgent_upload_completes_while_a_long_bulk_upload_is_pending(dev):
+    q = dev.queue(ferry.QueueRole.compute)
+    xfer = ferry.Transfer(dev, bulk_piece_bytes=1 << 20)
+    assert dev.capabilities.copy_priorities
+    assert xfer.bulk_piece_bytes == 1 << 20
+    assert xfer.urgent_executor != xfer.executor
+    big = dev.host_pool.allocate(64 << 20)
+    np.frombuffer(big, dtype=np.uint8)[:] = 7
+    small = np.arange(1 << 16, dtype=np.uint8)
+    bulk = xfer.upload(big, q, owner_waits=False)
+    urgent = xfer.upload(small, q, owner_waits=False, priority=ferry.Priority.urgent)
+    urgent.ready.wait()
+    assert not bulk.ready.reached(), "the urgent upload waited for the 64 MiB bulk upload queued before it"
+    back = np.zeros_like(small)
+    xfer.download(urgent.buffer, back, priority=ferry.Priority.urgent)
+    assert np.array_equal(back, small)
+    whole = np.zeros(64 << 20, dtype=np.uint8)
+    xfer.download(bulk.buffer, whole)
+    assert int(whole.min()) == 7 and int(whole.max()) == 7
+    assert ferry.Transfer(dev).bulk_piece_bytes == 1 << 20  # derived from the host's 10 GB/s
+    with pytest.raises(ferry.Error) as e:
+        ferry.Transfer(dev, bulk_piece_bytes=4096)
+    assert e.value.code == "invalid_argument" and "bulk_piece_bytes" in e.value.message
+    with pytest.raises(TypeError):
+        xfer.upload(small, q, priority=3)

@@ -325,3 +325,32 @@ TEST_CASE("planning: the scatter plan gives every piece its stream bytes, in any
     CHECK(copied == requested);  // each piece's bytes copied once
   }
 }
+
+TEST_CASE("planning: the derived bulk piece is the link's 100 us, a power of two in [1 MiB, 64 MiB]") {
+  // 0: the assumed 25 GB/s moves 2.5 MB in 100 us, nearest to 2 MiB.
+  CHECK(derived_bulk_piece(0) == 2 * MiB);
+  CHECK(derived_bulk_piece(kAssumedCopyRate) == 2 * MiB);
+  CHECK(derived_bulk_piece(10'000'000'000) == 1 * MiB);   // 1 MB: the floor
+  CHECK(derived_bulk_piece(1'000'000) == 1 * MiB);        // a slow link: still the floor
+  CHECK(derived_bulk_piece(55'500'000'000) == 4 * MiB);   // 5.55 MB: nearer 4 MiB than 8 MiB
+  CHECK(derived_bulk_piece(83'886'080'000) == 8 * MiB);   // exactly 8 MiB
+  CHECK(derived_bulk_piece(31'457'280'000) == 4 * MiB);   // exactly 3 MiB: a tie rounds up
+  CHECK(derived_bulk_piece(1'000'000'000'000) == 64 * MiB);  // 100 MB: the ceiling
+  CHECK(derived_bulk_piece(UINT64_MAX) == 64 * MiB);      // no overflow
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 2000; ++i) {
+    const std::uint64_t rate = rng() >> (rng() % 40);
+    const std::uint64_t p = derived_bulk_piece(rate);
+    CAPTURE(rate);
+    REQUIRE((p & (p - 1)) == 0);
+    REQUIRE(p >= kMinPiece);
+    REQUIRE(p <= kMaxPiece);
+    // Inside the clamp, the nearer of the two powers of two around the bytes moved in 100 us:
+    // a piece p is chosen for bytes in [3p/4, 3p/2].
+    const double bytes = static_cast<double>(rate) * 1e-4;
+    if (bytes > static_cast<double>(kMinPiece) && bytes < static_cast<double>(kMaxPiece)) {
+      CHECK(static_cast<double>(p) <= bytes * 4 / 3 * 1.000001);
+      CHECK(static_cast<double>(p) >= bytes / 1.5 * 0.999999);
+    }
+  }
+}

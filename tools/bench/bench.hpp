@@ -88,6 +88,18 @@ struct Options {
   /// Image study: the fraction of the layered case's 2048 layers; unset = 1 on a GPU, 1/32
   /// elsewhere (CPU runs then finish in seconds).
   std::optional<double> image_scale;
+  /// Contention section (`--contention on|off`; default on): urgent uploads beside a bulk copy.
+  bool contention = true;
+  /// Run only the contention section.
+  bool contention_only = false;
+  /// Contention: the bulk copy's size; unset = 4 GiB on a GPU, 64 MiB elsewhere (a CPU
+  /// backend's copy-engine model then finishes a bulk in milliseconds).
+  std::optional<std::uint64_t> contention_bulk_bytes;
+  /// Contention: each urgent upload's size and the period between two of them.
+  std::uint64_t contention_urgent_bytes = 64ull << 10;
+  int contention_period_us = 500;
+  /// Contention: bulk copies per row (urgent latencies pooled, GB/s the median).
+  int contention_reps = 3;
   /// The command line as given (argv[0] as "ferry-bench", arguments shell-quoted where
   /// needed): results.json records it, so a table made from the file names what reproduces it.
   std::string command;
@@ -330,6 +342,25 @@ struct HostCost {
 };
 HostCost run_host_cost(const DeviceFactory& factory, std::uint64_t bytes, int calls, const Progress& progress);
 
+/// The contention section (docs/benchmarks.md, "Contention"): ferry's rows (path "ferry"),
+/// then the vendor references measured in the same run (paths "cuda", "vulkan").
+struct ContentionStudy {
+  bool ran = false;
+  ContentionConfig config;
+  bool copy_priorities = false;        ///< Capabilities::copy_priorities of the ferry device
+  std::uint64_t bulk_piece_bytes = 0;  ///< Transfer::bulk_piece_bytes() (0: nothing is cut)
+  std::vector<ContentionRow> rows;
+  std::string cuda_skipped;    ///< why the CUDA references were not measured (empty when they were)
+  std::string vulkan_skipped;  ///< why the Vulkan references were not measured (empty when they were)
+  /// The row of `path` named `name`, or null.
+  [[nodiscard]] const ContentionRow* find(const std::string& path, const std::string& name) const;
+};
+/// ferry's rows on a device of `factory`: urgent uploads alone; a bulk upload and a bulk
+/// download each alone and beside the urgent uploads. Then, on a GPU, the raw CUDA references
+/// (where the module loads and a CUDA device matches) and, where Vulkan executes the copies,
+/// the raw Vulkan ones.
+ContentionStudy run_contention(const DeviceFactory& factory, const ContentionConfig& config, const Progress& progress);
+
 /// Everything the report needs.
 struct Run {
   Options options;
@@ -342,6 +373,7 @@ struct Run {
   BatchStudy batch;
   HostCost host_cost;
   ImageStudy images;
+  ContentionStudy contention;
 };
 
 void print_header(const Run& run);

@@ -149,6 +149,21 @@ usage: ferry-bench [options]
   --image-reps N        image study: timed copies per measurement and direction (default 10)
   --image-scale F       image study: fraction of the layered case's 2048 layers, in (0, 1]
                         (default 1 on a GPU, 1/32 on a CPU backend)
+  --contention on|off   contention section (default on): while a bulk pinned upload runs
+                        through ferry (Priority::bulk), a small pinned upload with
+                        Priority::urgent every period from another thread; urgent latency
+                        p50/p99/max (host clock before the call -> a polling thread sees its
+                        point reached) and the bulk's GB/s, urgent copies alone, the same
+                        beside a bulk download; on a GPU beside the raw CUDA references (one
+                        cudaMemcpyAsync; TorchRec's chunks with an empty kernel between them;
+                        small copies on a stream of the greatest priority) and, where Vulkan
+                        executes the copies, the raw Vulkan ones (one vkCmdCopyBuffer on the
+                        transfer queue, small copies on another queue)
+  --contention-only     run only the contention section
+  --contention-bulk-mib N   the bulk's size in MiB (default 4096; 64 on a CPU backend)
+  --contention-urgent-kib N each urgent upload's size in KiB (default 64)
+  --contention-period-us N  one urgent upload every N us (default 500)
+  --contention-reps N   bulk copies per row, urgent samples pooled (default 3)
   --help                this text
 
 Each step, in the workload's order: pinned host batch -> device (strategy), allocate the
@@ -253,6 +268,27 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.image_reps = static_cast<int>(parse_int(value(i, "--image-reps"), "--image-reps", 1, 100'000));
     } else if (key == "--image-scale") {
       o.image_scale = parse_fraction(value(i, "--image-scale"), "--image-scale");
+    } else if (key == "--contention") {
+      const std::string v = value(i, "--contention");
+      if (v != "on" && v != "off") throw std::invalid_argument("--contention: expected on or off, got '" + v + "'");
+      o.contention = v == "on";
+    } else if (key == "--contention-only") {
+      o.contention_only = true;
+    } else if (key == "--contention-bulk-mib") {
+      o.contention_bulk_bytes =
+          static_cast<std::uint64_t>(parse_int(value(i, "--contention-bulk-mib"), "--contention-bulk-mib", 1, 1 << 20))
+          << 20;
+    } else if (key == "--contention-urgent-kib") {
+      o.contention_urgent_bytes =
+          static_cast<std::uint64_t>(
+              parse_int(value(i, "--contention-urgent-kib"), "--contention-urgent-kib", 1, 1 << 20))
+          << 10;
+    } else if (key == "--contention-period-us") {
+      o.contention_period_us = static_cast<int>(
+          parse_int(value(i, "--contention-period-us"), "--contention-period-us", 1, 10'000'000));
+    } else if (key == "--contention-reps") {
+      o.contention_reps =
+          static_cast<int>(parse_int(value(i, "--contention-reps"), "--contention-reps", 1, 1000));
     } else {
       throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
     }

@@ -71,6 +71,12 @@ constexpr double image_vs_raw_bar = 0.95;
 /// The uncompressed 2D frame against one buffer copy of the same bytes, same run: an image's
 /// copy moves the bytes of a buffer's, and may cost only its tiling.
 constexpr double image_vs_buffer_bar = 0.90;
+/// Contention: an urgent copy's p99 beside a bulk copy, at most this many times its p99 alone,
+/// and never judged below the floor (a copy engine's own queueing costs some tens of us).
+constexpr double contention_p99_factor = 2.0;
+constexpr double contention_p99_floor_us = 250.0;
+/// Contention: ferry's bulk beside the urgent copies against the vendor's one-piece bulk alone.
+constexpr double contention_bandwidth_bar = 0.98;
 /// The image case whose copies are judged against a buffer copy (uncompressed, 2D, 1 level).
 constexpr const char* image_vs_buffer_case = "frame";
 
@@ -276,6 +282,57 @@ void image_verdicts(const Run& run, std::vector<Verdict>& out) {
   }
 }
 
+// The contention section's bars, GPU backends only (a CPU backend's copy engine is a model):
+// an urgent upload's p99 beside each bulk, against its own p99 alone; ferry's bulk GB/s beside
+// the urgent copies against the vendor's one-piece bulk alone (the raw Vulkan copy where
+// Vulkan executes the copies and it was measured, else cudaMemcpyAsync).
+void contention_verdicts(const Run& run, std::vector<Verdict>& out) {
+  const ContentionStudy& c = run.contention;
+  if (!run.is_gpu) return;
+  const ContentionRow* alone = c.find("ferry", "urgent alone");
+  const bool vulkan_copies = run.backend == "vulkan" || run.backend == "vulkan_cuda";
+  const std::string bulk = size_label(c.config.bulk_bytes);
+  const std::string urgent = size_label(c.config.urgent_bytes);
+  for (const std::string dir : {"h2d", "d2h"}) {
+    const ContentionRow* ferry = c.find("ferry", dir + " bulk + urgent");
+    if (ferry == nullptr) continue;
+    const std::string what = bulk + " " + dir + " bulk";
+    if (alone != nullptr && alone->samples > 0 && ferry->samples > 0) {
+      const double bar = std::max(contention_p99_floor_us, contention_p99_factor * alone->p99_us);
+      std::string text = what + ": urgent " + urgent + " upload p99 = " + fmt("%.1f", ferry->p99_us) +
+                         " us beside ferry's bulk (max " + fmt("%.1f", ferry->max_us) + " us; alone: p99 " +
+                         fmt("%.1f", alone->p99_us) + " us";
+      if (const ContentionRow* raw = c.find("cuda", dir + " bulk + urgent")) {
+        text += "; raw CUDA one copy: " + fmt("%.1f", raw->p99_us) + " us";
+      }
+      if (const ContentionRow* chunked = c.find("cuda", dir + " chunked bulk + urgent")) {
+        text += "; TorchRec chunks: " + fmt("%.1f", chunked->p99_us) + " us";
+      }
+      if (const ContentionRow* vk = c.find("vulkan", dir + " bulk + urgent")) {
+        text += "; raw Vulkan one copy: " + fmt("%.1f", vk->p99_us) + " us";
+      }
+      text += ") (bar <= max(" + fmt("%.0f", contention_p99_floor_us) + " us, " +
+              fmt("%.0f", contention_p99_factor) + " x alone p99) = " + fmt("%.1f", bar) + " us)";
+      out.push_back({c.config.bulk_bytes, "contention", "contention_" + dir + "_urgent_p99_us", ferry->p99_us, bar, true,
+                     text});
+    }
+    const ContentionRow* ref = vulkan_copies ? c.find("vulkan", dir + " bulk alone") : nullptr;
+    std::string ref_what = "the raw Vulkan copy alone";
+    if (ref == nullptr) {
+      ref = c.find("cuda", dir + " bulk alone");
+      ref_what = "one cudaMemcpyAsync alone";
+    }
+    if (ref != nullptr && ref->bulk_gbps > 0 && ferry->bulk_gbps > 0) {
+      const double v = ferry->bulk_gbps / ref->bulk_gbps;
+      out.push_back({c.config.bulk_bytes, "contention", "contention_" + dir + "_bulk_vs_raw", v,
+                     contention_bandwidth_bar, false,
+                     what + ": ferry's bulk beside the urgent copies = " + fmt("%.1f", v * 100) + "% of " + ref_what +
+                         " (" + fmt("%.2f", ferry->bulk_gbps) + " vs " + fmt("%.2f", ref->bulk_gbps) +
+                         " GB/s) (bar >= " + fmt("%.0f", contention_bandwidth_bar * 100) + "%)"});
+    }
+  }
+}
+
 std::vector<Verdict> verdicts(const Run& run) {
   std::vector<Verdict> out;
   const bool gpu_bars = bandwidth_bar(run) > 0;
@@ -346,6 +403,7 @@ std::vector<Verdict> verdicts(const Run& run) {
     }
   }
   if (run.images.ran) image_verdicts(run, out);
+  if (run.contention.ran) contention_verdicts(run, out);
   return out;
 }
 
@@ -361,6 +419,10 @@ void print_header(const Run& run) {
   std::cout << "ferry-bench " << FERRY_VERSION << ": " << run.backend << " backend, " << run.device_name << "\n";
   if (o.images_only) {
     std::cout << "image study only\n";
+    return;
+  }
+  if (o.contention_only) {
+    std::cout << "contention section only\n";
     return;
   }
   if (run.sizes.empty()) {  // --host-cost-only
@@ -536,6 +598,42 @@ void print_image_study(const ImageStudy& study) {
   if (!raw_what.empty()) std::printf("  raw: %s\n", raw_what.c_str());
 }
 
+void print_contention(const Run& run) {
+  const ContentionStudy& c = run.contention;
+  std::printf("\ncontention: a %s pinned bulk copy beside a %s pinned urgent upload every %d us (%d bulk copies "
+              "per row, urgent samples pooled; ferry: bulk pieces of %s, copy_priorities %s):\n",
+              size_label(c.config.bulk_bytes).c_str(), size_label(c.config.urgent_bytes).c_str(), c.config.period_us,
+              c.config.reps, c.bulk_piece_bytes > 0 ? size_label(c.bulk_piece_bytes).c_str() : "none (not cut)",
+              c.copy_priorities ? "yes" : "no");
+  std::printf("  %-7s %-26s %7s %10s %10s %10s %10s\n", "path", "row", "urgent n", "p50 us", "p99 us", "max us",
+              "bulk GB/s");
+  for (const ContentionRow& r : c.rows) {
+    const auto lat = [&](double v) { return r.urgent ? fmt("%.1f", v) : std::string("-"); };
+    std::printf("  %-7s %-26s %7s %10s %10s %10s %10s\n", r.path.c_str(), r.name.c_str(),
+                r.urgent ? std::to_string(r.samples).c_str() : "-", lat(r.p50_us).c_str(), lat(r.p99_us).c_str(),
+                lat(r.max_us).c_str(), r.bulk == "none" ? "-" : fmt("%.2f", r.bulk_gbps).c_str());
+  }
+  // How each path issued its copies: its urgent copies as in its row without bulk, each bulk
+  // once (the rows with and without urgent copies issue it alike).
+  std::vector<std::string> seen;
+  for (const ContentionRow& r : c.rows) {
+    const std::string key = r.path + "\n" + r.how;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
+    std::printf("  %s %s: %s\n", r.path.c_str(), r.bulk == "none" ? "urgent copies" : "bulk", r.how.c_str());
+  }
+  if (!c.cuda_skipped.empty()) std::printf("  raw CUDA references not measured: %s\n", c.cuda_skipped.c_str());
+  if (!c.vulkan_skipped.empty()) std::printf("  raw Vulkan references not measured: %s\n", c.vulkan_skipped.c_str());
+  std::printf("  latency: host clock just before the urgent call -> a dedicated thread polling the copy sees it "
+              "complete (ferry: TimelinePoint::reached(); CUDA: cudaEventQuery; Vulkan: the timeline semaphore's "
+              "value); bulk GB/s: bytes / host time from just before the bulk call to its completion, median\n");
+  if (!run.is_gpu) {
+    std::printf("  bars: judged on GPU backends only (urgent p99 <= max(%.0f us, %.0f x alone p99); bulk GB/s >= "
+                "%.0f%% of the one-piece raw copy); not judged here\n",
+                contention_p99_floor_us, contention_p99_factor, contention_bandwidth_bar * 100);
+  }
+}
+
 }  // namespace
 
 void print_table(const Run& run) {
@@ -563,6 +661,7 @@ void print_table(const Run& run) {
   }
   if (run.batch.ran) print_batch_study(run.batch);
   if (run.images.ran) print_image_study(run.images);
+  if (run.contention.ran) print_contention(run);
   std::printf("\n");
 }
 
@@ -584,15 +683,16 @@ void print_step_times(const Run& run) {
 bool print_verdicts(const Run& run) {
   bool ok = true;
   const auto all = verdicts(run);
-  for (const char* group : {"seed", "pipeline", "", "image"}) {
+  for (const char* group : {"seed", "pipeline", "", "image", "contention"}) {
     bool first = true;
     for (const auto& v : all) {
       if (v.workload != group) continue;
       if (first) {
         const std::string g = group;
-        const std::string header = g.empty()      ? "bars of the copy path, host cost and whole batches:"
-                                   : g == "image" ? "bars of the image copies:"
-                                                  : "bars of workload " + g + ":";
+        const std::string header = g.empty()           ? "bars of the copy path, host cost and whole batches:"
+                                   : g == "image"      ? "bars of the image copies:"
+                                   : g == "contention" ? "bars of the contention section:"
+                                                       : "bars of workload " + g + ":";
         std::printf("%s\n", header.c_str());
         first = false;
       }
@@ -773,6 +873,32 @@ void write_results_json(const Run& run, const std::filesystem::path& file) {
       o << "}";
     }
     o << "]}";
+  } else {
+    o << "null";
+  }
+  o << ",\n  \"contention\": ";
+  if (run.contention.ran) {
+    const ContentionStudy& c = run.contention;
+    o << "{\"bulk_bytes\": " << c.config.bulk_bytes << ", \"urgent_bytes\": " << c.config.urgent_bytes
+      << ", \"period_us\": " << c.config.period_us << ", \"reps\": " << c.config.reps
+      << ", \"alone_copies\": " << c.config.alone_copies << ", \"chunk_bytes\": " << c.config.chunk_bytes
+      << ", \"copy_priorities\": " << (c.copy_priorities ? "true" : "false")
+      << ", \"bulk_piece_bytes\": " << c.bulk_piece_bytes << ", \"cuda_skipped\": "
+      << (c.cuda_skipped.empty() ? std::string("null") : ferry::detail::json_string(c.cuda_skipped))
+      << ", \"vulkan_skipped\": "
+      << (c.vulkan_skipped.empty() ? std::string("null") : ferry::detail::json_string(c.vulkan_skipped))
+      << ", \"rows\": [";
+    for (std::size_t i = 0; i < c.rows.size(); ++i) {
+      const ContentionRow& r = c.rows[i];
+      o << (i ? "," : "") << "\n    {\"path\": " << ferry::detail::json_string(r.path)
+        << ", \"name\": " << ferry::detail::json_string(r.name) << ", \"bulk\": " << ferry::detail::json_string(r.bulk)
+        << ", \"urgent\": " << (r.urgent ? "true" : "false") << ", \"how\": " << ferry::detail::json_string(r.how)
+        << ", \"urgent_samples\": " << r.samples << ", \"urgent_p50_us\": " << (r.urgent ? num(r.p50_us) : "null")
+        << ", \"urgent_p99_us\": " << (r.urgent ? num(r.p99_us) : "null")
+        << ", \"urgent_max_us\": " << (r.urgent ? num(r.max_us) : "null")
+        << ", \"bulk_gbps\": " << (r.bulk == "none" ? "null" : num(r.bulk_gbps)) << "}";
+    }
+    o << "\n  ]}";
   } else {
     o << "null";
   }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ferry/image.hpp"
 #include "step_trace.hpp"
@@ -158,6 +159,55 @@ std::unique_ptr<VendorImage> make_vulkan_image(const ferry::Device& device, cons
 VendorImageCopy measure_vulkan_image_copy(const ferry::Device& device, const ferry::ImageDesc& desc,
                                           std::span<const ferry::ImageRegion> regions, std::uint64_t bytes, int reps);
 
+/// The contention section's shape (docs/benchmarks.md, "Contention"): a bulk copy of
+/// `bulk_bytes` from or into pinned memory, and beside it one urgent pinned host->device copy of
+/// `urgent_bytes` every `period_us`, for as long as the bulk runs.
+struct ContentionConfig {
+  std::uint64_t bulk_bytes = 4096ull << 20;
+  std::uint64_t urgent_bytes = 64ull << 10;
+  int period_us = 500;
+  int reps = 3;              ///< bulk copies per row; urgent samples pooled, GB/s the median
+  int alone_copies = 400;    ///< urgent copies of a row without bulk
+  std::uint64_t chunk_bytes = 32ull << 20;  ///< TorchRec's chunks (the chunked reference)
+};
+
+/// One row of the contention section: urgent copies (latency from the host clock just before
+/// the call to their completion seen by a polling thread), a bulk copy (GB/s: bytes over the
+/// host time from just before its call to its completion), or both at once.
+struct ContentionRow {
+  std::string path;       ///< "ferry", "cuda", "vulkan"
+  std::string name;       ///< unique within its path: "urgent alone", "h2d bulk + urgent", ...
+  std::string bulk;       ///< "none", "h2d", "d2h"
+  bool urgent = true;     ///< whether urgent copies ran
+  /// How the row's bulk was issued; for a row without bulk, how the urgent copies were (every
+  /// row of a path issues its urgent copies that way).
+  std::string how;
+  std::uint64_t samples = 0;
+  double p50_us = 0, p99_us = 0, max_us = 0;
+  double bulk_gbps = 0;   ///< median over the reps; 0 without bulk
+};
+
+/// A vendor's contention references: rows of path "cuda" or "vulkan".
+struct VendorContention {
+  bool measured = false;
+  std::string skipped;    ///< why not measured (empty when measured)
+  std::vector<ContentionRow> rows;
+};
+
+/// The raw CUDA references on `device`'s GPU (by UUID): urgent copies alone on a stream of the
+/// greatest priority; the bulk as one cudaMemcpyAsync alone and beside the urgent copies; the
+/// bulk in `chunk_bytes` chunks with an empty kernel between chunks on the bulk stream
+/// (TorchRec's way) beside them; each host->device, and the same bulks device->host beside the
+/// host->device urgent copies. Every CUDA call is checked: a failure throws std::runtime_error
+/// naming the call.
+VendorContention measure_cuda_contention(const ferry::Device& device, const ContentionConfig& config);
+
+/// The raw Vulkan references on the physical device of `device` (Vulkan backend), on a VkDevice
+/// of their own: the bulk as one vkCmdCopyBuffer on the transfer family's queue, alone and
+/// beside the urgent copies on another queue, and the urgent copies alone. Every Vulkan call is
+/// checked: a failure throws std::runtime_error naming the call.
+VendorContention measure_vulkan_contention(const ferry::Device& device, const ContentionConfig& config);
+
 /// The CUDA references, as the module ferry-bench-cuda provides them (vendor_cuda.cpp): the
 /// functions above, implemented there against the CUDA runtime. ferry-bench opens the module
 /// at run time (vendor_cuda_loader.cpp), so the bench itself links nothing of CUDA.
@@ -168,6 +218,7 @@ struct VendorCudaApi {
   VendorImageCopy (*measure_cuda_image_copy)(const ferry::Device& device, const VendorImage& image,
                                              const ferry::ImageDesc& desc, std::span<const ferry::ImageRegion> regions,
                                              std::uint64_t bytes, int reps);
+  VendorContention (*measure_cuda_contention)(const ferry::Device& device, const ContentionConfig& config);
 };
 
 }  // namespace ferry_bench

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
 // Raw cudaMemcpyAsync from/to pinned memory on a non-blocking stream, event-timed: the
 // reference the CUDA and Vulkan bandwidth bars are measured against. Also the image study's
-// CUDA side: the engine's arrays, and the raw array copies beside ferry's image copies.
+// CUDA side: the engine's arrays, and the raw array copies beside ferry's image copies; and the
+// contention section's raw references: small copies on a stream of the greatest priority while
+// a bulk copy runs, as one copy and in chunks with an empty kernel between them.
 //
 // Built as a module of its own (ferry-bench-cuda), the one part of the bench that links the
 // CUDA runtime: ferry-bench opens it at run time (vendor_cuda_loader.cpp), so the bench runs
 // where libcudart is absent and reports these references as not measured there.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "bench.hpp"  // percentiles(), ferry/ferry.hpp
+#include "contention_loop.hpp"
 #include "cuda_image.hpp"
 #include "vendor.hpp"
 
@@ -331,12 +336,233 @@ VendorImageCopy measure_cuda_image_copy(const ferry::Device& device, const Vendo
   return r;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Contention references.
+
+/// An empty kernel in PTX, loaded with cuModuleLoadData: the chunked reference launches it
+/// between two chunks of the bulk on the bulk stream, as TorchRec does, so that the copy engine
+/// leaves the bulk between chunks for a copy ready on another stream. Driver functions come
+/// from cudaGetDriverEntryPointByVersion, so the module links the runtime only.
+constexpr const char* kEmptyKernelPtx = R"(
+.version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry ferry_bench_empty()
+{
+  ret;
+}
+)";
+
+/// The driver entry points the empty kernel needs, and the kernel, unloaded on every path out.
+class EmptyKernel {
+ public:
+  EmptyKernel() {
+    load("cuGetErrorName", get_error_name_);
+    load("cuModuleLoadData", module_load_data_);
+    load("cuModuleGetFunction", module_get_function_);
+    load("cuModuleUnload", module_unload_);
+    load("cuLaunchKernel", launch_kernel_);
+    check_cu(module_load_data_(&module_, kEmptyKernelPtx), "cuModuleLoadData");
+    try {
+      check_cu(module_get_function_(&function_, module_, "ferry_bench_empty"), "cuModuleGetFunction");
+    } catch (...) {
+      (void)module_unload_(module_);  // the destructor of a failed constructor does not run
+      throw;
+    }
+  }
+  EmptyKernel(const EmptyKernel&) = delete;
+  EmptyKernel& operator=(const EmptyKernel&) = delete;
+  ~EmptyKernel() {
+    if (module_ != nullptr) {
+      const CUresult r = module_unload_(module_);
+      if (r != CUDA_SUCCESS) std::fprintf(stderr, "ferry-bench: cuModuleUnload: %s\n", error_name(r));
+    }
+  }
+  /// One block of one thread on `stream`.
+  void launch(cudaStream_t stream) const {
+    check_cu(launch_kernel_(function_, 1, 1, 1, 1, 1, 1, 0, reinterpret_cast<CUstream>(stream), nullptr, nullptr),
+             "cuLaunchKernel");
+  }
+
+ private:
+  template <class Fn>
+  static void load(const char* symbol, Fn& fn) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    // The ABI of CUDA 12.0, as ferry's backend asks for; runtimes before 12.5 have only the
+    // call without a version (deprecated since), which gives the runtime's own.
+#if CUDART_VERSION >= 12050
+    const char* call = "cudaGetDriverEntryPointByVersion";
+    check(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status), call);
+#else
+    const char* call = "cudaGetDriverEntryPoint";
+    check(cudaGetDriverEntryPoint(symbol, &p, cudaEnableDefault, &status), call);
+#endif
+    if (status != cudaDriverEntryPointSuccess || p == nullptr) {
+      throw std::runtime_error(std::string(call) + "(" + symbol + "): status " +
+                               std::to_string(static_cast<int>(status)));
+    }
+    fn = reinterpret_cast<Fn>(p);
+  }
+  const char* error_name(CUresult r) const {
+    const char* name = nullptr;
+    if (get_error_name_ == nullptr || get_error_name_(r, &name) != CUDA_SUCCESS || name == nullptr) return "CUresult";
+    return name;
+  }
+  void check_cu(CUresult r, const char* call) const {
+    if (r != CUDA_SUCCESS) {
+      throw std::runtime_error(std::string(call) + ": " + error_name(r) + " (" + std::to_string(static_cast<int>(r)) +
+                               ")");
+    }
+  }
+
+  PFN_cuGetErrorName_v6000 get_error_name_ = nullptr;
+  PFN_cuModuleLoadData_v2000 module_load_data_ = nullptr;
+  PFN_cuModuleGetFunction_v2000 module_get_function_ = nullptr;
+  PFN_cuModuleUnload_v2000 module_unload_ = nullptr;
+  PFN_cuLaunchKernel_v4000 launch_kernel_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction function_ = nullptr;
+};
+
+/// One event per urgent slot (contention_loop.hpp): an event is recorded again only once the
+/// poller has seen its previous record complete.
+struct EventPool {
+  std::vector<cudaEvent_t> events;
+  explicit EventPool(std::size_t n) {
+    events.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      events.push_back(e);
+    }
+  }
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  ~EventPool() {
+    for (cudaEvent_t e : events) report_failure(cudaEventDestroy(e), "cudaEventDestroy");
+  }
+};
+
+/// The contention references' buffers, streams and kernel.
+struct ContentionRig {
+  const ContentionConfig& config;
+  Owned<void*, cudaFree> dev_bulk, dev_urgent;
+  Owned<void*, cudaFreeHost> host_bulk, host_urgent;
+  Stream bulk, urgent;
+  Event bulk_end;
+  EventPool pool{kUrgentSlots};
+  EmptyKernel kernel;
+  int priority_greatest = 0;
+
+  explicit ContentionRig(const ContentionConfig& c) : config(c) {
+    int least = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &priority_greatest), "cudaDeviceGetStreamPriorityRange");
+    check(cudaStreamCreateWithPriority(&urgent.handle, cudaStreamNonBlocking, priority_greatest),
+          "cudaStreamCreateWithPriority");
+    check(cudaStreamCreateWithFlags(&bulk.handle, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaEventCreateWithFlags(&bulk_end.handle, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check(cudaMalloc(&dev_bulk.handle, c.bulk_bytes), "cudaMalloc");
+    check(cudaMalloc(&dev_urgent.handle, c.urgent_bytes), "cudaMalloc");
+    check(cudaHostAlloc(&host_bulk.handle, c.bulk_bytes, cudaHostAllocDefault), "cudaHostAlloc");
+    check(cudaHostAlloc(&host_urgent.handle, c.urgent_bytes, cudaHostAllocDefault), "cudaHostAlloc");
+    std::memset(host_bulk.handle, 0x5a, c.bulk_bytes);
+    std::memset(host_urgent.handle, 0x3c, c.urgent_bytes);
+    check(cudaMemset(dev_bulk.handle, 0, c.bulk_bytes), "cudaMemset");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+
+  /// The whole bulk on the bulk stream, one copy or chunks with the empty kernel between two
+  /// chunks, then the end event.
+  void enqueue_bulk(bool to_device, bool chunked) {
+    auto* dev = static_cast<char*>(dev_bulk.handle);
+    auto* host = static_cast<char*>(host_bulk.handle);
+    const cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    const std::uint64_t piece = chunked ? config.chunk_bytes : config.bulk_bytes;
+    for (std::uint64_t off = 0; off < config.bulk_bytes; off += piece) {
+      const std::uint64_t len = std::min(piece, config.bulk_bytes - off);
+      if (off > 0) kernel.launch(bulk.handle);
+      check(cudaMemcpyAsync(to_device ? dev + off : host + off, to_device ? host + off : dev + off, len, kind,
+                            bulk.handle),
+            "cudaMemcpyAsync");
+    }
+    check(cudaEventRecord(bulk_end.handle, bulk.handle), "cudaEventRecord");
+  }
+
+  /// Urgent copies on the high-priority stream: `count` of them, or until `stop()`.
+  template <class Stop>
+  std::vector<double> urgent_copies(std::uint64_t count, Stop&& stop) {
+    const auto issue = [&](std::size_t slot) {
+      check(cudaMemcpyAsync(dev_urgent.handle, host_urgent.handle, config.urgent_bytes, cudaMemcpyHostToDevice,
+                            urgent.handle),
+            "cudaMemcpyAsync");
+      check(cudaEventRecord(pool.events[slot], urgent.handle), "cudaEventRecord");
+      return pool.events[slot];
+    };
+    const auto done = [](cudaEvent_t e) {
+      const cudaError_t r = cudaEventQuery(e);
+      if (r == cudaErrorNotReady) return false;
+      check(r, "cudaEventQuery");
+      return true;
+    };
+    return run_urgent_copies<cudaEvent_t>(std::chrono::microseconds(config.period_us), count, issue, done, stop);
+  }
+
+  /// One row: the bulk (none for "none") as one copy or in chunks, beside the urgent copies
+  /// when `with_urgent`; the host waits for the bulk with cudaEventSynchronize.
+  ContentionRow row(const std::string& name, const std::string& dir, bool chunked, bool with_urgent,
+                    const std::string& how) {
+    ContentionRow r{.path = "cuda", .name = name, .bulk = dir, .urgent = with_urgent, .how = how};
+    measure_contention_row(
+        r, config,
+        [&] {
+          enqueue_bulk(dir == "h2d", chunked);
+          check(cudaEventSynchronize(bulk_end.handle), "cudaEventSynchronize");
+        },
+        [&](std::uint64_t count, auto&& stop) { return urgent_copies(count, stop); },
+        [] { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); });
+    return r;
+  }
+};
+
+VendorContention measure_cuda_contention(const ferry::Device& device, const ContentionConfig& config) {
+  VendorContention out;
+  if (!cuda_present()) {
+    out.skipped = "no CUDA device";
+    return out;
+  }
+  use_device_of(device);
+  check(cudaFree(nullptr), "cudaFree");  // the primary context, before the timed rows
+  ContentionRig rig(config);
+  // Warm-up: one bulk each way, chunked (the kernel's first launch), and a few urgent copies.
+  rig.enqueue_bulk(true, true);
+  rig.enqueue_bulk(false, false);
+  (void)rig.urgent_copies(8, [] { return false; });
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+
+  const std::string urgent_how = "cudaMemcpyAsync on a stream of priority " + std::to_string(rig.priority_greatest) +
+                                 " (the greatest)";
+  const std::string one = "one cudaMemcpyAsync on a stream of default priority";
+  const std::string chunks = std::to_string(config.chunk_bytes >> 20) + " MiB chunks, an empty kernel between chunks (TorchRec)";
+  out.rows.push_back(rig.row("urgent alone", "none", false, true, urgent_how));
+  for (const char* dir : {"h2d", "d2h"}) {
+    const std::string d = dir;
+    out.rows.push_back(rig.row(d + " bulk alone", d, false, false, one));
+    out.rows.push_back(rig.row(d + " bulk + urgent", d, false, true, one));
+    out.rows.push_back(rig.row(d + " chunked bulk + urgent", d, true, true, chunks));
+  }
+  out.measured = true;
+  return out;
+}
+
 }  // namespace ferry_bench::cuda_module
 
 /// The module's one entry (vendor.hpp, VendorCudaApi).
 extern "C" __attribute__((visibility("default"))) const ferry_bench::VendorCudaApi* ferry_bench_cuda_api() {
   using namespace ferry_bench::cuda_module;
   static const ferry_bench::VendorCudaApi api{&measure_vendor_copy, &measure_vendor_call_cost, &make_cuda_image,
-                                              &measure_cuda_image_copy};
+                                              &measure_cuda_image_copy, &measure_cuda_contention};
   return &api;
 }

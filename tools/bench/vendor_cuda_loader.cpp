@@ -87,4 +87,13 @@ VendorImageCopy measure_cuda_image_copy(const ferry::Device& device, const Vendo
   return module().api->measure_cuda_image_copy(device, image, desc, regions, bytes, reps);
 }
 
+VendorContention measure_cuda_contention(const ferry::Device& device, const ContentionConfig& config) {
+  if (module().api == nullptr) {
+    VendorContention r;
+    r.skipped = module().failure;
+    return r;
+  }
+  return module().api->measure_cuda_contention(device, config);
+}
+
 }  // namespace ferry_bench

@@ -15,4 +15,9 @@ VendorImageCopy measure_cuda_image_copy(const ferry::Device&, const VendorImage&
   r.skipped = "built without CUDA";
   return r;
 }
+VendorContention measure_cuda_contention(const ferry::Device&, const ContentionConfig&) {
+  VendorContention r;
+  r.skipped = "built without CUDA";
+  return r;
+}
 }  // namespace ferry_bench

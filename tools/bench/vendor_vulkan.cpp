@@ -16,16 +16,20 @@
 //    the backend compiles it), one dispatch per pass with a barrier between passes.
 //
 // The image study's Vulkan side lives here too: the engine's VkImage on ferry's own VkDevice
-// (which ferry adopts), and the raw image copy on the loop's own VkDevice, as the anchor's.
+// (which ferry adopts), and the raw image copy on the loop's own VkDevice, as the anchor's;
+// and the contention section's raw references on the loop's own VkDevice: the bulk as one
+// vkCmdCopyBuffer on the transfer queue, small copies on another queue beside it.
 //
 // The Vulkan loader is opened at run time (libvulkan.so.1), as ferry opens it.
 #define VK_NO_PROTOTYPES
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -33,6 +37,7 @@
 
 #include "bench.hpp"  // percentiles()
 #include "bench_synthetic_spv.h"
+#include "contention_loop.hpp"
 #include "ferry/vulkan.hpp"
 #include "vendor.hpp"
 #include "vulkan_image.hpp"
@@ -190,6 +195,12 @@ class Rig {
     return cmd;
   }
   void end(VkCommandBuffer cmd) { check(vk.vkEndCommandBuffer(cmd), "vkEndCommandBuffer"); }
+
+  /// A buffer of the rig's beside its own, destroyed with the rig: host-visible (mapped) or
+  /// device-local.
+  Buffer extra_buffer(std::uint64_t size, bool host_visible) { return make_buffer(size, host_visible); }
+  /// Whether the transfer and compute queues are one VkQueue (one family with one queue).
+  bool one_queue() const { return transfer == compute; }
 
   void copy(VkCommandBuffer cmd, VkBuffer src, VkBuffer dst, std::uint64_t size) {
     const VkBufferCopy region{0, 0, size};
@@ -687,6 +698,84 @@ VulkanAnchor measure_vulkan_anchor(const ferry::Device& device, std::uint64_t by
            families_text(rig) + ", timeline semaphores both ways)";
   r.measured = true;
   return r;
+}
+
+VendorContention measure_vulkan_contention(const ferry::Device& device, const ContentionConfig& config) {
+  VendorContention out;
+  if (!vulkan_device(device)) {
+    out.skipped = "not a Vulkan device";
+    return out;
+  }
+  // The bulk: staging (host-visible system memory where the device has it, as a pinned
+  // buffer) <-> batch[0], on the transfer queue, signalling `copied`. The urgent copies: a
+  // small host-visible buffer -> a small device-local one, on the compute queue (another queue
+  // wherever the device gives one), each signalling `freed` at the next value.
+  Rig rig(device, config.bulk_bytes, Rig::Use::copies);
+  const Buffer urgent_src = rig.extra_buffer(config.urgent_bytes, true);
+  const Buffer urgent_dst = rig.extra_buffer(config.urgent_bytes, false);
+  std::memset(urgent_src.mapped, 0x3c, config.urgent_bytes);
+  VkCommandBuffer h2d = rig.begin(true);
+  rig.copy(h2d, rig.staging.buffer, rig.batch[0].buffer, config.bulk_bytes);
+  rig.end(h2d);
+  VkCommandBuffer d2h = rig.begin(true);
+  rig.copy(d2h, rig.batch[0].buffer, rig.staging.buffer, config.bulk_bytes);
+  rig.end(d2h);
+  VkCommandBuffer small = rig.begin(false);
+  rig.copy(small, urgent_src.buffer, urgent_dst.buffer, config.urgent_bytes);
+  rig.end(small);
+  // One VkQueue for both (a device with a single queue): submissions from the two threads are
+  // serialized, as Vulkan requires of one queue.
+  std::mutex queue_lock;
+  const auto submit = [&](VkQueue queue, const std::vector<Rig::Batch>& batches) {
+    std::unique_lock<std::mutex> lock(queue_lock, std::defer_lock);
+    if (rig.one_queue()) lock.lock();
+    rig.submit(queue, batches);
+  };
+  std::uint64_t copied = 0;
+  std::atomic<std::uint64_t> urgent_value{0};
+  const auto bulk = [&](bool to_device) {
+    const std::uint64_t value = ++copied;
+    submit(rig.transfer, {{{to_device ? h2d : d2h}, {}, rig.copied, value}});
+    rig.host_wait(rig.copied, value);
+  };
+  // The poller reads the timeline's value (vkGetSemaphoreCounterValue).
+  const auto urgent = [&](std::uint64_t count, auto&& stop) {
+    const auto issue = [&](std::size_t) {
+      const std::uint64_t value = urgent_value.fetch_add(1) + 1;
+      submit(rig.compute, {{{small}, {}, rig.freed, value}});
+      return value;
+    };
+    const auto done = [&](std::uint64_t value) { return rig.counter(rig.freed) >= value; };
+    return run_urgent_copies<std::uint64_t>(std::chrono::microseconds(config.period_us), count, issue, done, stop);
+  };
+  const auto idle = [&] { rig.idle(); };
+  // Warm-up: one bulk each way and a few urgent copies.
+  bulk(true);
+  bulk(false);
+  (void)urgent(8, [] { return false; });
+  rig.idle();
+
+  const std::string queues = rig.one_queue() ? "the transfer queue (the device's only queue)"
+                             : rig.families_differ()
+                                 ? "the compute family's queue " + std::to_string(rig.compute_family)
+                                 : "a second queue of family " + std::to_string(rig.compute_family);
+  const std::string urgent_how = "vkCmdCopyBuffer, one vkQueueSubmit each, on " + queues;
+  const std::string one = "one vkCmdCopyBuffer on the transfer family's queue (family " +
+                          std::to_string(rig.transfer_family) + ", " +
+                          (rig.system_staging ? "host-visible system memory" : "host-visible device memory") + ")";
+  const auto row = [&](const std::string& name, const std::string& dir, bool with_urgent, const std::string& how) {
+    ContentionRow r{.path = "vulkan", .name = name, .bulk = dir, .urgent = with_urgent, .how = how};
+    measure_contention_row(r, config, [&] { bulk(dir == "h2d"); }, urgent, idle);
+    out.rows.push_back(std::move(r));
+  };
+  row("urgent alone", "none", true, urgent_how);
+  for (const char* dir : {"h2d", "d2h"}) {
+    const std::string d = dir;
+    row(d + " bulk alone", d, false, one);
+    row(d + " bulk + urgent", d, true, one);
+  }
+  out.measured = true;
+  return out;
 }
 
 VulkanCallCost measure_vulkan_call_cost(const ferry::Device& device, std::uint64_t bytes, int calls, int round) {

@@ -20,4 +20,9 @@ VendorImageCopy measure_vulkan_image_copy(const ferry::Device&, const ferry::Ima
   r.skipped = "built without the Vulkan backend";
   return r;
 }
+VendorContention measure_vulkan_contention(const ferry::Device&, const ContentionConfig&) {
+  VendorContention r;
+  r.skipped = "built without the Vulkan backend";
+  return r;
+}
 }  // namespace ferry_bench

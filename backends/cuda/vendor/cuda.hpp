@@ -773,4 +773,49 @@ inline void launch_synthetic(const Kernels& k, const void* in, void* out, std::u
   FERRY_CU_CHECK(driver().cuLaunchKernel(k.synthetic, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr));
 }
 
+// ---- The yield point: an empty kernel between two copies of a stream. A copy engine serves
+// one stream's consecutive copies back to back, whatever the streams' priorities; a kernel
+// between them ends the run, and the engine then serves a copy another stream has ready. The
+// kernel is PTX text, compiled by the driver for the device at load (no device code is built
+// with ferry); a driver or device that cannot load it leaves the backend without a yield.
+
+/// PTX of the empty kernel (ISA 6.3, the first with sm_75: the oldest architecture CUDA 13
+/// still supports).
+inline constexpr char kYieldPtx[] =
+    ".version 6.3\n.target sm_75\n.address_size 64\n.visible .entry ferry_yield()\n{\n\tret;\n}\n";
+
+/// The loaded yield kernel; function null where it could not be loaded.
+struct YieldKernel {
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+};
+
+/// Load the yield kernel into the bound context and force it loaded (as load_kernels does, and
+/// for the same reason). A driver that refuses the PTX (a device older than its target) gives
+/// an empty YieldKernel: the backend then has no yield point, which is not an error.
+inline YieldKernel load_yield_kernel() noexcept {
+  const Driver& d = driver();
+  YieldKernel k;
+  if (d.cuModuleLoadData(&k.module, kYieldPtx) != CUDA_SUCCESS) return {};
+  int threads = 0;
+  if (d.cuModuleGetFunction(&k.function, k.module, "ferry_yield") != CUDA_SUCCESS ||
+      d.cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k.function) != CUDA_SUCCESS) {
+    (void)d.cuModuleUnload(k.module);
+    return {};
+  }
+  return k;
+}
+
+/// From a destructor, with the context bound.
+inline void unload_yield_kernel(YieldKernel& k) noexcept {
+  const DriverLoad& l = driver_load();
+  if (l.loaded && k.module != nullptr) (void)l.driver.cuModuleUnload(k.module);
+  k = {};
+}
+
+/// Enqueue the yield point on `stream` (k loaded).
+inline void launch_yield(const YieldKernel& k, cudaStream_t stream) {
+  FERRY_CU_CHECK(driver().cuLaunchKernel(k.function, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr));
+}
+
 }  // namespace ferry::detail::cuda_impl::vendor

@@ -458,4 +458,16 @@ inline void unload_kernels(Kernels& /*k*/) noexcept {}
   throw Error(ErrorCode::unsupported, "hip: no synthetic compute kernel on HIP", {}, std::source_location{});
 }
 
+// ---- The yield point would be an empty kernel, which needs device code: HIP has none, so
+// the backend has no yield point and does not cut bulk copies.
+struct YieldKernel {
+  void* module = nullptr;    ///< always null: nothing is loaded
+  void* function = nullptr;  ///< always null
+};
+inline YieldKernel load_yield_kernel() noexcept { return {}; }
+inline void unload_yield_kernel(YieldKernel& /*k*/) noexcept {}
+[[noreturn]] inline void launch_yield(const YieldKernel& /*k*/, hipStream_t /*stream*/) {
+  throw Error(ErrorCode::unsupported, "hip: no yield point on HIP", {}, std::source_location{});
+}
+
 }  // namespace ferry::detail::hip_impl::vendor
