@@ -297,6 +297,38 @@ CONFORMANCE_CASE("image: staged copies split regions into whole rows across smal
   image.release().wait(kWait);  // before the engine destroys the image
 }
 
+CONFORMANCE_CASE("image: urgent and bulk copies of one image stay ordered by the image") {
+  // Each copy reads what the copy of the other class before it wrote: an image is ordered
+  // like a buffer, whatever the class (transfer.hpp, "Priorities"), staged or pinned.
+  const ImageDesc desc{.format = ImageFormat::rgba8_unorm, .width = 300, .height = 70, .mip_levels = 2, .array_layers = 2};
+  Setup s(desc, {.bulk_piece_bytes = 64 << 10, .staging_chunk_bytes = 4096, .staging_chunks = 2});
+  if (!s.foreign) return;
+  Transfer& xfer = s.xfer;
+  Image image = s.adopt();
+  const WholeImage whole(desc);
+  HostBuffer pinned = s.dev.host_pool().allocate(whole.bytes);
+  std::vector<std::byte> src(whole.bytes), back(whole.bytes);
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    const bool urgent_first = round % 2 == 0;
+    const Priority first = urgent_first ? Priority::urgent : Priority::bulk;
+    const Priority second = urgent_first ? Priority::bulk : Priority::urgent;
+    Model model(desc);
+    fill_pattern(src, 40 + static_cast<std::uint64_t>(round));
+    (void)xfer.upload_image(std::span<const std::byte>(src), image, whole.regions, {.priority = first});
+    for (const ImageRegion& r : whole.regions) model.apply(r, src.data(), true);
+    xfer.download_image(image, std::span<std::byte>(back), whole.regions, {.priority = second});
+    check_against_model(model, whole.regions, back, "staged upload, then a staged download of the other class");
+    fill_pattern(pinned.span(), 50 + static_cast<std::uint64_t>(round));
+    (void)xfer.upload_image(pinned, image, whole.regions, {.priority = second});
+    for (const ImageRegion& r : whole.regions) model.apply(r, pinned.data(), true);
+    xfer.download_image(image, pinned, whole.regions, {.priority = first}).wait(kWait);
+    std::memcpy(back.data(), pinned.data(), whole.bytes);
+    check_against_model(model, whole.regions, back, "pinned upload, then a pinned download of the other class");
+  }
+  image.release().wait(kWait);  // before the engine destroys the image
+}
+
 CONFORMANCE_CASE("image: device buffers copy into images and back on the transfer queue") {
   for (const ImageFormat format : {ImageFormat::rgba16_float, ImageFormat::bc7_unorm}) {
     INFO("format " << to_string(format));
