@@ -225,6 +225,12 @@ struct QueueTraits {
   /// another queue starts within a piece. False: there is no yield, so the front end neither
   /// cuts bulk copies nor calls enqueue_yield.
   bool yields = false;
+  /// With `yields`: the front end cuts bulk copies into the derived piece when the caller
+  /// gives no TransferOptions::bulk_piece_bytes. False where a yield costs the copy engine
+  /// time of its own (CUDA's yield is a kernel, which the engine waits for between two
+  /// pieces), so that small pieces lose bandwidth: cutting is then the caller's choice, by a
+  /// piece it gives, of the latency it buys with that bandwidth.
+  bool cuts_by_default = false;
 };
 
 /// A queue of the backend. Operations execute in enqueue order. Each call enqueues and

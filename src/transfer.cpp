@@ -49,11 +49,14 @@ Transfer::Transfer(const Device& device, TransferOptions options, std::source_lo
   } else {
     state_->exec = detail::access::state(device.queue(QueueRole::transfer));
   }
-  // Bulk copies are cut only where the executor can yield between pieces (pacing.hpp).
+  // Bulk copies are cut only where the executor can yield between pieces (pacing.hpp): into
+  // the piece given, or else into the derived one where a yield costs the engine nothing.
   if (state_->exec->traits.yields) {
-    state_->piece = options.bulk_piece_bytes != 0
-                        ? options.bulk_piece_bytes
-                        : detail::planning::derived_bulk_piece(device.capabilities(where).copy_bytes_per_second);
+    if (options.bulk_piece_bytes != 0) {
+      state_->piece = options.bulk_piece_bytes;
+    } else if (state_->exec->traits.cuts_by_default) {
+      state_->piece = detail::planning::derived_bulk_piece(device.capabilities(where).copy_bytes_per_second);
+    }
   }
   state_->options = std::move(options);
 }

@@ -172,7 +172,8 @@ class HostQueue final : public BackendQueue {
  public:
   /// The worker blocks on a wait before anything queued after it.
   static constexpr QueueTraits kTraits{.wait_orders_later_work = true, .acquires_ownership = false,
-                                       .defers_signals = false, .yields = true};
+                                       .defers_signals = false, .yields = true,
+                                       .cuts_by_default = true};
 
   HostQueue(std::shared_ptr<QueueRegistry> registry, std::uint32_t latency_us, std::shared_ptr<FaultState> faults);
   ~HostQueue() override;

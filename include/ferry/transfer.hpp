@@ -135,6 +135,10 @@
 ///    piece; the staging ring's chunks yield the same way. An image copy is not cut: it yields
 ///    before it starts. Where the backend has no yield point (`Capabilities::copy_priorities`
 ///    false) nothing is cut, and an urgent copy may wait for the bulk copy the engine runs.
+///  - Where a yield costs the engine time of its own (CUDA's is a kernel, which the engine
+///    waits for between two pieces), small pieces lose bandwidth, so bulk copies are cut only
+///    into a piece the caller gives (`TransferOptions::bulk_piece_bytes`): the caller picks
+///    the latency it buys with that bandwidth. docs/guide.md gives the measured trade.
 ///
 /// ## Deferred submission
 /// On Vulkan a queue submission costs the host several microseconds, more than recording a
@@ -209,11 +213,12 @@ struct TransferOptions {
   /// The queue of urgent copies (see "Priorities" above); null = the device's urgent transfer
   /// queue, made at the first urgent call. It must be a queue of the Transfer's device.
   Queue urgent_executor{};
-  /// The most bytes a bulk copy moves between two yield points. 0 (the default) derives it:
-  /// the bytes the link moves in 100 us at `Capabilities::copy_bytes_per_second` (25 GB/s, a
-  /// PCIe 4.0 x16 link, when the backend states none), rounded to the nearest power of two and
-  /// clamped to [1 MiB, 64 MiB]: large enough for the copy engine to keep its full rate, small
-  /// enough that an urgent copy waits about 100 us. Otherwise at least 64 KiB.
+  /// The most bytes a bulk copy moves between two yield points. 0 (the default) derives it
+  /// where a yield costs the engine nothing (the host backend's model): the bytes the link
+  /// moves in 100 us at `Capabilities::copy_bytes_per_second` (25 GB/s, a PCIe 4.0 x16 link,
+  /// when the backend states none), rounded to the nearest power of two and clamped to
+  /// [1 MiB, 64 MiB], so that an urgent copy waits about 100 us; where a yield costs engine
+  /// time (CUDA), 0 cuts nothing (see "Priorities"). Otherwise at least 64 KiB.
   std::uint64_t bulk_piece_bytes = 0;
   /// Pinned staging used for pageable sources/destinations: chunk size and number of chunks
   /// in the ring. The ring is allocated on first use and bounded by chunk * chunks bytes (the
@@ -389,8 +394,8 @@ class FERRY_API Transfer {
   /// call made it yet. It is `executor()` where the device has no queue left to give.
   [[nodiscard]] Queue urgent_executor(std::source_location where = std::source_location::current());
   /// @brief The most bytes a bulk copy moves between two yield points (the derived or given
-  /// `TransferOptions::bulk_piece_bytes`); 0 where the executor has no yield point, so that
-  /// nothing is cut.
+  /// `TransferOptions::bulk_piece_bytes`); 0 where nothing is cut: the executor has no yield
+  /// point, or its yield costs engine time and no piece was given.
   [[nodiscard]] std::uint64_t bulk_piece_bytes(std::source_location where = std::source_location::current()) const;
 
   /// @brief Copy pinned/registered host memory to a new device buffer owned by `owner`, by
