@@ -352,6 +352,13 @@ CONFORMANCE_CASE("priority: the bulk piece is the derived rule's or the one give
   }
   CHECK(given.bulk_piece_bytes() == 1 * MiB);
   const std::uint64_t p = derived.bulk_piece_bytes();
+  // Where a yield costs the engine time (CUDA), nothing is cut unless a piece is given; the
+  // host backend's model yields for free and derives one.
+  if (dev.backend() == Backend::host) CHECK(p != 0);
+  if (p == 0) {
+    MESSAGE("this backend cuts bulk copies only into a piece the caller gives");
+    return;
+  }
   CHECK(p >= 1 * MiB);
   CHECK(p <= 64 * MiB);
   CHECK((p & (p - 1)) == 0);
