@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "json.hpp"
+#include "probe_cuda.hpp"
 #include "probe_util.hpp"
 #include "write_file.hpp"
 
@@ -53,17 +54,8 @@ using probe::quantile;
 
 namespace {
 
-struct CudaFailure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void check_rt(cudaError_t e, const char* call, int line) {
-  if (e != cudaSuccess) {
-    throw CudaFailure(std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + std::to_string(static_cast<int>(e)) +
-                      "): " + cudaGetErrorString(e) + " at line " + std::to_string(line));
-  }
-}
-#define CK(call) check_rt((call), #call, __LINE__)
+using probe::CudaFailure;
+using probe::check_rt;
 
 PFN_cuGetErrorName_v6000 p_cuGetErrorName = nullptr;
 PFN_cuGetErrorString_v6000 p_cuGetErrorString = nullptr;
