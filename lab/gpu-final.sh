@@ -61,6 +61,11 @@ wheel=$!
 step test-cuda 150 meson test -C build-gpu --no-rebuild --print-errorlogs --suite conformance-cuda
 step bench-contention 100 build-gpu/tools/ferry-bench --backend cuda --contention-only --out "$out/contention-bench"
 grep -E '^\[(PASS|FAIL)\]' "$out/bench-contention.log"
+for kib in 8192 32768; do  # what a given piece buys on a backend that cuts nothing by default
+  step "bench-contention-$kib" 60 build-gpu/tools/ferry-bench --backend cuda --contention-only --contention-piece-kib "$kib" \
+    --contention-reps 1
+  grep -E '^\[(PASS|FAIL)\]' "$out/bench-contention-$kib.log"
+done
 step probe 90 build-gpu/lab/probe/ferry-probe-contention --json "$out/contention.json"
 tail -n 35 "$out/probe.log"
 step python 240 env PYTHONPATH="$pp" FERRY_REQUIRE_TORCHREC=1 python3 -X faulthandler -m pytest -q -rfEs \

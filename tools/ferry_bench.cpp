@@ -59,6 +59,7 @@ ContentionStudy measure_contention(const Run& run, const DeviceFactory& factory,
   config.urgent_bytes = o.contention_urgent_bytes;
   config.period_us = o.contention_period_us;
   config.reps = o.contention_reps;
+  config.piece_bytes = o.contention_piece_bytes;
   return run_contention(factory, config, progress);
 }
 

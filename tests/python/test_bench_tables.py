@@ -185,3 +185,17 @@ def test_the_contention_section_runs_on_the_host_backend(tmp_path):
     r = run(out, "--stdout")
     assert r.returncode == 0, r.stderr
     assert "ferry host contention: a 64M pinned bulk copy" in r.stdout
+
+
+@pytest.mark.skipif(not os.environ.get("FERRY_BENCH"), reason="FERRY_BENCH (the built ferry-bench) is not set")
+def test_the_contention_section_cuts_ferry_s_bulk_into_the_piece_given(tmp_path):
+    out = tmp_path / "bench-piece"
+    bench = subprocess.run([os.environ["FERRY_BENCH"], "--backend", "host", "--contention-only", "--quiet",
+                            "--contention-bulk-mib", "8", "--contention-reps", "1", "--contention-piece-kib", "256",
+                            "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    assert json.loads((out / "results.json").read_text(encoding="utf-8"))["contention"]["bulk_piece_bytes"] == 256 << 10
+    assert "pieces of 256K with a yield point between them" in bench.stdout
+    bad = subprocess.run([os.environ["FERRY_BENCH"], "--backend", "host", "--contention-only",
+                          "--contention-piece-kib", "32"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--contention-piece-kib" in bad.stderr

@@ -100,6 +100,8 @@ struct Options {
   int contention_period_us = 500;
   /// Contention: bulk copies per row (urgent latencies pooled, GB/s the median).
   int contention_reps = 3;
+  /// Contention: ferry's TransferOptions::bulk_piece_bytes (0: the backend's default).
+  std::uint64_t contention_piece_bytes = 0;
   /// The command line as given (argv[0] as "ferry-bench", arguments shell-quoted where
   /// needed): results.json records it, so a table made from the file names what reproduces it.
   std::string command;

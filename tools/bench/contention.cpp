@@ -28,7 +28,11 @@ struct FerryRig {
       : config(c),
         dev(std::move(device)),
         owner(dev.queue(ferry::QueueRole::compute)),
-        xfer(dev),
+        xfer(dev, [&] {
+          ferry::TransferOptions o;
+          o.bulk_piece_bytes = c.piece_bytes;
+          return o;
+        }()),
         host_bulk(dev.host_pool().allocate(c.bulk_bytes)),
         host_urgent(dev.host_pool().allocate(c.urgent_bytes)),
         dev_bulk(dev.pool().allocate(c.bulk_bytes, owner, {.tag = "contention bulk"})),

@@ -164,6 +164,9 @@ usage: ferry-bench [options]
   --contention-urgent-kib N each urgent upload's size in KiB (default 64)
   --contention-period-us N  one urgent upload every N us (default 500)
   --contention-reps N   bulk copies per row, urgent samples pooled (default 3)
+  --contention-piece-kib N  ferry's bulk piece (TransferOptions::bulk_piece_bytes, at least 64):
+                        the latency an urgent copy buys with the bulk's bandwidth (default:
+                        the backend's, which on CUDA cuts nothing)
   --help                this text
 
 Each step, in the workload's order: pinned host batch -> device (strategy), allocate the
@@ -286,6 +289,11 @@ std::optional<Options> parse_options(int argc, char** argv) {
     } else if (key == "--contention-period-us") {
       o.contention_period_us = static_cast<int>(
           parse_int(value(i, "--contention-period-us"), "--contention-period-us", 1, 10'000'000));
+    } else if (key == "--contention-piece-kib") {
+      o.contention_piece_bytes =
+          static_cast<std::uint64_t>(
+              parse_int(value(i, "--contention-piece-kib"), "--contention-piece-kib", 64, 1 << 20))
+          << 10;
     } else if (key == "--contention-reps") {
       o.contention_reps =
           static_cast<int>(parse_int(value(i, "--contention-reps"), "--contention-reps", 1, 1000));

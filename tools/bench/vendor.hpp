@@ -169,6 +169,7 @@ struct ContentionConfig {
   int reps = 3;              ///< bulk copies per row; urgent samples pooled, GB/s the median
   int alone_copies = 400;    ///< urgent copies of a row without bulk
   std::uint64_t chunk_bytes = 32ull << 20;  ///< TorchRec's chunks (the chunked reference)
+  std::uint64_t piece_bytes = 0;  ///< ferry's TransferOptions::bulk_piece_bytes (0: the default)
 };
 
 /// One row of the contention section: urgent copies (latency from the host clock just before
