@@ -16,14 +16,23 @@
 
 namespace ferry::detail {
 
+/// Whether a copy of `n` bytes about to be enqueued on q must come after a yield: the bytes
+/// since the last yield and `n` exceed `piece`.
+inline bool yield_due(const QueueState& q, std::uint64_t piece, std::uint64_t n) {
+  return piece != 0 && q.unyielded > 0 && q.unyielded + n > piece;
+}
+
+/// Enqueue a yield point on q and start counting its bytes afresh.
+inline void enqueue_yield(QueueState& q) {
+  q.backend->enqueue_yield();
+  q.unyielded = 0;
+}
+
 /// Account for a copy of `n` bytes about to be enqueued on q as one command, after a yield
-/// when the bytes since the last yield and `n` exceed `piece`.
+/// where one is due.
 inline void yield_before(QueueState& q, std::uint64_t piece, std::uint64_t n) {
   if (piece == 0) return;
-  if (q.unyielded > 0 && q.unyielded + n > piece) {
-    q.backend->enqueue_yield();
-    q.unyielded = 0;
-  }
+  if (yield_due(q, piece, n)) enqueue_yield(q);
   q.unyielded += n;
 }
 
@@ -61,11 +70,10 @@ inline void paced_many(QueueState& q, std::uint64_t piece, std::span<const HostD
   for (const HostDeviceCopy& c : copies) {
     for (std::uint64_t at = 0; at < c.bytes;) {
       const std::uint64_t n = std::min(piece, c.bytes - at);
-      if (q.unyielded > 0 && q.unyielded + n > piece) {
+      if (yield_due(q, piece, n)) {
         send(run);
         run.clear();
-        q.backend->enqueue_yield();
-        q.unyielded = 0;
+        enqueue_yield(q);
       }
       run.push_back({DeviceRef{c.device.segment, c.device.offset + at}, HostRef{c.host.memory, c.host.offset + at}, n});
       q.unyielded += n;
