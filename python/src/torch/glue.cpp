@@ -209,9 +209,12 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     }
     staged_leaves.push_back(i);
   }
-  // One staged call per block takes the block's staged leaves together.
-  std::stable_sort(staged_leaves.begin(), staged_leaves.end(),
-                   [&](std::size_t a, std::size_t b) { return block_of[a] < block_of[b]; });
+  // One staged call per block takes the block's staged leaves together: the shared block's
+  // leaves go after those with blocks of their own (one block for the call needs no order).
+  if (shared_block != n) {
+    std::stable_sort(staged_leaves.begin(), staged_leaves.end(),
+                     [&](std::size_t a, std::size_t b) { return block_of[a] < block_of[b]; });
+  }
   ferry::TimelinePoint last;
   const auto pinned_tensor = [&](std::size_t k) { return sources[pinned[k].first].tensor; };
   if (!blocks.empty()) {
