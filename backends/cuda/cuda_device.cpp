@@ -33,7 +33,7 @@ Device::Device(int ordinal) : core_(std::make_shared<Core>()) {
   const std::span<const std::byte> kernel_image = synthetic_kernel_image(FERRY_GPU_BACKEND);
   const bool kernels = vendor::kLoadsKernels && !kernel_image.empty();
   if (kernels) (void)core_->kernels(kernel_image);
-  core_->yield_kernel = vendor::load_yield_kernel();
+  core_->service_kernels = vendor::load_service_kernels();
 
   caps_.name = prop.name;
   caps_.backend = FERRY_GPU_BACKEND;
@@ -41,7 +41,7 @@ Device::Device(int ordinal) : core_(std::make_shared<Core>()) {
   caps_.synthetic_compute = kernels;
   caps_.device_memory_bytes = prop.totalGlobalMem;
   caps_.copy_engines = features.copy_engines;
-  caps_.copy_priorities = core_->yield_kernel.function != nullptr;
+  caps_.copy_priorities = core_->service_kernels.yield != nullptr;
   caps_.dedicated_transfer_queue = true;   // its own stream; copies go to the copy engines
   caps_.host_memory_registration = true;   // cudaHostRegister
   caps_.host_memory_adoption = true;       // cudaPointerGetAttributes says page-locked
@@ -160,7 +160,7 @@ std::unique_ptr<Queue> Device::make_queue(int priority) {
   // Non-blocking: never synchronizes with the legacy default stream the engine may use.
   FERRY_GPU_CHECK(cudaStreamCreateWithPriority(
       &stream, cudaStreamNonBlocking, priority > 0 ? core_->priority_greatest : core_->priority_least));
-  return std::make_unique<Queue>(core_, stream, /*owned=*/true);
+  return std::make_unique<Queue>(core_, stream, /*owned=*/true, /*urgent=*/priority > 0);
 }
 
 int ordinal_of(BackendDevice& device) { return static_cast<Device&>(device).ordinal(); }

@@ -87,10 +87,11 @@ struct Core {
   vendor::Kernels loaded_kernels;
   bool kernels_loaded = false;
 
-  /// The yield point's kernel (vendor::load_yield_kernel), loaded at open, before any queue
-  /// exists, for the same reason as the synthetic kernel; its function is null where the
-  /// driver could not load it, and the queues then do not yield.
-  vendor::YieldKernel yield_kernel;
+  /// ferry's service kernels (vendor::load_service_kernels: the yield point and the SM copy),
+  /// loaded at open, before any queue exists, for the same reason as the synthetic kernel;
+  /// null where the driver could not load them, and the queues then neither yield nor copy
+  /// with the SMs.
+  vendor::ServiceKernels service_kernels;
 
   static constexpr std::size_t kSlabBytes = 4096;
   static constexpr std::size_t kCounterStride = 64;
@@ -164,11 +165,18 @@ class Queue final : public BackendQueue {
  public:
   /// cudaStreamWaitEvent and cuStreamWaitValue64 are stream operations: all later work of the
   /// stream starts after them.
-  /// It yields where the device has the yield kernel (Core::yield_kernel).
+  /// It yields where the device has the service kernels (Core::service_kernels).
   static constexpr QueueTraits kTraits{.wait_orders_later_work = true, .acquires_ownership = false,
                                        .defers_signals = false};
 
-  Queue(std::shared_ptr<Core> core, cudaStream_t stream, bool owned);
+  /// An urgent queue (a stream ferry made with the greatest priority) copies small uploads
+  /// from page-locked memory with the SMs (copy_h2d says when).
+  Queue(std::shared_ptr<Core> core, cudaStream_t stream, bool owned, bool urgent = false);
+
+  /// The largest upload an urgent queue copies with the SMs. Past it the copy goes to a copy
+  /// engine, as on any queue: an SM copy reads the host memory over the bus in small reads,
+  /// which moves a large copy slower than the engine does.
+  static constexpr std::uint64_t kSmCopyMaxBytes = std::uint64_t{1} << 20;
   ~Queue() override;
 
   Queue(const Queue&) = delete;
@@ -200,6 +208,7 @@ class Queue final : public BackendQueue {
   std::shared_ptr<Core> core_;
   cudaStream_t stream_;
   bool owned_;
+  bool sm_copies_;  ///< urgent and the SM copy kernels loaded
 };
 
 // ---------------------------------------------------------------------------------------------

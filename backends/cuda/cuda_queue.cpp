@@ -12,15 +12,16 @@
 
 namespace ferry::detail::FERRY_GPU_NS {
 
-Queue::Queue(std::shared_ptr<Core> core, cudaStream_t stream, bool owned)
+Queue::Queue(std::shared_ptr<Core> core, cudaStream_t stream, bool owned, bool urgent)
     : BackendQueue([&] {
         QueueTraits t = kTraits;
-        t.yields = core->yield_kernel.function != nullptr;
+        t.yields = core->service_kernels.yield != nullptr;
         return t;
       }()),
       core_(std::move(core)),
       stream_(stream),
-      owned_(owned) {
+      owned_(owned),
+      sm_copies_(urgent && core_->service_kernels.copy16 != nullptr) {
   std::lock_guard lock(core_->mutex);
   core_->streams.push_back(stream_);
 }
@@ -38,8 +39,19 @@ Queue::~Queue() {
   }
 }
 
+// An urgent queue's small upload from page-locked memory runs on the SMs: a copy engine busy
+// with another stream's bulk copy serves this stream's copy only when that copy ends, while
+// the SM copy starts as soon as its high-priority blocks find room. Memory without a device
+// mapping, and larger copies, go to a copy engine.
 void Queue::copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) {
   ContextGuard guard(*core_);
+  if (sm_copies_ && bytes > 0 && bytes <= kSmCopyMaxBytes) {
+    if (const auto from = vendor::host_device_alias(host_ptr(src)); from != 0) {
+      vendor::launch_sm_copy(core_->service_kernels, reinterpret_cast<std::uintptr_t>(device_ptr(dst)), from, bytes,
+                             core_->max_blocks, stream_);
+      return;
+    }
+  }
   vendor::copy_h2d_async(device_ptr(dst), host_ptr(src), bytes, stream_);
 }
 
@@ -60,7 +72,7 @@ void Queue::copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) {
 /// refuses, a single copy, and a driver without the batch call take the single-copy path.
 void Queue::copy_many(std::span<const HostDeviceCopy> copies, bool to_device) {
   if (copies.empty()) return;
-  if (copies.size() == 1 || stream_ == nullptr || stream_ == cudaStreamLegacy || stream_ == cudaStreamPerThread ||
+  if (copies.size() == 1 || (to_device && sm_copies_) || stream_ == nullptr || stream_ == cudaStreamLegacy || stream_ == cudaStreamPerThread ||
       !vendor::has_batch_copy()) {
     for (const HostDeviceCopy& c : copies) {
       if (to_device) {
@@ -120,7 +132,7 @@ bool Queue::synthetic_compute(DeviceRef in, DeviceRef out, std::uint64_t bytes, 
 
 void Queue::enqueue_yield() {
   ContextGuard guard(*core_);
-  vendor::launch_yield(core_->yield_kernel, stream_);
+  vendor::launch_yield(core_->service_kernels, stream_);
 }
 
 }  // namespace ferry::detail::FERRY_GPU_NS

@@ -60,13 +60,13 @@ void Core::retire_import(vendor::ExternalSemaphore handle) noexcept {
 }
 
 Core::~Core() {
-  if (slabs.empty() && retired_imports.empty() && !kernels_loaded && yield_kernel.module == nullptr) return;
+  if (slabs.empty() && retired_imports.empty() && !kernels_loaded && service_kernels.module == nullptr) return;
   const auto guard = ContextGuard::try_bind(*this);
   if (!guard) return;  // no context to bind: the process is going; the driver reclaims the rest
   for (vendor::ExternalSemaphore h : retired_imports) vendor::destroy_external_semaphore(h);
   for (void* slab : slabs) ignore_in_destructor(cudaFreeHost(slab));
   if (kernels_loaded) vendor::unload_kernels(loaded_kernels);
-  vendor::unload_yield_kernel(yield_kernel);
+  vendor::unload_service_kernels(service_kernels);
 }
 
 namespace {

@@ -95,8 +95,9 @@ struct Capabilities {
   std::uint32_t copy_engines = 0;           ///< independent copy engines (asyncEngineCount)
   /// Urgent copies overtake a bulk copy in flight (transfer.hpp, "Priorities"): the backend
   /// has a yield point between copies, so the copy engine leaves a bulk copy cut into pieces
-  /// for a copy ready on another queue. False: urgent copies still run on a queue of their
-  /// own, but the engine may serve them only once the bulk copy it runs is done.
+  /// for a copy ready on another queue (CUDA also copies small urgent uploads with the SMs).
+  /// False: urgent copies still run on a queue of their own, but the engine may serve them
+  /// only once the bulk copy it runs is done.
   bool copy_priorities = false;
   /// The host<->device copy rate the backend states, in bytes per second (0 = unknown), from
   /// which TransferOptions::bulk_piece_bytes is derived (host backend: 10 GB/s, a memcpy's
@@ -380,7 +381,8 @@ class FERRY_API Device {
   /// family (or, on one-queue devices, the compute queue itself; see capabilities).
   [[nodiscard]] Queue queue(QueueRole role, std::source_location where = std::source_location::current()) const;
   /// @brief Create another queue of a role. `priority` > 0 asks for higher priority where the
-  /// backend supports it. Throws `unsupported` when the device has no queue left to give (a
+  /// backend supports it (on CUDA such a queue also copies uploads of at most 1 MiB from
+  /// page-locked memory with the SMs: transfer.hpp, "Priorities"). Throws `unsupported` when the device has no queue left to give (a
   /// Vulkan device whose families' queues are all in use; lavapipe has one queue in all), and
   /// the backend's error (`out_of_memory`, `backend_error`) when creating the native queue fails.
   Queue create_queue(QueueRole role, std::string name = {}, int priority = 0,

@@ -139,6 +139,12 @@
 ///    waits for between two pieces), small pieces lose bandwidth, so bulk copies are cut only
 ///    into a piece the caller gives (`TransferOptions::bulk_piece_bytes`): the caller picks
 ///    the latency it buys with that bandwidth. docs/guide.md gives the measured trade.
+///  - CUDA needs no piece for an urgent upload of at most 1 MiB from page-locked memory (a
+///    staged one included: the staging ring is page-locked): the urgent queue copies it with
+///    the SMs, a kernel that reads the host memory over the bus, so it never waits for the
+///    copy engine. Larger urgent uploads, downloads and memory without a device mapping go to
+///    a copy engine. The same holds for any CUDA queue made with `Device::create_queue` at a
+///    priority above 0, such as an `urgent_executor`.
 ///
 /// ## Deferred submission
 /// On Vulkan a queue submission costs the host several microseconds, more than recording a

@@ -21,6 +21,7 @@
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -773,33 +774,111 @@ inline void launch_synthetic(const Kernels& k, const void* in, void* out, std::u
   FERRY_CU_CHECK(driver().cuLaunchKernel(k.synthetic, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr));
 }
 
-// ---- The yield point: an empty kernel between two copies of a stream. A copy engine serves
-// one stream's consecutive copies back to back, whatever the streams' priorities; a kernel
-// between them ends the run, and the engine then serves a copy another stream has ready. The
-// kernel is PTX text, compiled by the driver for the device at load (no device code is built
-// with ferry); a driver or device that cannot load it leaves the backend without a yield.
+// ---- The service kernels: ferry's own device code, PTX text compiled by the driver for the
+// device at load (no device code is built with ferry). A driver or device that cannot load
+// them leaves the backend without them, which is not an error.
+//  - The yield point: an empty kernel between two copies of a stream. A copy engine serves one
+//    stream's consecutive copies back to back, whatever the streams' priorities; a kernel
+//    between them ends the run, and the engine then serves a copy another stream has ready.
+//  - The SM copy: a grid-stride copy from page-locked host memory, read over the bus through
+//    its device mapping, into device memory. It runs on the SMs, so it never waits for a copy
+//    engine busy with another stream's bulk copy; a high-priority stream's blocks start as
+//    soon as an SM has room. `ferry_copy16` moves 16-byte words (both ends and the size
+//    16-byte aligned), `ferry_copy1` bytes.
 
-/// PTX of the empty kernel (ISA 6.3, the first with sm_75: the oldest architecture CUDA 13
+/// PTX of the service kernels (ISA 6.3, the first with sm_75: the oldest architecture CUDA 13
 /// still supports).
-inline constexpr char kYieldPtx[] =
-    ".version 6.3\n.target sm_75\n.address_size 64\n.visible .entry ferry_yield()\n{\n\tret;\n}\n";
+inline constexpr char kServicePtx[] = R"(.version 6.3
+.target sm_75
+.address_size 64
+.visible .entry ferry_yield()
+{
+  ret;
+}
+.visible .entry ferry_copy16(.param .u64 src_param, .param .u64 dst_param, .param .u64 n_param)
+{
+  .reg .pred %p;
+  .reg .b32 %r<5>;
+  .reg .b32 %v<4>;
+  .reg .b64 %rd<10>;
+  ld.param.u64 %rd1, [src_param];
+  ld.param.u64 %rd2, [dst_param];
+  ld.param.u64 %rd3, [n_param];
+  cvta.to.global.u64 %rd1, %rd1;
+  cvta.to.global.u64 %rd2, %rd2;
+  mov.u32 %r1, %ctaid.x;
+  mov.u32 %r2, %ntid.x;
+  mov.u32 %r3, %tid.x;
+  mov.u32 %r4, %nctaid.x;
+  cvt.u64.u32 %rd5, %r3;
+  mad.wide.u32 %rd4, %r1, %r2, %rd5;
+  mul.wide.u32 %rd6, %r4, %r2;
+LOOP16:
+  setp.ge.u64 %p, %rd4, %rd3;
+  @%p bra DONE16;
+  shl.b64 %rd7, %rd4, 4;
+  add.u64 %rd8, %rd1, %rd7;
+  add.u64 %rd9, %rd2, %rd7;
+  ld.global.v4.u32 {%v0, %v1, %v2, %v3}, [%rd8];
+  st.global.v4.u32 [%rd9], {%v0, %v1, %v2, %v3};
+  add.u64 %rd4, %rd4, %rd6;
+  bra LOOP16;
+DONE16:
+  ret;
+}
+.visible .entry ferry_copy1(.param .u64 src_param, .param .u64 dst_param, .param .u64 n_param)
+{
+  .reg .pred %p;
+  .reg .b16 %h;
+  .reg .b32 %r<5>;
+  .reg .b64 %rd<10>;
+  ld.param.u64 %rd1, [src_param];
+  ld.param.u64 %rd2, [dst_param];
+  ld.param.u64 %rd3, [n_param];
+  cvta.to.global.u64 %rd1, %rd1;
+  cvta.to.global.u64 %rd2, %rd2;
+  mov.u32 %r1, %ctaid.x;
+  mov.u32 %r2, %ntid.x;
+  mov.u32 %r3, %tid.x;
+  mov.u32 %r4, %nctaid.x;
+  cvt.u64.u32 %rd5, %r3;
+  mad.wide.u32 %rd4, %r1, %r2, %rd5;
+  mul.wide.u32 %rd6, %r4, %r2;
+LOOP1:
+  setp.ge.u64 %p, %rd4, %rd3;
+  @%p bra DONE1;
+  add.u64 %rd8, %rd1, %rd4;
+  add.u64 %rd9, %rd2, %rd4;
+  ld.global.u8 %h, [%rd8];
+  st.global.u8 [%rd9], %h;
+  add.u64 %rd4, %rd4, %rd6;
+  bra LOOP1;
+DONE1:
+  ret;
+}
+)";
 
-/// The loaded yield kernel; function null where it could not be loaded.
-struct YieldKernel {
+/// The loaded service kernels; a function is null where it could not be loaded.
+struct ServiceKernels {
   CUmodule module = nullptr;
-  CUfunction function = nullptr;
+  CUfunction yield = nullptr;
+  CUfunction copy16 = nullptr;
+  CUfunction copy1 = nullptr;
 };
 
-/// Load the yield kernel into the bound context and force it loaded (as load_kernels does, and
-/// for the same reason). A driver that refuses the PTX (a device older than its target) gives
-/// an empty YieldKernel: the backend then has no yield point, which is not an error.
-inline YieldKernel load_yield_kernel() noexcept {
+/// Load the service kernels into the bound context and force them loaded (as load_kernels
+/// does, and for the same reason). A driver that refuses the PTX (a device older than its
+/// target) gives empty ServiceKernels: the backend then has no yield point and no SM copy.
+inline ServiceKernels load_service_kernels() noexcept {
   const Driver& d = driver();
-  YieldKernel k;
-  if (d.cuModuleLoadData(&k.module, kYieldPtx) != CUDA_SUCCESS) return {};
-  int threads = 0;
-  if (d.cuModuleGetFunction(&k.function, k.module, "ferry_yield") != CUDA_SUCCESS ||
-      d.cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k.function) != CUDA_SUCCESS) {
+  ServiceKernels k;
+  if (d.cuModuleLoadData(&k.module, kServicePtx) != CUDA_SUCCESS) return {};
+  const auto get = [&](CUfunction& f, const char* name) {
+    int threads = 0;
+    return d.cuModuleGetFunction(&f, k.module, name) == CUDA_SUCCESS &&
+           d.cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f) == CUDA_SUCCESS;
+  };
+  if (!get(k.yield, "ferry_yield") || !get(k.copy16, "ferry_copy16") || !get(k.copy1, "ferry_copy1")) {
     (void)d.cuModuleUnload(k.module);
     return {};
   }
@@ -807,15 +886,41 @@ inline YieldKernel load_yield_kernel() noexcept {
 }
 
 /// From a destructor, with the context bound.
-inline void unload_yield_kernel(YieldKernel& k) noexcept {
+inline void unload_service_kernels(ServiceKernels& k) noexcept {
   const DriverLoad& l = driver_load();
   if (l.loaded && k.module != nullptr) (void)l.driver.cuModuleUnload(k.module);
   k = {};
 }
 
 /// Enqueue the yield point on `stream` (k loaded).
-inline void launch_yield(const YieldKernel& k, cudaStream_t stream) {
-  FERRY_CU_CHECK(driver().cuLaunchKernel(k.function, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr));
+inline void launch_yield(const ServiceKernels& k, cudaStream_t stream) {
+  FERRY_CU_CHECK(driver().cuLaunchKernel(k.yield, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr));
+}
+
+/// The address through which a kernel reads the page-locked host byte at `host`, or 0 where it
+/// has none (memory the driver does not know as page-locked, or registered without a device
+/// mapping). One driver lookup; an address it refuses is no error.
+inline CUdeviceptr host_device_alias(const void* host) noexcept {
+  CUdeviceptr alias = 0;
+  if (driver().cuMemHostGetDevicePointer(&alias, const_cast<void*>(host), 0) != CUDA_SUCCESS) return 0;
+  return alias;
+}
+
+/// Enqueue the SM copy of `bytes` bytes from `src` (a host_device_alias) to device memory at
+/// `dst` on `stream` (k loaded): 16-byte words where both ends and the size allow, else bytes.
+/// At most `max_blocks` blocks of 256 threads.
+inline void launch_sm_copy(const ServiceKernels& k, CUdeviceptr dst, CUdeviceptr src, std::uint64_t bytes,
+                           int max_blocks, cudaStream_t stream) {
+  constexpr unsigned kThreads = 256;
+  const bool wide = ((dst | src | bytes) & 15u) == 0;
+  unsigned long long n = wide ? bytes / 16 : bytes;
+  unsigned long long from = src;
+  unsigned long long to = dst;
+  void* args[] = {&from, &to, &n};
+  const unsigned long long blocks =
+      std::min<unsigned long long>((n + kThreads - 1) / kThreads, static_cast<unsigned long long>(std::max(1, max_blocks)));
+  FERRY_CU_CHECK(driver().cuLaunchKernel(wide ? k.copy16 : k.copy1, static_cast<unsigned>(blocks), 1, 1, kThreads, 1,
+                                         1, 0, stream, args, nullptr));
 }
 
 }  // namespace ferry::detail::cuda_impl::vendor

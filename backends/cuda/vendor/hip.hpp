@@ -458,16 +458,23 @@ inline void unload_kernels(Kernels& /*k*/) noexcept {}
   throw Error(ErrorCode::unsupported, "hip: no synthetic compute kernel on HIP", {}, std::source_location{});
 }
 
-// ---- The yield point would be an empty kernel, which needs device code: HIP has none, so
-// the backend has no yield point and does not cut bulk copies.
-struct YieldKernel {
-  void* module = nullptr;    ///< always null: nothing is loaded
-  void* function = nullptr;  ///< always null
+// ---- The service kernels (the yield point, the SM copy) need device code: HIP has none, so
+// the backend has no yield point, does not cut bulk copies, and copies with the DMA engines only.
+struct ServiceKernels {
+  void* module = nullptr;  ///< always null: nothing is loaded
+  void* yield = nullptr;   ///< always null
+  void* copy16 = nullptr;  ///< always null
+  void* copy1 = nullptr;   ///< always null
 };
-inline YieldKernel load_yield_kernel() noexcept { return {}; }
-inline void unload_yield_kernel(YieldKernel& /*k*/) noexcept {}
-[[noreturn]] inline void launch_yield(const YieldKernel& /*k*/, hipStream_t /*stream*/) {
+inline ServiceKernels load_service_kernels() noexcept { return {}; }
+inline void unload_service_kernels(ServiceKernels& /*k*/) noexcept {}
+[[noreturn]] inline void launch_yield(const ServiceKernels& /*k*/, hipStream_t /*stream*/) {
   throw Error(ErrorCode::unsupported, "hip: no yield point on HIP", {}, std::source_location{});
+}
+inline std::uintptr_t host_device_alias(const void* /*host*/) noexcept { return 0; }
+[[noreturn]] inline void launch_sm_copy(const ServiceKernels& /*k*/, std::uintptr_t /*dst*/, std::uintptr_t /*src*/,
+                                        std::uint64_t /*bytes*/, int /*max_blocks*/, hipStream_t /*stream*/) {
+  throw Error(ErrorCode::unsupported, "hip: no SM copy on HIP", {}, std::source_location{});
 }
 
 }  // namespace ferry::detail::hip_impl::vendor
