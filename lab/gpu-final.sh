@@ -66,10 +66,13 @@ for kib in 8192 32768; do  # what a given piece buys on a backend that cuts noth
     --contention-reps 1
   grep -E '^\[(PASS|FAIL)\]' "$out/bench-contention-$kib.log"
 done
+step bench-contention-vk 100 build-gpu/tools/ferry-bench --backend vulkan --contention-only --out "$out/contention-vk"
+grep -E '^\[(PASS|FAIL)\]' "$out/bench-contention-vk.log"
 step probe 90 build-gpu/lab/probe/ferry-probe-contention --json "$out/contention.json"
 tail -n 35 "$out/probe.log"
-step python 240 env PYTHONPATH="$pp" FERRY_REQUIRE_TORCHREC=1 python3 -X faulthandler -m pytest -q -rfEs \
-  -p no:cacheprovider tests/python
+[ -f lab/tmp/diag.sh ] && step diag 150 bash lab/tmp/diag.sh "$out"
+step python 240 env PYTHONPATH="$pp" FERRY_REQUIRE_TORCHREC=1 LD_PRELOAD=/tmp/segv.so python3 -X faulthandler -m pytest \
+  -q -rfEs -p no:cacheprovider tests/python ${FERRY_DESELECT:-}
 grep -E "passed|failed|^FAILED|^ERROR|Fatal|line [0-9]+ in test" "$out/python.log" | tail -n 12
 [ -d build-prev ] && step prev-torch-cuda 90 env PYTHONPATH=build-prev/python python3 -m pytest -q -p no:cacheprovider \
   tests/python/test_torch_cuda.py && true
@@ -82,6 +85,19 @@ done
 step stash 90 env PYTHONPATH=build-gpu/python python3 lab/python/stash_study.py --workloads mixed,reuse \
   --json "$out/stash.json"
 tail -n 15 "$out/stash.log"
+# The footprint test must fail when ferry's in-place copy is broken: destinations of the memcpy
+# stream (stranded there, as the shipped way strands them).
+pipe_mut() {  # pipe_mut NAME SED: the test on a mutated copy of the build tree's _pipeline.py
+  local f=build-gpu/python/ferry/torch/_pipeline.py
+  cp "$f" /tmp/_pipeline.py.orig && sed -i "$2" "$f" && ! cmp -s "$f" /tmp/_pipeline.py.orig || { echo "mutation $1 did not apply"; return 3; }
+  PYTHONPATH="$pp" python3 -m pytest -q -p no:cacheprovider tests/python/test_torchrec.py -k footprint
+  local rc=$?
+  cp /tmp/_pipeline.py.orig "$f"
+  return $rc
+}
+export -f pipe_mut
+export pp
+step mutation-memcpy-owner 90 bash -c 'pipe_mut owner "s/move(batch, dev, current, data_copy_stream, method)/move(batch, dev, data_copy_stream, data_copy_stream, method)/"'
 for side in $sides; do
   # The contention section has its own step above; a tree from before it has no such option.
   skip=()
@@ -104,3 +120,15 @@ done
 step test-vulkan 150 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation build-gpu/tests/conformance-vulkan
 step portable 30 meson test -C build-gpu --no-rebuild --print-errorlogs --suite portable
 grep -hE "test cases:|assertions:" "$out"/test-*.log
+# The SM copy's case must fail on a broken kernel choice: 16-byte words for a size that is no
+# multiple of 16 drops the tail. The tree is put back; the build stays broken (last step).
+mut() {
+  cp backends/cuda/vendor/cuda.hpp /tmp/cuda.hpp.orig &&
+    sed -i 's/const bool wide = ((dst | src | bytes) \& 15u) == 0;/const bool wide = ((dst | src) \& 15u) == 0;/' \
+      backends/cuda/vendor/cuda.hpp && ! cmp -s backends/cuda/vendor/cuda.hpp /tmp/cuda.hpp.orig &&
+    ninja -C build-gpu tests/conformance-cuda >/dev/null; cp /tmp/cuda.hpp.orig backends/cuda/vendor/cuda.hpp
+  build-gpu/tests/conformance-cuda -tc='priority: urgent uploads of every size*'
+}
+export -f mut
+step mutation-smcopy 120 bash -c mut
+grep -E "differs|test cases" "$out/mutation-smcopy.log" | head -3

@@ -46,9 +46,11 @@ Queue::~Queue() {
 void Queue::copy_h2d(DeviceRef dst, HostRef src, std::uint64_t bytes) {
   ContextGuard guard(*core_);
   if (sm_copies_ && bytes > 0 && bytes <= kSmCopyMaxBytes) {
-    if (const auto from = vendor::host_device_alias(host_ptr(src)); from != 0) {
-      vendor::launch_sm_copy(core_->service_kernels, reinterpret_cast<std::uintptr_t>(device_ptr(dst)), from, bytes,
-                             core_->max_blocks, stream_);
+    // The memory's start is what the driver registered or allocated (or the engine's range):
+    // the mapping of a byte is that of the start, offset alike.
+    if (const auto base = vendor::host_device_alias(src.memory->ptr); base != 0) {
+      vendor::launch_sm_copy(core_->service_kernels, reinterpret_cast<std::uintptr_t>(device_ptr(dst)),
+                             base + src.offset, bytes, core_->max_blocks, stream_);
       return;
     }
   }
