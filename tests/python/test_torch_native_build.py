@@ -3,6 +3,7 @@
 was built with ferry for it (a wheel's case), caches the build, and reports which it took.
 FERRY_TORCH_NATIVE=build takes that path in a build tree that has the prebuilt module too."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -31,6 +32,11 @@ def test_the_native_half_is_built_at_first_use_and_cached(tmp_path):
     built = [p for p in tmp_path.rglob("_torch_native*.so")]
     assert len(built) == 1, built
     stamp = built[0].stat().st_mtime_ns
+    nm = shutil.which("nm")
+    if nm is not None:  # the module exports its PyInit_ function alone (python/src/extension.map)
+        out = subprocess.run([nm, "-D", "--defined-only", str(built[0])], capture_output=True, text=True, check=True)
+        exported = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
+        assert exported == ["PyInit__torch_native"], exported[:20]
     again = run(env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.strip() == first.stdout.strip()

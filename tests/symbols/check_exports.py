@@ -12,6 +12,10 @@ misleads the reader). Whether a C++ symbol belongs to ferry is read from its man
 a template's return type or arguments do not decide it: `std::vector<ferry::PoolEvent>`'s
 members are std:: symbols.
 
+With `--only GLOB` (repeatable) it checks a module that must export exactly what the globs
+name, a Python extension's PyInit_ function say: it fails on any exported symbol that no glob
+matches, ferry's API included, and on a glob that matches no exported symbol.
+
 Allowlist: one entry a line, `GLOB  # reason`, where GLOB is matched (fnmatch) against the
 demangled name. Every entry must give its reason. Blank lines and lines starting with `#` are
 comments.
@@ -72,13 +76,35 @@ def nm_lines(nm, library, demangle):
     return names
 
 
+def check_only(nm, library, globs):
+    names = nm_lines(nm, library, demangle=True)
+    bad = [n for n in names if not any(fnmatch.fnmatchcase(n, g) for g in globs)]
+    missing = [g for g in globs if not any(fnmatch.fnmatchcase(n, g) for n in names)]
+    print(f"{library}: {len(names)} exported symbols, {len(bad)} beyond {', '.join(globs)}")
+    for name in bad[:40]:
+        print(f"  unexpected: {name}")
+    if len(bad) > 40:
+        print(f"  ... and {len(bad) - 40} more")
+    for g in missing:
+        print(f"  not exported: {g}")
+    if bad or missing:
+        print(f"FAIL: {len(bad)} unexpected exported symbols, {len(missing)} expected ones missing")
+        return 1
+    print("OK")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nm", default="nm")
     parser.add_argument("--allowlist", action="append", default=[],
                         help="allowlist file (repeatable)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="the only symbols the library may export (a glob, repeatable)")
     parser.add_argument("library")
     args = parser.parse_args()
+    if args.only:
+        return check_only(args.nm, args.library, args.only)
 
     mangled = nm_lines(args.nm, args.library, demangle=False)
     demangled = nm_lines(args.nm, args.library, demangle=True)

@@ -72,7 +72,9 @@ def _build_native(why: str) -> tuple[Any, str]:
     if not os.path.exists(source):
         raise Error("unsupported", f"ferry.torch needs ferry._torch_native for torch {torch.__version__}: {why}, "
                     f"and its sources are not beside the package ({here}): reinstall ferry")
-    directory = _native_cache([source, os.path.join(here, "native_api.h")])
+    symbols = os.path.join(here, "extension.map")
+    directory = _native_cache([source, os.path.join(here, "native_api.h")] +
+                              ([symbols] if os.path.exists(symbols) else []))
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
@@ -83,7 +85,9 @@ def _build_native(why: str) -> tuple[Any, str]:
     # ninja hands the flags to a shell, so the string literal's quotes are escaped.
     cflags = ["-O2", "-std=c++20", "-fvisibility=hidden", f'-DFERRY_TORCH_VERSION=\\"{torch.__version__}\\"']
     include = [here]
-    ldflags = []
+    # The module exports PyInit__torch_native alone (extension.map says why): a toolchain that
+    # links libstdc++ statically would otherwise export its copy of the C++ runtime.
+    ldflags = [f"-Wl,--version-script={symbols}"] if os.path.exists(symbols) and sys.platform.startswith("linux") else []
     cuda_include = _cuda_headers() if torch.version.cuda else None
     if cuda_include is not None and os.path.exists(os.path.join(torch_lib, "libc10_cuda.so")):
         # The caching allocator's stream-taking entry point, as the prebuilt module has it.
