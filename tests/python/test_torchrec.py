@@ -15,6 +15,7 @@ stand-in modules and registers fbgemm's asynchronous_complete_cumsum as plain to
 own classes still run, and a warning in pytest's summary says so.
 """
 import dataclasses
+import gc
 import os
 import warnings
 
@@ -390,6 +391,7 @@ def _wide_footprint(dev, wrap, steps=6, leaves=8, leaf_bytes=16 << 20):
         dense = [torch.rand(rows, leaf_bytes // (rows * 4), generator=g) for _ in range(leaves)]
         data.append(WideBatch(dense, kjt(s, batch=rows), torch.randint(0, 2, (rows,), generator=g).float()))
     data = [WideBatch([t.pin_memory() for t in b.dense], b.ids.pin_memory(), b.labels.pin_memory()) for b in data]
+    gc.collect()  # earlier tests' pipelines (reference cycles) and their batches go first
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     model = WideModel(dev, leaves)

@@ -102,8 +102,16 @@ const ContentionRow* ContentionStudy::find(const std::string& path, const std::s
   return nullptr;
 }
 
-ContentionStudy run_contention(const DeviceFactory& factory, const ContentionConfig& config, const Progress& progress) {
+ContentionStudy run_contention(const DeviceFactory& factory, const ContentionConfig& requested,
+                               const Progress& progress) {
   ContentionStudy study;
+  ferry::Device first = factory.open_unrecorded();
+  // One allocation holds the bulk on each side: a device whose largest allocation is smaller
+  // (Vulkan's maxMemoryAllocationSize, just under 4 GiB on NVIDIA) moves the largest whole MiB
+  // it allows, the same bytes for ferry and the references.
+  ContentionConfig config = requested;
+  const std::uint64_t largest = first.capabilities().max_allocation_bytes;
+  if (largest > 0 && config.bulk_bytes > largest) config.bulk_bytes = largest & ~((std::uint64_t{1} << 20) - 1);
   study.config = config;
   ferry::Backend backend{};
   bool gpu = false;
@@ -111,7 +119,7 @@ ContentionStudy run_contention(const DeviceFactory& factory, const ContentionCon
     progress.phase("contention: ferry, " + size_label(config.bulk_bytes) + " bulk beside " +
                    size_label(config.urgent_bytes) + " urgent uploads every " + std::to_string(config.period_us) +
                    " us");
-    FerryRig rig(factory.open_unrecorded(), config);
+    FerryRig rig(std::move(first), config);
     backend = rig.dev.backend();
     gpu = rig.dev.capabilities().is_gpu;
     study.copy_priorities = rig.dev.capabilities().copy_priorities;
