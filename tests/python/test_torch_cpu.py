@@ -214,6 +214,39 @@ def test_an_object_whose_to_changes_its_tensors_is_refused():
     assert e.value.code == "invalid_argument"
 
 
+def test_another_threads_tensor_to_is_not_captured_while_an_object_is_moved():
+    # ferry reads an object's tensors by intercepting its .to's Tensor.to calls; another
+    # thread's Tensor.to in the meantime is PyTorch's own, and nothing stays replaced after.
+    import threading
+
+    inside, release = threading.Event(), threading.Event()
+    seen = {}
+
+    class Slow:
+        def __init__(self, t):
+            self.t = t
+
+        def to(self, device, non_blocking=False):
+            out = Slow(self.t.to(device, non_blocking=non_blocking))
+            inside.set()
+            assert release.wait(10)
+            return out
+
+    def other():
+        assert inside.wait(10)
+        seen["meta"] = torch.ones(3).to("meta")  # PyTorch's .to: a meta tensor
+        release.set()
+
+    original = torch.Tensor.to
+    worker = threading.Thread(target=other)
+    worker.start()
+    r = ft.to(Slow(torch.arange(5)), "cpu")
+    worker.join()
+    assert seen["meta"].device.type == "meta", "another thread's Tensor.to was captured"
+    same(r.t, torch.arange(5))
+    assert torch.Tensor.to is original
+
+
 def test_errors_name_the_callers_line_not_ferry_torch():
     with pytest.raises(ferry.Error) as e:
         line = inspect.currentframe().f_lineno; ft.to(torch.ones(1), "cpu", target_stream=3)  # noqa: E702

@@ -6,10 +6,10 @@ from __future__ import annotations
 import collections
 import copy as _copy
 import dataclasses
+import threading
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from .. import _ferry
 from .._error import Error
@@ -37,38 +37,78 @@ def _target(device: Any) -> torch.device:
     raise Error("unsupported", f"ferry.torch.to: device type '{d.type}' is not supported (cuda or cpu)")
 
 
-class _ToCapture(TorchFunctionMode):
-    """Intercepts ``Tensor.to`` calls that name a device: records the tensor (first pass) or
-    hands back its uploaded view (second pass)."""
+_original_to = torch.Tensor.to
+_capture_local = threading.local()
+_capture_lock = threading.Lock()
+_capture_users = 0
+
+
+def _capturing_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """``Tensor.to`` while a capture is active in some thread: this thread's capture sees the
+    call; any other thread's call is ``Tensor.to`` itself."""
+    capture = getattr(_capture_local, "active", None)
+    if capture is None:
+        return _original_to(self, *args, **kwargs)
+    return capture.on_to(self, args, kwargs)
+
+
+class _ToCapture:
+    """Intercepts ``Tensor.to`` calls that name a device, made by this thread while it is
+    active: records the tensor (first pass) or hands back its uploaded view (second pass).
+
+    ``Tensor.to`` is replaced on the class while any thread has a capture active (the first to
+    enter installs the replacement, the last to leave puts ``Tensor.to`` back), and the
+    replacement hands every other thread's call to ``Tensor.to``. A ``TorchFunctionMode`` would
+    see the same calls, but its dispatch costs every call microseconds, which a batch of
+    hundreds of leaves pays twice (both passes) on the copy call's host time."""
 
     def __init__(self, owner: str, replacements: list[torch.Tensor] | None = None,
                  seen: list[torch.Tensor] | None = None):
-        super().__init__()
         self.owner = owner  # the type name of the object whose .to runs, for errors
         self.seen: list[torch.Tensor] = [] if seen is None else seen
         self.replacements = replacements
         self.next = 0
+        self._outer: Any = None
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.Tensor.to and args and isinstance(args[0], torch.Tensor):
-            dev, dtype, _, _ = torch._C._nn._parse_to(*args[1:], **kwargs)
-            if dev is not None:
-                t = args[0]
-                if self.replacements is None:
-                    self.seen.append(t)
-                    return t
-                i = self.next
-                if i >= len(self.seen) or self.seen[i] is not t:
-                    raise Error("invalid_argument",
-                                f"ferry.torch.to: {self.owner}.to moved different tensors on its second call "
-                                f"(tensor {i}): an object's .to must move the same tensors in the same order")
-                self.next += 1
-                r = self.replacements[i]
-                if dtype is not None and dtype != r.dtype:
-                    r = r.to(dtype)
-                return r
-        return func(*args, **kwargs)
+    def __enter__(self) -> _ToCapture:
+        global _capture_users
+        with _capture_lock:
+            if _capture_users == 0:
+                torch.Tensor.to = _capturing_to  # type: ignore[method-assign]
+            _capture_users += 1
+        self._outer = getattr(_capture_local, "active", None)
+        _capture_local.active = self
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        global _capture_users
+        _capture_local.active = self._outer
+        with _capture_lock:
+            _capture_users -= 1
+            if _capture_users == 0:
+                torch.Tensor.to = _original_to  # type: ignore[method-assign]
+
+    def on_to(self, t: torch.Tensor, args: tuple, kwargs: dict) -> Any:
+        if args and isinstance(args[0], (torch.device, str)) and len(args) == 1 and (
+                not kwargs or kwargs.keys() <= {"non_blocking", "copy"}):
+            dev, dtype = args[0], None  # the common call, to(device, non_blocking=...)
+        else:
+            dev, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dev is None:
+            return _original_to(t, *args, **kwargs)
+        if self.replacements is None:
+            self.seen.append(t)
+            return t
+        i = self.next
+        if i >= len(self.seen) or self.seen[i] is not t:
+            raise Error("invalid_argument",
+                        f"ferry.torch.to: {self.owner}.to moved different tensors on its second call "
+                        f"(tensor {i}): an object's .to must move the same tensors in the same order")
+        self.next += 1
+        r = self.replacements[i]
+        if dtype is not None and dtype != r.dtype:
+            r = _original_to(r, dtype)
+        return r
 
 
 def _check_leaf(i: int, t: torch.Tensor) -> None:
