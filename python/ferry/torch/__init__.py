@@ -51,8 +51,9 @@ Structures (walked recursively; empty tensors are leaves like any other):
   dataclass instances (a shallow copy with every field converted), and types registered with
   ``torch.utils._pytree``.
 - Any other object with a ``.to`` method (TorchRec's ``KeyedJaggedTensor``, a
-  ``ModelInput``-like class): ferry calls ``obj.to(device, non_blocking=True)`` twice under a
-  ``torch.overrides.TorchFunctionMode``. The first call records the tensors that it moves
+  ``ModelInput``-like class): ferry calls ``obj.to(device, non_blocking=True)`` twice, seeing
+  the calling thread's ``Tensor.to`` calls (``Tensor.to`` is replaced on the class meanwhile;
+  other threads' calls reach PyTorch's own). The first call records the tensors that it moves
   with ``Tensor.to`` (handing each back unmoved); those tensors join the batch; the second
   call hands back the uploaded tensors in the same order, so the object builds its result
   from ferry's tensors. Its ``.to`` must therefore move the same tensors in the same order on
