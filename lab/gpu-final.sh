@@ -39,8 +39,9 @@ wheel_build() {  # wheel_build OUTDIR
 }
 export -f build_tree wheel_build
 sides=gpu
+[ -f lab/tmp/asan-build.sh ] && bash lab/tmp/asan-build.sh &
 step build 300 bash -c 'build_tree "$@"' _ build-gpu -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled \
-  -Dprobes=true &
+  -Dprobes=$([ -n "${FERRY_SKIP_PROBES:-}" ] && echo false || echo true) &
 built=$!
 if [ -d .prev ]; then
   sides="prev gpu"
@@ -55,29 +56,32 @@ if ! python3 -c 'import torchrec' >/dev/null 2>&1 && ls .whl/torchrec-*.whl >/de
   pp="$pp:build-gpu/torchrec-wheel"
   export FERRY_TORCHREC_STANDINS=1
 fi
-ls .whl/meson_python-*.whl >/dev/null 2>&1 && step wheel-build 240 bash -c 'wheel_build "$@"' _ build-wheel \
+[ -z "${FERRY_SKIP_WHEEL:-}" ] && ls .whl/meson_python-*.whl >/dev/null 2>&1 && step wheel-build 240 bash -c 'wheel_build "$@"' _ build-wheel \
   >"$out/wheel-build.txt" 2>&1 &
 wheel=$!
 step test-cuda 150 meson test -C build-gpu --no-rebuild --print-errorlogs --suite conformance-cuda
 step bench-contention 100 build-gpu/tools/ferry-bench --backend cuda --contention-only --out "$out/contention-bench"
 grep -E '^\[(PASS|FAIL)\]' "$out/bench-contention.log"
-for kib in 8192 32768; do  # what a given piece buys on a backend that cuts nothing by default
+[ -n "${FERRY_SKIP_PROBES:-}" ] || for kib in 8192 32768; do  # what a given piece buys on a backend that cuts nothing by default
   step "bench-contention-$kib" 60 build-gpu/tools/ferry-bench --backend cuda --contention-only --contention-piece-kib "$kib" \
     --contention-reps 1
   grep -E '^\[(PASS|FAIL)\]' "$out/bench-contention-$kib.log"
 done
-step bench-contention-vk 100 build-gpu/tools/ferry-bench --backend vulkan --contention-only --out "$out/contention-vk"
-grep -E '^\[(PASS|FAIL)\]' "$out/bench-contention-vk.log"
-step probe 90 build-gpu/lab/probe/ferry-probe-contention --json "$out/contention.json"
-tail -n 35 "$out/probe.log"
+if [ -z "${FERRY_SKIP_PROBES:-}" ]; then
+  step probe 90 build-gpu/lab/probe/ferry-probe-contention --json "$out/contention.json"
+  tail -n 35 "$out/probe.log"
+fi
 [ -f lab/tmp/diag.sh ] && step diag 150 bash lab/tmp/diag.sh "$out"
 step python 240 env PYTHONPATH="$pp" FERRY_REQUIRE_TORCHREC=1 LD_PRELOAD=/tmp/segv.so python3 -X faulthandler -m pytest \
   -q -rfEs -p no:cacheprovider tests/python ${FERRY_DESELECT:-}
 grep -E "passed|failed|^FAILED|^ERROR|Fatal|line [0-9]+ in test" "$out/python.log" | tail -n 12
+step bench-contention-vk 100 build-gpu/tools/ferry-bench --backend vulkan --contention-only --out "$out/contention-vk"
+grep -E '^\[(PASS|FAIL)\]' "$out/bench-contention-vk.log"
 [ -d build-prev ] && step prev-torch-cuda 90 env PYTHONPATH=build-prev/python python3 -m pytest -q -p no:cacheprovider \
   tests/python/test_torch_cuda.py && true
-for c in "1024 500 pinned" "3072 26 pinned" "1024 26 pinned"; do
-  set -- $c
+pipes=${FERRY_PIPES:-1024:500:pinned,3072:26:pinned,1024:26:pinned}  # MiB:leaves:source, comma-separated
+for c in ${pipes//,/ }; do
+  set -- ${c//:/ }
   step "pipe-$1-$2-$3" 80 env PYTHONPATH="$pp" python3 tools/python/pipeline_study.py --batch-mib "$1" --leaves "$2" \
     --source "$3" --json "$out/pipe-$1-$2-$3.json"
   grep -vE "^W[0-9]|warn|^\[pipeline_study\]" "$out/pipe-$1-$2-$3.log" | tail -n 10
@@ -113,7 +117,10 @@ wait $wheel 2>/dev/null
 w=$(ls build-wheel/ferry-*.whl 2>/dev/null | head -n 1)
 [ -n "$w" ] && step wheel 150 env FERRY_WHEEL="$w" bash tools/wheel.sh build-wheel && true
 tail -n 8 "$out/wheel.log" 2>/dev/null
-step probe-vk 60 build-gpu/lab/probe/ferry-probe-contention-vk
+step sanitizer-cuda 100 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/conformance-cuda \
+  -tc='priority*,*upload*'
+grep -E "ERROR SUMMARY|test cases" "$out/sanitizer-cuda.log" | tail -2
+[ -n "${FERRY_SKIP_PROBES:-}" ] || step probe-vk 60 build-gpu/lab/probe/ferry-probe-contention-vk
 for p in vulkan_cuda cuda_vulkan; do
   step "test-$p" 150 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation "build-gpu/tests/conformance-$p"
 done
