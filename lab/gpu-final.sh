@@ -39,7 +39,6 @@ wheel_build() {  # wheel_build OUTDIR
 }
 export -f build_tree wheel_build
 sides=gpu
-[ -f lab/tmp/asan-build.sh ] && bash lab/tmp/asan-build.sh &
 step build 300 bash -c 'build_tree "$@"' _ build-gpu -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled \
   -Dprobes=$([ -n "${FERRY_SKIP_PROBES:-}" ] && echo false || echo true) &
 built=$!
@@ -71,8 +70,7 @@ if [ -z "${FERRY_SKIP_PROBES:-}" ]; then
   step probe 90 build-gpu/lab/probe/ferry-probe-contention --json "$out/contention.json"
   tail -n 35 "$out/probe.log"
 fi
-[ -f lab/tmp/diag.sh ] && step diag 150 bash lab/tmp/diag.sh "$out"
-step python 240 env PYTHONPATH="$pp" FERRY_REQUIRE_TORCHREC=1 LD_PRELOAD=/tmp/segv.so python3 -X faulthandler -m pytest \
+step python 240 env PYTHONPATH="$pp" FERRY_REQUIRE_TORCHREC=1 python3 -X faulthandler -m pytest \
   -q -rfEs -p no:cacheprovider tests/python ${FERRY_DESELECT:-}
 grep -E "passed|failed|^FAILED|^ERROR|Fatal|line [0-9]+ in test" "$out/python.log" | tail -n 12
 step bench-contention-vk 100 build-gpu/tools/ferry-bench --backend vulkan --contention-only --out "$out/contention-vk"
