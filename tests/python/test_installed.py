@@ -28,3 +28,18 @@ def test_no_toolkit_runtime_is_mapped_after_opening_every_backend():
     maps = pathlib.Path("/proc/self/maps").read_text()
     mapped = {line.split()[-1] for line in maps.splitlines() if "/usr/local/cuda" in line}
     assert not mapped, f"toolkit libraries mapped: {sorted(mapped)}"
+
+
+def test_the_installed_extension_exports_its_init_function_alone():
+    # python/src/extension.map: every other name stays inside the module, whatever the
+    # toolchain linked into it (its C++ runtime included).
+    import shutil
+    import subprocess
+
+    import ferry._ferry as ext
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    out = subprocess.run([nm, "-D", "--defined-only", ext.__file__], capture_output=True, text=True, check=True)
+    exported = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
+    assert exported == ["PyInit__ferry"], exported[:20]
