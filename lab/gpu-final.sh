@@ -100,6 +100,21 @@ pipe_mut() {  # pipe_mut NAME SED: the test on a mutated copy of the build tree'
 export -f pipe_mut
 export pp
 step mutation-memcpy-owner 90 bash -c 'pipe_mut owner "s/move(batch, dev, current, data_copy_stream, method)/move(batch, dev, data_copy_stream, data_copy_stream, method)/"'
+# The views test must fail when the restore gives the passed tensors a new storage instead of
+# memory to the old one (whatever else held the storage then keeps an empty one).
+vmut() {
+  patch -p1 <lab/mutations/stash-views-restore.patch &&
+    ninja -C build-gpu python/ferry/_torch_native.cpython-312-x86_64-linux-gnu.so >/dev/null
+  patch -R -p1 <lab/mutations/stash-views-restore.patch
+  PYTHONPATH=build-gpu/python python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_cuda.py \
+    -k "holders_that_were_not_passed or identity_views"
+  local rc=$?
+  ninja -C build-gpu python/ferry/_torch_native.cpython-312-x86_64-linux-gnu.so >/dev/null
+  return $rc
+}
+export -f vmut
+step mutation-views 150 bash -c vmut
+grep -E "passed|failed" "$out/mutation-views.log" | tail -1
 for side in $sides; do
   # The contention section has its own step above; a tree from before it has no such option.
   skip=()
