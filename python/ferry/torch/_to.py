@@ -38,6 +38,8 @@ def _target(device: Any) -> torch.device:
 
 
 _original_to = torch.Tensor.to
+_DEVICE_NAMES = (torch.device, str)
+_PLAIN_TO_KEYWORDS = frozenset(("non_blocking", "copy"))
 _capture_local = threading.local()
 _capture_lock = threading.Lock()
 _capture_users = 0
@@ -89,8 +91,8 @@ class _ToCapture:
                 torch.Tensor.to = _original_to  # type: ignore[method-assign]
 
     def on_to(self, t: torch.Tensor, args: tuple, kwargs: dict) -> Any:
-        if args and isinstance(args[0], (torch.device, str)) and len(args) == 1 and (
-                not kwargs or kwargs.keys() <= {"non_blocking", "copy"}):
+        if len(args) == 1 and isinstance(args[0], _DEVICE_NAMES) and (
+                not kwargs or _PLAIN_TO_KEYWORDS.issuperset(kwargs)):
             dev, dtype = args[0], None  # the common call, to(device, non_blocking=...)
         else:
             dev, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
