@@ -59,14 +59,19 @@ constexpr const char* kSignalBehindWait = "UNASSIGNED-VkSemaphore-state-timeout"
 constexpr std::uint32_t kSignalBehindWaitFixed = VK_MAKE_API_VERSION(0, 1, 3, 259);
 constexpr auto kLayerStateWait = std::chrono::seconds(10);
 
-// Whether a host signal of the device has been in progress for the layer's whole wait. The
+// Whether a host signal of the device was in progress when the layer's wait began and lasted
+// until the wait's end came near: still in progress, or ended since that wait began. The
 // signal a waiter holds up was applied by the driver before that wait began, so a younger one
-// is not the cause.
+// is not the cause; and one signal holds up every waiting thread, whose reports come one after
+// another, the later ones after the first let the signal finish.
 bool signal_held_by_wait(ValidationCounter& counter) {
   const auto began_before = std::chrono::steady_clock::now() - kLayerStateWait;
   std::lock_guard lock(counter.signals_mutex);
   return std::any_of(counter.signals_started.begin(), counter.signals_started.end(),
-                     [&](std::chrono::steady_clock::time_point t) { return t <= began_before; });
+                     [&](std::chrono::steady_clock::time_point t) { return t <= began_before; }) ||
+         std::any_of(counter.signals_ended.begin(), counter.signals_ended.end(), [&](const auto& span) {
+           return span.first <= began_before && span.second >= began_before;
+         });
 }
 
 

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend.hpp"
@@ -330,6 +331,10 @@ struct ValidationCounter {
   std::atomic<bool> signal_behind_wait{false};
   std::mutex signals_mutex;
   std::vector<std::chrono::steady_clock::time_point> signals_started;  // under signals_mutex
+  /// Host signals that have ended, as (start, end), kept for two of the layer's waits: the
+  /// layer holds one signal behind every waiting thread, and reports the second waiter's
+  /// timeout after the first report let the signal finish. Under signals_mutex.
+  std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>> signals_ended;
 };
 
 class VulkanDevice final : public BackendDevice {

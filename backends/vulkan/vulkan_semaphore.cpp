@@ -15,6 +15,9 @@ namespace {
 // Notes a host signal in the device's counter while it is in progress (see kSignalBehindWait).
 class HostSignalInProgress {
  public:
+  /// How long an ended signal stays on record: two of the layer's 10 s waits.
+  static constexpr auto kKeepEnded = std::chrono::seconds(20);
+
   explicit HostSignalInProgress(ValidationCounter& counter)
       : counter_(counter.signal_behind_wait.load() ? &counter : nullptr) {
     if (counter_ == nullptr) return;
@@ -23,9 +26,13 @@ class HostSignalInProgress {
   }
   ~HostSignalInProgress() {
     if (counter_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
     std::lock_guard lock(counter_->signals_mutex);
     auto& started = counter_->signals_started;
     started.erase(std::find(started.begin(), started.end(), started_));
+    auto& ended = counter_->signals_ended;
+    std::erase_if(ended, [&](const auto& span) { return now - span.second > kKeepEnded; });
+    ended.emplace_back(started_, now);
   }
   HostSignalInProgress(const HostSignalInProgress&) = delete;
   HostSignalInProgress& operator=(const HostSignalInProgress&) = delete;
