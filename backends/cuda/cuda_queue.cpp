@@ -71,11 +71,12 @@ void Queue::copy_d2d(DeviceRef dst, DeviceRef src, std::uint64_t bytes) {
 /// One batched copy for the whole batch: one driver call, where a loop of single copies pays
 /// the per-call cost for each copy. Stream-ordered source access keeps the batch's ordering
 /// that of single copies on this stream. The legacy default stream, which the batch call
-/// refuses, a single copy, and a driver without the batch call take the single-copy path.
+/// refuses, a single copy, an urgent queue's uploads (copy_h2d may take each to the SMs) and a
+/// driver without the batch call take the single-copy path.
 void Queue::copy_many(std::span<const HostDeviceCopy> copies, bool to_device) {
   if (copies.empty()) return;
-  if (copies.size() == 1 || (to_device && sm_copies_) || stream_ == nullptr || stream_ == cudaStreamLegacy || stream_ == cudaStreamPerThread ||
-      !vendor::has_batch_copy()) {
+  if (copies.size() == 1 || (to_device && sm_copies_) || stream_ == nullptr || stream_ == cudaStreamLegacy ||
+      stream_ == cudaStreamPerThread || !vendor::has_batch_copy()) {
     for (const HostDeviceCopy& c : copies) {
       if (to_device) {
         copy_h2d(c.device, c.host, c.bytes);

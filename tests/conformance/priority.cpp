@@ -73,7 +73,8 @@ void check_urgent_overtakes(Device& dev, Transfer& xfer, bool required) {
     urgent.ready.wait();
     const bool overtook = !bulk.ready.reached();
     if (required) {
-      CHECK_MESSAGE(overtook, "the urgent copy completed only after the " << big << "-byte bulk copy enqueued before it");
+      CHECK_MESSAGE(overtook,
+                    "the urgent copy completed only after the " << big << "-byte bulk copy enqueued before it");
     } else {
       MESSAGE("with no bulk piece given, the urgent copy " << (overtook ? "overtook" : "did not overtake") << " the "
                                                            << big << "-byte bulk copy (not promised on this backend)");

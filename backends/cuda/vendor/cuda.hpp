@@ -917,8 +917,8 @@ inline void launch_sm_copy(const ServiceKernels& k, CUdeviceptr dst, CUdeviceptr
   unsigned long long from = src;
   unsigned long long to = dst;
   void* args[] = {&from, &to, &n};
-  const unsigned long long blocks =
-      std::min<unsigned long long>((n + kThreads - 1) / kThreads, static_cast<unsigned long long>(std::max(1, max_blocks)));
+  const unsigned long long blocks = std::min<unsigned long long>(
+      (n + kThreads - 1) / kThreads, static_cast<unsigned long long>(std::max(1, max_blocks)));
   FERRY_CU_CHECK(driver().cuLaunchKernel(wide ? k.copy16 : k.copy1, static_cast<unsigned>(blocks), 1, 1, kThreads, 1,
                                          1, 0, stream, args, nullptr));
 }
