@@ -297,6 +297,13 @@ class Call {
     }
   }
 
+  /// finish() for a call that read several host allocations: each is kept until `done`.
+  void finish(const char* name, std::uint64_t bytes, const TimelinePoint& done,
+              std::span<const std::shared_ptr<detail::HostAllocation>> hosts) {
+    for (const auto& host : hosts) state_->keep(done, host);
+    finish(name, bytes, done);
+  }
+
   /// A call that recorded device work and failed before finish() submits it at once (its
   /// failure may leave nobody to wait for it, and a lost batch would hold the executor).
   ~Call() {

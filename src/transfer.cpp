@@ -118,11 +118,11 @@ std::vector<detail::BlockState*> checked_blocks(std::span<const DeviceBuffer> bu
   std::vector<detail::BlockState*> blocks;
   blocks.reserve(buffers.size());
   for (std::size_t i = 0; i < buffers.size(); ++i) {
-    const std::string name = std::string(what) + " " + std::to_string(i);
+    const auto name = [&] { return std::string(what) + " " + std::to_string(i); };  // built on failure only
     detail::BlockState* b = detail::access::state(buffers[i]).get();
-    FERRY_REQUIRE(b != nullptr, fn, name + " is a null or moved-from device buffer", where);
-    FERRY_REQUIRE(b->device_id == &d, fn, name + " belongs to another device", where);
-    FERRY_REQUIRE(!b->released, fn, name + " was released", where);
+    FERRY_REQUIRE(b != nullptr, fn, name() + " is a null or moved-from device buffer", where);
+    FERRY_REQUIRE(b->device_id == &d, fn, name() + " belongs to another device", where);
+    FERRY_REQUIRE(!b->released, fn, name() + " was released", where);
     blocks.push_back(b);
   }
   return blocks;
@@ -338,6 +338,63 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, std::span<const st
   call.finish("copy h2d (buffers)", total, done, detail::access::state(source));
   if (options.owner_waits) {
     // Each distinct owner waits once.
+    std::vector<QueuePtr> distinct = owners;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    for (const QueuePtr& owner : distinct) detail::make_owner_wait(owner, done);
+  }
+  return done;
+}
+
+TimelinePoint Transfer::upload_into(std::span<const HostBuffer* const> sources, std::span<const DeviceBuffer> destinations,
+                                    UploadIntoOptions options, std::source_location where) {
+  constexpr const char* fn = "Transfer::upload_into(sources)";
+  Call call(state_, fn, where);
+  auto& d = call.device();
+  check_no_padding(options, fn, where);
+  FERRY_REQUIRE(sources.size() == destinations.size(), fn,
+                std::to_string(sources.size()) + " sources for " + std::to_string(destinations.size()) + " destinations",
+                where);
+  const std::vector<detail::BlockState*> blocks =
+      checked_blocks(destinations, d, fn, "destination", sources.size(), where);
+  std::vector<std::shared_ptr<detail::HostAllocation>> hosts;
+  hosts.reserve(sources.size());
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const auto name = [i] { return "source " + std::to_string(i); };
+    FERRY_REQUIRE(sources[i] != nullptr, fn, name() + " is a null pointer", where);
+    const std::shared_ptr<detail::HostAllocation>& host = detail::access::state(*sources[i]);
+    FERRY_REQUIRE(host != nullptr, fn, name() + " is a null or moved-from host buffer", where);
+    FERRY_REQUIRE(host->memory != nullptr, fn, name() + ": its device is closed", where);
+    FERRY_REQUIRE(host->device_id == &d, fn, name() + " belongs to another device", where);
+    FERRY_REQUIRE(host->memory->size <= blocks[i]->requested, fn,
+                  name() + " (" + std::to_string(host->memory->size) + " bytes) is larger than destination " +
+                      std::to_string(i) + " (" + std::to_string(blocks[i]->requested) + " bytes)",
+                  where);
+    hosts.push_back(host);
+    total += host->memory->size;
+  }
+  call.order(options);
+  call.lock();
+  // A smaller source leaves the destination's tail as it was: that range changes hands with
+  // its contents kept.
+  std::vector<QueuePtr> owners;
+  owners.reserve(blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    owners.push_back(call.access(*blocks[i], hosts[i]->memory->size < blocks[i]->requested,
+                                 options.destination_unused));
+  }
+  const TimelinePoint done = call.with_executor([&](detail::QueueState& e) {
+    std::vector<detail::HostDeviceCopy> copies;
+    copies.reserve(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      copies.push_back({detail::ref(*blocks[i]), detail::HostRef{hosts[i]->memory.get(), 0}, hosts[i]->memory->size});
+    }
+    detail::paced_many(e, call.piece(), copies, /*to_device=*/true);
+    return detail::finish_access(call.exec(), blocks, owners);
+  });
+  call.finish("copy h2d (sources)", total, done, hosts);
+  if (options.owner_waits) {
     std::vector<QueuePtr> distinct = owners;
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());

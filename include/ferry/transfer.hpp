@@ -451,6 +451,19 @@ class FERRY_API Transfer {
   TimelinePoint upload_into(const HostBuffer& source, std::span<const std::uint64_t> source_offsets,
                             std::span<const DeviceBuffer> destinations, UploadIntoOptions options = {},
                             std::source_location where = std::source_location::current());
+  /// @brief Upload several pinned HostBuffers, each whole, into caller-supplied destinations:
+  /// `*sources[i]` into the start of `destinations[i]`, whose bytes past it are kept (a
+  /// structure of pinned tensors, each into a block of its own). One call does what that many
+  /// `upload_into(source, destination)` calls would, with one completion point and the copies
+  /// back to back (one driver call where the backend has a batched copy: CUDA's
+  /// `cudaMemcpyBatchAsync`). The options apply to the call; with `owner_waits` each distinct
+  /// owner waits once for the call's point. The call keeps every source alive until its copy
+  /// completes. Destinations that share memory (two adoptions of one range) are the caller's
+  /// error, as with two calls. Errors: spans of different lengths, empty or longer than
+  /// `max_batch_views`; a null source; a source larger than its destination.
+  TimelinePoint upload_into(std::span<const HostBuffer* const> sources, std::span<const DeviceBuffer> destinations,
+                            UploadIntoOptions options = {},
+                            std::source_location where = std::source_location::current());
   /// @brief Batch upload into a caller-supplied destination: view i is
   /// copied to `offsets[i]` of `destination` (a pool buffer or adopted memory), through the
   /// pinned staging ring, with one DMA per chunk of each run of views whose destination

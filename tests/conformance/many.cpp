@@ -220,3 +220,100 @@ CONFORMANCE_CASE("many: bad input of many-buffer downloads and uploads") {
   for (DeviceBuffer& x : b) x.release();
   conformance::check_round_trip(dev, xfer);
 }
+
+CONFORMANCE_CASE("many: several pinned sources, each whole into its own destination, tails kept") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  std::mt19937_64 rng(17);
+  for (std::size_t count : {std::size_t{1}, std::size_t{2}, std::size_t{conformance::small() ? 23u : 67u}}) {
+    CAPTURE(count);
+    // Destinations hold a guard pattern; about half are larger than their source, so that the
+    // copy must keep their tails.
+    std::vector<HostBuffer> sources;
+    std::vector<const HostBuffer*> pointers;
+    std::vector<DeviceBuffer> dst;
+    std::vector<std::uint64_t> tails;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint64_t n = 1 + rng() % (96 * KiB);
+      const std::uint64_t tail = rng() % 2 == 0 ? 0 : 1 + rng() % 300;
+      sources.push_back(dev.host_pool().allocate(n));
+      fill_pattern(sources.back().span(), 5000 + i);
+      HostBuffer guard = dev.host_pool().allocate(n + tail);
+      std::fill(guard.span().begin(), guard.span().end(), kGuard);
+      dst.push_back(dev.pool().allocate(n + tail, owner));
+      xfer.upload_into(guard, dst.back());
+      tails.push_back(tail);
+    }
+    for (const HostBuffer& h : sources) pointers.push_back(&h);
+    const TimelinePoint up = xfer.upload_into(std::span<const HostBuffer* const>(pointers),
+                                              std::span<const DeviceBuffer>(dst), {.owner_waits = true});
+    CHECK_FALSE(up.empty());
+    int bad = 0;
+    int stray = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      HostBuffer back = dev.host_pool().allocate(dst[i].size());
+      xfer.download(dst[i], back).wait();
+      const std::uint64_t n = sources[i].size();
+      bad += first_mismatch(back.span().first(n), 5000 + i) != -1;
+      stray += !std::all_of(back.span().begin() + static_cast<std::ptrdiff_t>(n), back.span().end(),
+                            [](std::byte x) { return x == kGuard; });
+    }
+    CHECK_MESSAGE(bad == 0, bad << " of " << count << " destinations did not get their source");
+    CHECK_MESSAGE(stray == 0, stray << " of " << count << " destinations lost bytes past their source");
+    for (DeviceBuffer& b : dst) b.release();
+  }
+  conformance::check_round_trip(dev, xfer);
+}
+
+CONFORMANCE_CASE("many: bad input of uploads from several sources names the element, copies nothing") {
+  Device dev = conformance::open_device();
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  std::vector<HostBuffer> src;
+  std::vector<DeviceBuffer> dst;
+  for (std::size_t i = 0; i < 3; ++i) {
+    src.push_back(dev.host_pool().allocate(100));
+    fill_pattern(src.back().span(), 60 + i);
+    HostBuffer guard = dev.host_pool().allocate(128);
+    std::fill(guard.span().begin(), guard.span().end(), kGuard);
+    dst.push_back(dev.pool().allocate(128, owner));
+    xfer.upload_into(guard, dst.back());
+  }
+  using Ptrs = std::vector<const HostBuffer*>;
+  const Ptrs fine{&src[0], &src[1], &src[2]};
+  auto up = [&](const Ptrs& s, const std::vector<DeviceBuffer>& d) {
+    (void)xfer.upload_into(std::span<const HostBuffer* const>(s), std::span<const DeviceBuffer>(d));
+  };
+  expect_invalid_naming([&] { up({}, {}); }, {"empty span of destinations"}, "no destinations");
+  expect_invalid_naming([&] { up({&src[0], &src[1]}, dst); }, {"2 sources for 3 destinations"}, "count mismatch");
+  expect_invalid_naming([&] { up({&src[0], nullptr, &src[2]}, dst); }, {"source 1", "null"}, "null source");
+  HostBuffer moved_from = dev.host_pool().allocate(10);
+  HostBuffer taker = std::move(moved_from);
+  expect_invalid_naming([&] { up({&src[0], &src[1], &moved_from}, dst); }, {"source 2", "moved-from"},
+                        "moved-from source");
+  HostBuffer big = dev.host_pool().allocate(129);
+  expect_invalid_naming([&] { up({&src[0], &big, &src[2]}, dst); }, {"source 1", "larger than destination 1"},
+                        "source larger than its destination");
+  {
+    Device other = conformance::open_device();
+    HostBuffer foreign = other.host_pool().allocate(10);
+    expect_invalid_naming([&] { up({&foreign, &src[1], &src[2]}, dst); }, {"source 0", "another device"},
+                          "another device's source");
+  }
+  // Nothing was written by the failed calls.
+  for (std::size_t i = 0; i < 3; ++i) {
+    HostBuffer back = dev.host_pool().allocate(128);
+    xfer.download(dst[i], back).wait();
+    CHECK(std::all_of(back.span().begin(), back.span().end(), [](std::byte x) { return x == kGuard; }));
+  }
+  // The good call works.
+  up(fine, dst);
+  for (std::size_t i = 0; i < 3; ++i) {
+    HostBuffer back = dev.host_pool().allocate(128);
+    xfer.download(dst[i], back).wait();
+    CHECK(first_mismatch(back.span().first(100), 60 + i) == -1);
+  }
+  for (DeviceBuffer& b : dst) b.release();
+  conformance::check_round_trip(dev, xfer);
+}
