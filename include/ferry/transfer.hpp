@@ -452,11 +452,12 @@ class FERRY_API Transfer {
                             std::span<const DeviceBuffer> destinations, UploadIntoOptions options = {},
                             std::source_location where = std::source_location::current());
   /// @brief Upload several pinned HostBuffers, each whole, into caller-supplied destinations:
-  /// `*sources[i]` into the start of `destinations[i]`, whose bytes past it are kept (a
-  /// structure of pinned tensors, each into a block of its own). One call does what that many
-  /// `upload_into(source, destination)` calls would, with one completion point and the copies
-  /// back to back (one driver call where the backend has a batched copy: CUDA's
-  /// `cudaMemcpyBatchAsync`). The options apply to the call; with `owner_waits` each distinct
+  /// `*sources[i]` into the start of `destinations[i]`, whose bytes past it are kept. One call
+  /// does what that many `upload_into(source, destination)` calls would, with one completion
+  /// point and the copies back to back (one driver call where the backend has a batched copy:
+  /// CUDA's `cudaMemcpyBatchAsync`). The copies start together: each waits for the previous
+  /// use of every destination, so destinations that come free at different times overlap
+  /// more with a call each. The options apply to the call; with `owner_waits` each distinct
   /// owner waits once for the call's point. The call keeps every source alive until its copy
   /// completes. Destinations that share memory (two adoptions of one range) are the caller's
   /// error, as with two calls. Errors: spans of different lengths, empty or longer than

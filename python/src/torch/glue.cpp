@@ -226,34 +226,11 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     if (cpu || !staged_leaves.empty()) nogil.emplace();
     std::exception_ptr failed;
     try {
-      const bool batched = per_leaf && pinned.size() > 1;
-      if (batched) {
-        // Each pinned leaf fills a block of its own: one call for them all (one batched
-        // driver copy where the backend has one, one wait per owner, one completion point).
-        // The blocks lend their buffers to the call's contiguous list and take them back.
-        std::vector<const ferry::HostBuffer*> from;
-        std::vector<ferry::DeviceBuffer> into;
-        from.reserve(pinned.size());
-        into.reserve(pinned.size());
-        for (const auto& [leaf, buffer] : pinned) {
-          from.push_back(buffer.get());
-          into.push_back(std::move(blocks[block_of[leaf]]->buffer));
-        }
-        struct GiveBack {
-          std::vector<ferry::DeviceBuffer>& into;
-          const std::vector<std::pair<std::size_t, PinnedSources::Buffer>>& pinned;
-          const std::vector<std::shared_ptr<Block>>& blocks;
-          const std::vector<std::size_t>& block_of;
-          ~GiveBack() {
-            for (std::size_t k = 0; k < pinned.size(); ++k) blocks[block_of[pinned[k].first]]->buffer = std::move(into[k]);
-          }
-        } give_back{into, pinned, blocks, block_of};
-        ferry::UploadIntoOptions o;
-        o.destination_unused = true;
-        last = x.upload_into(std::span<const ferry::HostBuffer* const>(from), std::span<const ferry::DeviceBuffer>(into),
-                             std::move(o));
-      }
-      for (std::size_t k = 0; !batched && k < pinned.size(); ++k) {
+      // One call per pinned leaf, not one call for them all: a call's copies wait for every
+      // destination's previous use, and a batch's blocks come free at different points of the
+      // target's order (a batch's dense tensors after the forward that read them, its ids
+      // after the backward), so one call would hold every copy back to the latest of them.
+      for (std::size_t k = 0; k < pinned.size(); ++k) {
         ferry::UploadIntoOptions o;
         o.owner_waits = target_waits && staged_leaves.empty() && k + 1 == pinned.size();
         o.destination_unused = true;
