@@ -16,7 +16,10 @@ own classes still run, and a warning in pytest's summary says so.
 """
 import dataclasses
 import gc
+import json
 import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -363,10 +366,12 @@ class WideBatch(Pipelineable):
 
 class WideModel(torch.nn.Module):
     """Reads every dense tensor (which then dies with the batch, after the forward) and the
-    ids (which the embedding's backward keeps)."""
+    ids (which the embedding's backward keeps); with `late_read`, the GPU first spins for that
+    many cycles, so that the forward's reads come long after the host let the batch go."""
 
-    def __init__(self, device, n_dense):
+    def __init__(self, device, n_dense, late_read=0):
         super().__init__()
+        self.late_read = late_read
         torch.manual_seed(0)
         tables = [torchrec.EmbeddingBagConfig(name=f"t_{k}", embedding_dim=4, num_embeddings=100,
                                               feature_names=[k]) for k in ("f1", "f2")]
@@ -375,14 +380,16 @@ class WideModel(torch.nn.Module):
         self.over = torch.nn.Linear(12, 1, device=device)
 
     def forward(self, batch):
+        if self.late_read:
+            torch.cuda._sleep(self.late_read)
         d = torch.stack([t.mean(dim=1) for t in batch.dense], dim=1)
         x = torch.cat([self.dense(d), self.ebc(batch.ids).values()], dim=1)
         pred = self.over(x).squeeze(1)
         return torch.nn.functional.binary_cross_entropy_with_logits(pred, batch.labels), pred.detach()
 
 
-def _wide_footprint(dev, wrap, steps=6, leaves=8, leaf_bytes=16 << 20):
-    """Peak reserved bytes and the losses of TrainPipelineBase with in-place copies of
+def _wide_footprint(dev, wrap, steps=6, leaves=8, leaf_bytes=16 << 20, late_read=0):
+    """Peak reserved bytes and the predictions of TrainPipelineBase with in-place copies of
     WideBatches (pinned), ferry's (`wrap`) or the hand-written ones."""
     rows = 1024
     g = torch.Generator().manual_seed(5)
@@ -394,7 +401,7 @@ def _wide_footprint(dev, wrap, steps=6, leaves=8, leaf_bytes=16 << 20):
     gc.collect()  # earlier tests' pipelines (reference cycles) and their batches go first
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    model = WideModel(dev, leaves)
+    model = WideModel(dev, leaves, late_read)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -415,17 +422,35 @@ def _wide_footprint(dev, wrap, steps=6, leaves=8, leaf_bytes=16 << 20):
     return peak, out
 
 
+def footprint_child():
+    """The footprint test's runs, in a process of its own (see the test); prints them as JSON."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    ref_peak, ref = _wide_footprint(dev, wrap=False)
+    peak, got = _wide_footprint(dev, wrap=True)
+    _, late = _wide_footprint(dev, wrap=True, late_read=100_000_000)
+
+    def same(xs):
+        return len(xs) == len(ref) and all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(ref, xs))
+    print(json.dumps({"ref_peak": ref_peak, "peak": peak, "same": same(got), "same_late": same(late)}))
+
+
 @needs_cuda
 def test_inplace_pipeline_footprint_is_the_inplace_ways():
     """TorchRec's pipeline with ferry's in-place copies holds no more than with the hand-written
     ones, with bit-identical results: a batch's memory is given back as its tensors die and
-    serves the next batch."""
-    dev = torch.device("cuda", torch.cuda.current_device())
-    ref_peak, ref = _wide_footprint(dev, wrap=False)
-    peak, got = _wide_footprint(dev, wrap=True)
-    for a, b in zip(ref, got):
-        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-    assert peak <= max(1.02 * ref_peak, ref_peak + (4 << 20)), (peak, ref_peak)
+    serves the next batch, and only once the training stream has read it: with the forward's
+    reads held back on the GPU the results stay bit-identical (memory released in the memcpy
+    stream's order, or a copy that does not wait for the release, would be overwritten by the
+    next batch first). The runs have a process of their own: blocks that earlier tests left in
+    the caching allocator would otherwise count in the peak."""
+    child = subprocess.run([sys.executable, "-c", "import test_torchrec; test_torchrec.footprint_child()"],
+                           cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True, text=True,
+                           timeout=600, check=False)
+    assert child.returncode == 0, child.stderr[-4000:]
+    r = json.loads(child.stdout.strip().splitlines()[-1])
+    assert r["same"], "ferry's pipeline predictions differ from the hand-written in-place copy's"
+    assert r["same_late"], "with the forward's reads late on the GPU, the next batch's copy overwrote the batch first"
+    assert r["peak"] <= max(1.02 * r["ref_peak"], r["ref_peak"] + (4 << 20)), r
 
 
 def _big_and_small(seed):
