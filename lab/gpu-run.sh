@@ -14,6 +14,7 @@
 #   pipes stash footprint          the pipeline and stash studies; the pipeline footprint test
 #   mut-views mut-owner mut-smcopy a test on a tree broken on purpose, which must fail
 #   ab hostcost pipes-ab           this tree beside .prev (and .prev2): host costs, pipelines
+#   api-pipe                       the CUDA API calls of a pipeline run under Nsight Systems
 set -u
 out=${1:?usage: gpu-run.sh OUTDIR STEP...}
 shift
@@ -160,6 +161,16 @@ for s in "$@"; do
     step bench 120 build-gpu/tools/ferry-bench --quiet --backend cuda --sizes 64M --batch-study off --no-images \
       --contention off
     grep -E '^\[(PASS|FAIL)\]' "$out/bench.log" ;;
+  api-pipe)  # the CUDA calls of the ferry way's steps at 1 GiB in 500 leaves: counts and host time
+    if command -v nsys >/dev/null; then
+      step api-pipe 150 env PYTHONPATH="$pp" nsys profile -t cuda,osrt -o "$out/pipe" --force-overwrite true \
+        python3 tools/python/pipeline_study.py --batch-mib 1024 --leaves 500 --source pinned --ways shipped,ferry \
+        --steps 6 --warmup 2
+      nsys stats --report cuda_api_sum --format csv "$out/pipe.nsys-rep" >"$out/api-pipe.csv" 2>&1
+      head -n 25 "$out/api-pipe.csv"
+    else
+      echo "api-pipe: no nsys on this machine"
+    fi ;;
   footprint)
     step footprint 120 env PYTHONPATH="$pp" python3 -m pytest -q -p no:cacheprovider tests/python/test_torchrec.py -k footprint
     tail -n 3 "$out/footprint.log" ;;
