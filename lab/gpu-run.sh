@@ -22,18 +22,7 @@ mkdir -p "$out"
 deadline=$((SECONDS + ${FERRY_DEADLINE:-540}))
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 export PYTHONUNBUFFERED=1
-step() {  # step NAME LIMIT COMMAND...: the command's output in OUTDIR/NAME.log
-  local name=$1 limit=$2 left=$((deadline - SECONDS))
-  shift 2
-  if [ "$left" -le 5 ]; then echo "step $name: not run (deadline)"; return 1; fi
-  [ "$limit" -le "$left" ] || limit=$left
-  local t0=$SECONDS
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  echo "step $name: rc $rc, $((SECONDS - t0)) s"
-  [ "$rc" = 0 ] || tail -n 25 "$out/$name.log"
-  return $rc
-}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu-lib.sh"  # step
 build_tree() {  # build_tree DIR [SRC] MESON_OPTIONS...
   local dir=$1
   shift

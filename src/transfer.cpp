@@ -128,6 +128,13 @@ std::vector<detail::BlockState*> checked_blocks(std::span<const DeviceBuffer> bu
   return blocks;
 }
 
+/// `owner_waits` of a call into several destinations: each distinct owner waits once for `done`.
+void make_owners_wait(std::vector<QueuePtr> owners, const TimelinePoint& done) {
+  std::sort(owners.begin(), owners.end());
+  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+  for (const QueuePtr& owner : owners) detail::make_owner_wait(owner, done);
+}
+
 /// `overwrite_padding` concerns the gaps between the views of the batch upload_into; the
 /// other upload_into calls have none, so the flag there is a mistake of the caller's.
 void check_no_padding(const UploadIntoOptions& options, const char* fn, const std::source_location& where) {
@@ -336,13 +343,7 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, std::span<const st
     return detail::finish_access(call.exec(), blocks, owners);
   });
   call.finish("copy h2d (buffers)", total, done, detail::access::state(source));
-  if (options.owner_waits) {
-    // Each distinct owner waits once.
-    std::vector<QueuePtr> distinct = owners;
-    std::sort(distinct.begin(), distinct.end());
-    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-    for (const QueuePtr& owner : distinct) detail::make_owner_wait(owner, done);
-  }
+  if (options.owner_waits) make_owners_wait(owners, done);
   return done;
 }
 
@@ -394,12 +395,7 @@ TimelinePoint Transfer::upload_into(std::span<const HostBuffer* const> sources, 
     return detail::finish_access(call.exec(), blocks, owners);
   });
   call.finish("copy h2d (sources)", total, done, hosts);
-  if (options.owner_waits) {
-    std::vector<QueuePtr> distinct = owners;
-    std::sort(distinct.begin(), distinct.end());
-    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-    for (const QueuePtr& owner : distinct) detail::make_owner_wait(owner, done);
-  }
+  if (options.owner_waits) make_owners_wait(owners, done);
   return done;
 }
 
