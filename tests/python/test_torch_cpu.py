@@ -185,6 +185,39 @@ def test_the_destinations_wait_for_the_latest_overlapping_release_point():
     assert d.wait_for(8192, 256) is None and d.pending == 0
 
 
+def test_the_release_record_finds_every_overlapping_range_among_many():
+    """Hundreds of ranges in use at once (a batch's leaves, each released as its tensor dies),
+    of many lengths, some overlapping, a few much longer than the rest: every query waits for
+    the latest point among the ranges it overlaps, as a pass over all of them finds it, also
+    for a range that starts far before the asked one and reaches into it."""
+    import random
+
+    dev, _ = ft.engine(ferry.Backend.host)
+    sem = dev.create_semaphore(0)
+    d = ft.glue.ReleasePoints()
+    rng = random.Random(7)
+    held = []  # (start, end, value): nothing is signalled, so every range stays held
+    for value in range(1, 601):
+        start = rng.randrange(0, 1 << 24)
+        length = rng.choice((1, 64, 4096, 1 << 16, 1 << 18)) if value % 97 else 1 << 22
+        d.record(start, length, sem.at(value))
+        held.append((start, start + length, value))
+        if value % 3 == 0:
+            q = rng.randrange(0, 1 << 24)
+            n = rng.choice((1, 256, 4096, 1 << 16))
+            want = max((v for a, b, v in held if a < q + n and q < b), default=None)
+            got = d.wait_for(q, n)
+            assert (None if got is None else got.value) == want, (q, n, want, got)
+    # The long ranges reach far past their start: queries inside them, away from any start.
+    for a, b, _ in [h for h in held if h[1] - h[0] == 1 << 22]:
+        q = a + (1 << 21)
+        want = max(v for x, y, v in held if x < q + 1 and q < y)
+        assert d.wait_for(q, 1).value == want
+    assert d.pending == len(held)
+    sem.signal(600)
+    assert d.wait_for(0, 1 << 25) is None and d.pending == 0
+
+
 def test_only_empty_leaves_need_no_copy():
     r = ft.to([torch.empty(0), torch.empty(0, 4, dtype=torch.int32)], "cpu")
     assert r[0].shape == (0,) and r[1].shape == (0, 4) and r[1].dtype == torch.int32

@@ -4,44 +4,6 @@
 
 namespace ferry::python::torch {
 
-bool ThrottledReached::operator()(const ferry::TimelinePoint& point) {
-  if (point.known_reached()) return true;
-  const std::int64_t now =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count();
-  if (now - last_query_ns_ < kQueryIntervalNs) return false;
-  last_query_ns_ = now;
-  return point.reached();  // raises the watermark for the points behind it too
-}
-
-ferry::TimelinePoint ReleasePoints::wait_for(std::uint64_t pointer, std::uint64_t nbytes) {
-  const std::uint64_t end = pointer + nbytes;
-  ferry::TimelinePoint wait;
-  std::lock_guard<std::mutex> lock(mutex_);
-  // Release points of one target are recorded in the order of its timeline, so the reached
-  // ones lead. An entry recorded out of order behind an unreached one stays until those
-  // before it are reached; an entry not known reached is waited for on the device, which
-  // costs no more than asking.
-  std::size_t done = 0;
-  while (done < freed_.size() && reached_(freed_[done].point)) ++done;
-  freed_.erase(freed_.begin(), freed_.begin() + static_cast<std::ptrdiff_t>(done));
-  for (const Freed& f : freed_) {
-    if (f.start < end && pointer < f.end && (wait.empty() || f.point.value > wait.value)) wait = f.point;
-  }
-  return wait;
-}
-
-void ReleasePoints::record(std::uint64_t pointer, std::uint64_t nbytes, const ferry::TimelinePoint& point) {
-  if (point.empty()) return;  // reached points are dropped by the next allocation, which asks anyway
-  std::lock_guard<std::mutex> lock(mutex_);
-  freed_.push_back({pointer, pointer + nbytes, point});
-}
-
-std::size_t ReleasePoints::pending() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return freed_.size();
-}
-
 std::pair<std::uint64_t, ferry::TimelinePoint> Destinations::allocate(std::uint64_t nbytes) {
   const std::uint64_t ptr = native->allocate(nbytes, stream_id, device_index);
   if (ptr == 0) throw nb::python_error();

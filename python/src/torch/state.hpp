@@ -15,6 +15,7 @@
 
 #include "../binding.hpp"
 #include "native_api.h"
+#include "release_points.hpp"
 
 #include <array>
 #include <deque>
@@ -30,43 +31,6 @@ inline constexpr std::uint64_t kAlignment = ferry::UploadIntoOptions::kPaddingLi
 /// adopting a tensor and enqueueing its copy costs more host time than copying this many bytes
 /// into the staging ring, which moves every staged leaf of the call in one stream.
 inline constexpr std::uint64_t kDmaMinBytes = 128 << 10;
-
-/// Reached-ness of points on a hot path: the watermark first (free), the device at most once
-/// per kQueryIntervalNs (one driver query costs about what a whole small copy's enqueue does,
-/// and a point not known reached is at worst kept, or waited for on the device, a little
-/// longer). Used under its owner's mutex.
-class ThrottledReached {
- public:
-  static constexpr std::int64_t kQueryIntervalNs = 50'000;
-  bool operator()(const ferry::TimelinePoint& point);
-
- private:
-  std::int64_t last_query_ns_ = INT64_MIN / 2;
-};
-
-/// The release points of the byte ranges ferry let go of on one target stream, while they may
-/// still be in use there. A writer of a range waits for the latest point it overlaps: the
-/// points are all on the target's timeline, so that one covers the others.
-class ReleasePoints {
- public:
-  /// The point a writer of [pointer, pointer + nbytes) waits for (empty: no range it overlaps
-  /// may still be in use). Drops the points found reached.
-  ferry::TimelinePoint wait_for(std::uint64_t pointer, std::uint64_t nbytes);
-  /// From any thread: record that [pointer, pointer + nbytes) is in use until `point`.
-  void record(std::uint64_t pointer, std::uint64_t nbytes, const ferry::TimelinePoint& point);
-  /// Ranges whose point was not known reached when last looked at.
-  std::size_t pending();
-
- private:
-  struct Freed {
-    std::uint64_t start;
-    std::uint64_t end;
-    ferry::TimelinePoint point;
-  };
-  std::mutex mutex_;
-  std::vector<Freed> freed_;
-  ThrottledReached reached_;  ///< under mutex_
-};
 
 /// The destinations of `to` for one target stream: blocks of PyTorch's caching allocator
 /// taken on an idle stream of the device, which runs no work, so the allocator hands them out
