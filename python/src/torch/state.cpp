@@ -40,13 +40,16 @@ void HeldSources::release_reached_locked() {
 }
 
 PinnedSources::Buffer PinnedSources::adopt(ferry::Device& device, const void* data, std::uint64_t nbytes) {
+  const Key key{data, nbytes};
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const Entry& e : entries_) {
-    if (e.data == data && e.nbytes == nbytes) return e.buffer;
-  }
+  if (const auto it = entries_.find(key); it != entries_.end()) return it->second;
   auto b = std::make_shared<const ferry::HostBuffer>(device.host_pool().adopt(const_cast<void*>(data), nbytes));
-  entries_[next_] = {data, nbytes, b};
-  next_ = (next_ + 1) % kEntries;
+  if (order_.size() == kEntries) {
+    entries_.erase(order_.front());
+    order_.pop_front();
+  }
+  entries_.emplace(key, b);
+  order_.push_back(key);
   return b;
 }
 

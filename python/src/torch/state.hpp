@@ -17,7 +17,6 @@
 #include "native_api.h"
 #include "release_points.hpp"
 
-#include <array>
 #include <deque>
 #include <optional>
 #include <unordered_map>
@@ -87,28 +86,35 @@ class HeldSources {
 };
 
 /// The pinned sources `to` adopted lately, by address and size: a training loop moves batches
-/// from the few blocks PyTorch's pinned allocator recycles, and adopting a range again asks
-/// the driver whether it is page-locked on every call. Only ranges whose storage PyTorch's
+/// from the blocks PyTorch's pinned allocator recycles, and adopting a range again asks the
+/// driver whether it is page-locked on every call. A batch may have hundreds of leaves, each a
+/// block of its own, and a loader keeps a few batches in flight: the record holds that many
+/// ranges and forgets the oldest first. Only ranges whose storage PyTorch's
 /// pinned allocator holds at the call are looked up (the native `read` tells), so a hit is
 /// page-locked memory: the address may have been freed and allocated again since, but only by
 /// that allocator, which hands out nothing else. An adopted range owns nothing, so an entry
 /// outliving its memory holds no resource.
 class PinnedSources {
  public:
-  static constexpr std::size_t kEntries = 8;
-  /// Shared with the calls using it: another thread's miss may replace the entry meanwhile.
+  static constexpr std::size_t kEntries = 4096;
+  /// Shared with the calls using it: another thread's miss may forget the entry meanwhile.
   using Buffer = std::shared_ptr<const ferry::HostBuffer>;
   Buffer adopt(ferry::Device& device, const void* data, std::uint64_t nbytes);
 
  private:
-  struct Entry {
+  struct Key {
     const void* data = nullptr;
     std::uint64_t nbytes = 0;
-    Buffer buffer;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const noexcept {
+      return std::hash<const void*>{}(k.data) ^ (std::hash<std::uint64_t>{}(k.nbytes) * 0x9e3779b97f4a7c15ull);
+    }
   };
   std::mutex mutex_;
-  std::array<Entry, kEntries> entries_;
-  std::size_t next_ = 0;  ///< the entry a miss replaces (round robin)
+  std::unordered_map<Key, Buffer, KeyHash> entries_;
+  std::deque<Key> order_;  ///< the entries, oldest first
 };
 
 /// One device's engine as `to` uses it: the Transfer (a ferry.Transfer object of the Python
