@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The release points of the destinations ferry.torch's glue takes from PyTorch's caching
 // allocator: which point a writer of a byte range must wait for before it reuses the range.
-// Public ferry API only (no Python, no torch), so that it is measured and tested on its own.
+// It uses ferry's public API only (no Python, no torch); the binding exposes it to the tests.
 //
 // Thread-safety: each type locks its own state (ThrottledReached is used under its owner's).
 #pragma once
