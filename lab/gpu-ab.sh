@@ -24,26 +24,8 @@ mkdir -p "$out"
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 export PYTHONUNBUFFERED=1
 
-. "$(dirname "${BASH_SOURCE[0]}")/gpu-lib.sh"  # step
-
-build_tree() {  # build_tree SRC DIR MESON_OPTIONS...: configure once, then build
-  local src=$1 dir=$2
-  shift 2
-  { [ -f "$dir/build.ninja" ] || meson setup "$dir" "$src" "$@"; } && ninja -C "$dir" -j8
-}
-export -f build_tree
-
-python_path() {  # python_path BUILD_DIR: sets pp, the package's path, with torchrec's wheel where needed
-  pp=$1/python
-  if ! python3 -c 'import torchrec' >/dev/null 2>&1 && ls .whl/torchrec-*.whl >/dev/null 2>&1; then
-    # TorchRec's pure-Python wheel, with the test suite's stand-ins for an fbgemm-gpu that does
-    # not load beside this torch.
-    mkdir -p "$1/torchrec-wheel"
-    python3 -m zipfile -e .whl/torchrec-*.whl "$1/torchrec-wheel"
-    pp="$pp:$1/torchrec-wheel"
-    export FERRY_TORCHREC_STANDINS=1
-  fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu-lib.sh"  # step, build_tree, python_path
+export FERRY_BUILD_JOBS=${FERRY_BUILD_JOBS:-8}  # two trees build at once
 
 for phase in "$@"; do
   case $phase in

@@ -22,28 +22,23 @@ mkdir -p "$out"
 deadline=$((SECONDS + ${FERRY_DEADLINE:-540}))
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 export PYTHONUNBUFFERED=1
-. "$(dirname "${BASH_SOURCE[0]}")/gpu-lib.sh"  # step
-build_tree() {  # build_tree DIR [SRC] MESON_OPTIONS...
-  local dir=$1
-  shift
-  { [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@"; } && ninja -C "$dir" -j12
-}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu-lib.sh"  # step, build_tree, python_path
 wheel_build() {
   python3 -m pip install -q --no-deps --no-index .whl/meson_python-*.whl .whl/pyproject_metadata-*.whl &&
     python3 -m pip wheel . --no-build-isolation --no-deps -w "$1"
 }
-export -f build_tree wheel_build
+export -f wheel_build
 want() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 STEPS=" $* "
-step build 300 bash -c 'build_tree "$@"' _ build-gpu -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled -Dprobes=false \
+step build 300 bash -c 'build_tree "$@"' _ . build-gpu -Dhip=disabled -Dpython=enabled -Dtorch_native=enabled -Dprobes=false \
   ${FERRY_GPU_OPTS:-} &
 built=$!
 for p in prev prev2; do
   if [ -d ".$p" ] && { want ab || want pipes-ab; }; then
-    step "build-$p" 300 nice -n 10 bash -c 'build_tree "$@"' _ "build-$p" ".$p" -Dhip=disabled -Dpython=enabled \
+    step "build-$p" 300 nice -n 10 bash -c 'build_tree "$@"' _ ".$p" "build-$p" -Dhip=disabled -Dpython=enabled \
       -Dtorch_native=enabled -Dtests=false -Dvulkan=disabled -Dprobes=false &
   elif [ -d ".$p" ] && want hostcost; then  # ferry-bench alone
-    step "build-$p" 300 bash -c 'build_tree "$@"' _ "build-$p" ".$p" -Dhip=disabled -Dpython=disabled \
+    step "build-$p" 300 bash -c 'build_tree "$@"' _ ".$p" "build-$p" -Dhip=disabled -Dpython=disabled \
       -Dtorch_native=disabled -Dtests=false -Dvulkan=disabled &
   fi
 done
@@ -51,12 +46,7 @@ if want wheel; then
   step wheel-build 240 nice -n 5 bash -c 'wheel_build "$@"' _ build-wheel >"$out/wheel-build.txt" 2>&1 &
 fi
 wait $built || exit 1
-pp=build-gpu/python
-if ! python3 -c 'import torchrec' >/dev/null 2>&1 && ls .whl/torchrec-*.whl >/dev/null 2>&1; then
-  mkdir -p build-gpu/torchrec-wheel && python3 -m zipfile -e .whl/torchrec-*.whl build-gpu/torchrec-wheel
-  pp="$pp:build-gpu/torchrec-wheel"
-  export FERRY_TORCHREC_STANDINS=1
-fi
+python_path build-gpu
 export pp out
 pipe_mut() {  # pipe_mut NAME SED: the footprint test on a mutated _pipeline.py of the build tree
   local f=build-gpu/python/ferry/torch/_pipeline.py
