@@ -30,16 +30,11 @@ def test_no_toolkit_runtime_is_mapped_after_opening_every_backend():
     assert not mapped, f"toolkit libraries mapped: {sorted(mapped)}"
 
 
-def test_the_installed_extension_exports_its_init_function_alone():
+def test_the_installed_extension_exports_its_init_function_alone(exported_names):
     # python/src/extension.map: every other name stays inside the module, whatever the
     # toolchain linked into it (its C++ runtime included).
-    import shutil
-    import subprocess
-
     import ferry._ferry as ext
-    nm = shutil.which("nm")
-    if nm is None:
+    if exported_names is None:
         pytest.skip("nm (binutils) is not installed")
-    out = subprocess.run([nm, "-D", "--defined-only", ext.__file__], capture_output=True, text=True, check=True)
-    exported = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
+    exported = exported_names(ext.__file__)
     assert exported == ["PyInit__ferry"], exported[:20]

@@ -3,7 +3,6 @@
 was built with ferry for it (a wheel's case), caches the build, and reports which it took.
 FERRY_TORCH_NATIVE=build takes that path in a build tree that has the prebuilt module too."""
 import os
-import shutil
 import subprocess
 import sys
 
@@ -24,7 +23,7 @@ def run(env):
     return subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_the_native_half_is_built_at_first_use_and_cached(tmp_path):
+def test_the_native_half_is_built_at_first_use_and_cached(tmp_path, exported_names):
     env = dict(os.environ, FERRY_TORCH_NATIVE="build", FERRY_TORCH_NATIVE_CACHE=str(tmp_path))
     first = run(env)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -32,10 +31,8 @@ def test_the_native_half_is_built_at_first_use_and_cached(tmp_path):
     built = [p for p in tmp_path.rglob("_torch_native*.so")]
     assert len(built) == 1, built
     stamp = built[0].stat().st_mtime_ns
-    nm = shutil.which("nm")
-    if nm is not None:  # the module exports its PyInit_ function alone (python/src/extension.map)
-        out = subprocess.run([nm, "-D", "--defined-only", str(built[0])], capture_output=True, text=True, check=True)
-        exported = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
+    if exported_names is not None:  # the module exports its PyInit_ function alone (python/src/extension.map)
+        exported = exported_names(built[0])
         assert exported == ["PyInit__torch_native"], exported[:20]
     again = run(env)
     assert again.returncode == 0, again.stdout + again.stderr
