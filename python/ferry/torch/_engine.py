@@ -73,8 +73,9 @@ def _build_native(why: str) -> tuple[Any, str]:
         raise Error("unsupported", f"ferry.torch needs ferry._torch_native for torch {torch.__version__}: {why}, "
                     f"and its sources are not beside the package ({here}): reinstall ferry")
     symbols = os.path.join(here, "extension.map")
-    directory = _native_cache([source, os.path.join(here, "native_api.h")] +
-                              ([symbols] if os.path.exists(symbols) else []))
+    if not os.path.exists(symbols):
+        symbols = None
+    directory = _native_cache([source, os.path.join(here, "native_api.h")] + ([symbols] if symbols else []))
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
@@ -87,7 +88,7 @@ def _build_native(why: str) -> tuple[Any, str]:
     include = [here]
     # The module exports PyInit__torch_native alone (extension.map says why): a toolchain that
     # links libstdc++ statically would otherwise export its copy of the C++ runtime.
-    ldflags = [f"-Wl,--version-script={symbols}"] if os.path.exists(symbols) and sys.platform.startswith("linux") else []
+    ldflags = [f"-Wl,--version-script={symbols}"] if symbols and sys.platform.startswith("linux") else []
     cuda_include = _cuda_headers() if torch.version.cuda else None
     if cuda_include is not None and os.path.exists(os.path.join(torch_lib, "libc10_cuda.so")):
         # The caching allocator's stream-taking entry point, as the prebuilt module has it.
