@@ -15,6 +15,7 @@
 #   mut-views mut-owner mut-smcopy a test on a tree broken on purpose, which must fail
 #   ab hostcost pipes-ab           this tree beside .prev (and .prev2): host costs, pipelines
 #   api-pipe                       the CUDA API calls of a pipeline run under Nsight Systems
+#   phases                         where the glue's copy call spends its host time (a probe patch)
 set -u
 out=${1:?usage: gpu-run.sh OUTDIR STEP...}
 shift
@@ -76,7 +77,17 @@ smmut() {
   ninja -C build-gpu tests/conformance-cuda >/dev/null
   return $rc
 }
-export -f pipe_mut vmut smmut
+phases() {  # the glue's phases (lab/probe/glue-phases.patch) and the Python side's profile, ferry way only
+  local so=python/ferry/_ferry.cpython-312-x86_64-linux-gnu.so
+  patch -p1 <lab/probe/glue-phases.patch && ninja -C build-gpu "$so" >/dev/null
+  patch -R -p1 <lab/probe/glue-phases.patch
+  PYTHONPATH="$pp" python3 tools/python/pipeline_study.py --batch-mib 1024 --leaves 500 --source pinned \
+    --ways shipped,ferry --profile-copy
+  local rc=$?
+  ninja -C build-gpu "$so" >/dev/null
+  return $rc
+}
+export -f pipe_mut vmut smmut phases
 for s in "$@"; do
   case $s in
   test-cuda) step test-cuda 150 meson test -C build-gpu --no-rebuild --print-errorlogs --suite conformance-cuda ;;
@@ -140,6 +151,9 @@ for s in "$@"; do
     step bench 120 build-gpu/tools/ferry-bench --quiet --backend cuda --sizes 64M --batch-study off --no-images \
       --contention off
     grep -E '^\[(PASS|FAIL)\]' "$out/bench.log" ;;
+  phases)
+    step phases 120 bash -c phases
+    grep -E "^\[glue-phases\]|^(shipped|ferry) |tottime|^ +[0-9]+ +[0-9.]+ +[0-9.]+" "$out/phases.log" | head -n 40 ;;
   api-pipe)  # the CUDA calls of the ferry way's steps at 1 GiB in 500 leaves: counts and host time
     if command -v nsys >/dev/null; then
       step api-pipe 150 env PYTHONPATH="$pp" nsys profile -t cuda,osrt -o "$out/pipe" --force-overwrite true \
