@@ -7,7 +7,7 @@
 #   bash lab/gpu-run.sh OUTDIR STEP...      (carry .deps, .whl, .prev, .prev2)
 # Steps:
 #   test-cuda test-vulkan pairs    the conformance suites (Vulkan ones under the validation layers)
-#   sanitizer                      compute-sanitizer memcheck over the CUDA upload cases
+#   sanitizer sanitizer-prio       compute-sanitizer memcheck over the CUDA upload / priority cases
 #   python wheel                   the Python suite on CUDA; the wheel's suite in a fresh venv
 #   contention contention-vk       ferry-bench's contention section and its bars
 #   bench                          ferry-bench's other bars on CUDA at 64M
@@ -115,6 +115,10 @@ for s in "$@"; do
     step sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/conformance-cuda \
       -tc='*upload*' -tce='*overtake*'
     grep -E "ERROR SUMMARY|test cases" "$out/sanitizer.log" | tail -2 ;;
+  sanitizer-prio)  # the priority cases, overtaking included, at the small runs' sizes
+    step sanitizer-prio 200 env FERRY_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      build-gpu/tests/conformance-cuda -tc='priority*'
+    grep -E "ERROR SUMMARY|test cases" "$out/sanitizer-prio.log" | tail -2 ;;
   test-vulkan)
     step test-vulkan 150 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation build-gpu/tests/conformance-vulkan
     grep -hE "test cases:" "$out/test-vulkan.log" ;;
