@@ -10,6 +10,7 @@
 #   sanitizer sanitizer-prio       compute-sanitizer memcheck over the CUDA upload / priority cases
 #   python wheel                   the Python suite on CUDA; the wheel's suite in a fresh venv
 #   contention contention-vk       ferry-bench's contention section and its bars
+#   contention-vk-ab               Vulkan's, the urgent queue in the transfer family, then in the compute family
 #   bench                          ferry-bench's other bars on CUDA at 64M
 #   pipes stash footprint          the pipeline and stash studies; the pipeline footprint test
 #   mut-views mut-owner mut-smcopy a test on a tree broken on purpose, which must fail
@@ -106,6 +107,12 @@ for s in "$@"; do
   contention-vk)
     step contention-vk 120 build-gpu/tools/ferry-bench --backend vulkan --contention-only --out "$out/contention-vk"
     grep -E '^\[(PASS|FAIL)\]' "$out/contention-vk.log" ;;
+  contention-vk-ab)  # the same, the urgent queue in the transfer family (the former default) then in the compute family
+    for fam in transfer compute; do
+      step "contention-vk-$fam" 120 env FERRY_VULKAN_URGENT_FAMILY=$fam build-gpu/tools/ferry-bench --backend vulkan \
+        --contention-only --out "$out/contention-vk-$fam"
+      grep -E "^\[(PASS|FAIL)\]|^  (ferry|vulkan) .*(alone|urgent) " "$out/contention-vk-$fam.log" | sed "s/^/$fam: /"
+    done ;;
   mut-views) step mut-views 150 bash -c vmut; grep -E "passed|failed" "$out/mut-views.log" | tail -1 ;;
   mut-owner)
     step mut-owner 90 bash -c 'pipe_mut owner "s/move(batch, dev, current, data_copy_stream, method)/move(batch, dev, data_copy_stream, data_copy_stream, method)/"'

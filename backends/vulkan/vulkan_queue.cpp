@@ -468,25 +468,44 @@ BackendQueue& VulkanDevice::default_queue(QueueRole role) {
   return role == QueueRole::transfer ? *transfer_queue_ : *compute_queue_;
 }
 
-std::unique_ptr<BackendQueue> VulkanDevice::create_queue(QueueRole role, int /*priority*/) {
-  // Vulkan fixes queue priorities at device creation; `priority` cannot be honoured.
+// Vulkan fixes queue priorities at device creation, so `priority` cannot be honoured as such.
+// A transfer queue asked for with priority > 0 (the urgent copies' queue: transfer.hpp,
+// "Priorities") is a free queue of the compute family where that family is not the transfer
+// family's, else of the transfer family: the bulk copies run on the transfer family's queue,
+// and a queue of another family reaches another copy engine, which serves the urgent copy
+// while the bulk one runs; and the destinations of urgent copies are mostly owned by compute
+// queues, so a copy made in their family needs no queue-family ownership transfer around it.
+std::unique_ptr<BackendQueue> VulkanDevice::create_queue(QueueRole role, int priority) {
   if (!owns_objects_) {
     vk_fail(ErrorCode::unsupported, "create_queue on an adopted device: which queues the engine "
                                     "created is unknown; adopt them with adopt_queue");
   }
-  const std::uint32_t family = role == QueueRole::compute ? compute_family_ : transfer_family_;
+  std::uint32_t family = role == QueueRole::compute ? compute_family_ : transfer_family_;
   std::uint32_t index = 0;
   {
     std::lock_guard lock(mutex_);
-    auto& used = queue_in_use_[family];
-    const auto it = std::find(used.begin(), used.end(), false);
-    if (it == used.end()) {
-      vk_fail(ErrorCode::unsupported, "no free queue left in family " + std::to_string(family) +
-                                          " (" + std::to_string(used.size()) + " created, all in use)");
+    const auto free_in = [&](std::uint32_t f) {
+      auto& used = queue_in_use_[f];
+      return static_cast<std::uint32_t>(std::find(used.begin(), used.end(), false) - used.begin());
+    };
+    if (role == QueueRole::transfer && priority > 0 && urgent_on_compute_ && compute_family_ != transfer_family_ &&
+        free_in(compute_family_) < queue_in_use_[compute_family_].size()) {
+      family = compute_family_;
     }
-    index = static_cast<std::uint32_t>(it - used.begin());
+    index = free_in(family);
+    if (index == queue_in_use_[family].size()) {
+      vk_fail(ErrorCode::unsupported, "no free queue left in family " + std::to_string(family) + " (" +
+                                          std::to_string(queue_in_use_[family].size()) + " created, all in use)");
+    }
+    queue_in_use_[family][index] = true;  // taken now: another thread's call picks another
   }
-  return make_queue(family, index, true);
+  try {
+    return make_queue(family, index, true);
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    queue_in_use_[family][index] = false;
+    throw;
+  }
 }
 
 std::unique_ptr<BackendQueue> VulkanDevice::adopt_queue(QueueRole role, const NativeQueue& native) {
