@@ -7,6 +7,7 @@
 #   bash lab/gpu-run.sh OUTDIR STEP...      (carry .deps, .whl, .prev, .prev2)
 # Steps:
 #   test-cuda test-vulkan pairs    the conformance suites (Vulkan ones under the validation layers)
+#   test-vulkan-prio               conformance-vulkan's priority cases alone, under the validation layers
 #   sanitizer sanitizer-prio       compute-sanitizer memcheck over the CUDA upload / priority cases
 #   python wheel                   the Python suite on CUDA; the wheel's suite in a fresh venv
 #   contention contention-vk       ferry-bench's contention section and its bars
@@ -126,6 +127,10 @@ for s in "$@"; do
     step sanitizer-prio 200 env FERRY_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
       build-gpu/tests/conformance-cuda -tc='priority*'
     grep -E "ERROR SUMMARY|test cases" "$out/sanitizer-prio.log" | tail -2 ;;
+  test-vulkan-prio)  # the priority cases alone (urgent queues), under the validation layers
+    step test-vulkan-prio 100 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation build-gpu/tests/conformance-vulkan \
+      -tc='priority*'
+    grep -hE "test cases:" "$out/test-vulkan-prio.log" ;;
   test-vulkan)
     step test-vulkan 150 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation build-gpu/tests/conformance-vulkan
     grep -hE "test cases:" "$out/test-vulkan.log" ;;
