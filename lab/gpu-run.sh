@@ -128,7 +128,8 @@ for s in "$@"; do
       build-gpu/tests/conformance-cuda -tc='priority*'
     grep -E "ERROR SUMMARY|test cases" "$out/sanitizer-prio.log" | tail -2 ;;
   test-vulkan-prio)  # the priority cases alone (urgent queues), under the validation layers
-    step test-vulkan-prio 100 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation build-gpu/tests/conformance-vulkan \
+    step test-vulkan-prio 100 env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
+      VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT build-gpu/tests/conformance-vulkan \
       -tc='priority*'
     grep -hE "test cases:" "$out/test-vulkan-prio.log" ;;
   test-vulkan)
