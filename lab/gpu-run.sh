@@ -86,6 +86,8 @@ phases() {  # the glue's phases (lab/probe/glue-phases.patch) and the Python sid
   PYTHONPATH="$pp" python3 tools/python/pipeline_study.py --batch-mib 1024 --leaves 500 --source pinned \
     --ways shipped,ferry --profile-copy
   local rc=$?
+  echo "[glue-phases] the same leaves on an idle GPU and beside a busy stream:"
+  PYTHONPATH="$pp" timeout 60 python3 lab/python/copy_probe.py --leaves 500 --mib 2 --reps 8
   ninja -C build-gpu "$so" >/dev/null
   return $rc
 }
@@ -170,7 +172,7 @@ for s in "$@"; do
     grep -E '^\[(PASS|FAIL)\]' "$out/bench.log" ;;
   phases)
     step phases 120 bash -c phases
-    grep -E "^\[glue-phases\]|^(shipped|ferry) |tottime|^ +[0-9]+ +[0-9.]+ +[0-9.]+" "$out/phases.log" | head -n 40 ;;
+    grep -vE "^W[0-9]|warn" "$out/phases.log" | grep -E "glue-phases|^(shipped|ferry) |tottime|^ +[0-9]+ +[0-9.]+ +[0-9.]+|ms|us" | head -n 70 ;;
   api-pipe)  # the CUDA calls of the ferry way's steps at 1 GiB in 500 leaves: counts and host time
     if command -v nsys >/dev/null; then
       step api-pipe 150 env PYTHONPATH="$pp" nsys profile -t cuda,osrt -o "$out/pipe" --force-overwrite true \
