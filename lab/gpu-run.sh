@@ -171,7 +171,7 @@ for s in "$@"; do
       --contention off
     grep -E '^\[(PASS|FAIL)\]' "$out/bench.log" ;;
   phases)
-    step phases 120 bash -c phases
+    step phases 150 bash -c phases
     grep -vE "^W[0-9]|warn" "$out/phases.log" | grep -E "glue-phases|^(shipped|ferry) |tottime|^ +[0-9]+ +[0-9.]+ +[0-9.]+|ms|us" | head -n 70 ;;
   api-pipe)  # the CUDA calls of the ferry way's steps at 1 GiB in 500 leaves: counts and host time
     if command -v nsys >/dev/null; then
