@@ -73,6 +73,25 @@ void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents, boo
   }
 }
 
+bool access_may_enqueue(const QueuePtr& exec, const BlockState& b, bool keep_contents, bool user_idle) {
+  const bool hand_off = keep_contents && b.holder && b.holder != exec;
+  const QueuePtr& user = last_user(b);
+  TimelinePoint user_done;
+  if (user_idle && !(hand_off && exec->traits.acquires_ownership)) {
+    // prepare_access's first path: the two waits alone.
+  } else if (hand_off || b.owner != user) {
+    return true;  // a hand-back, or another queue's mark: not worth predicting
+  } else if (user != exec) {
+    // The user's mark: a new one where it has work since its last (always on an external
+    // queue), else its last, which the executor may have waited for already.
+    std::lock_guard lock(user->mutex);
+    if (user->dirty || user->external) return true;
+    user_done = detail::access::point(user->timeline, user->last_mark);
+  }
+  std::lock_guard lock(exec->mutex);
+  return wait_needed(*exec, b.last_access) || wait_needed(*exec, b.ready_after) || wait_needed(*exec, user_done);
+}
+
 TimelinePoint mark_other_user(const QueuePtr& other, const QueueState& waiter) {
   if (!other || other.get() == &waiter) return {};
   std::lock_guard lock(other->mutex);

@@ -40,6 +40,11 @@ const QueuePtr& last_user(const BlockState& b);
 /// hand the range back first (queue-family ownership), which runs after the user's work.
 /// Caller holds no queue mutex.
 void prepare_access(const QueuePtr& exec, BlockState& b, bool keep_contents, bool user_idle = false);
+/// Whether prepare_access with these arguments might enqueue work on the executor (a wait, an
+/// acquire): false only where it certainly enqueues nothing there. A call that batches its
+/// copies ends a batch before such an access, so that the copies before it do not wait too.
+/// Caller holds no queue mutex.
+bool access_may_enqueue(const QueuePtr& exec, const BlockState& b, bool keep_contents, bool user_idle);
 /// The point after `other`'s work enqueued so far, for `waiter` to wait on (empty when they
 /// are the same queue). Takes other's mutex; the caller holds no queue mutex.
 TimelinePoint mark_other_user(const QueuePtr& other, const QueueState& waiter);

@@ -236,7 +236,16 @@ class Call {
   /// Order the executor's access to `b` after its last user (see prepare_access); returns
   /// the queue that uses `b` next, to hand the range back to.
   QueuePtr access(detail::BlockState& b, bool keep_contents, bool user_idle = false) {
+    check_access(b, user_idle);
     wait_not_busy(&b);
+    QueuePtr next = detail::last_user(b);
+    detail::prepare_access(state_->exec, b, keep_contents, user_idle);
+    return next;
+  }
+
+  /// The argument check of access(), for a call that checks all its blocks before it
+  /// accesses the first.
+  void check_access(const detail::BlockState& b, bool user_idle) const {
     // Without a ready_after that covers the block's previous life for the executor, "unused
     // since its allocation" would let the copy overwrite what the owner's queued work of that
     // life still reads: a block the owner allocated for itself carries no such point.
@@ -245,9 +254,12 @@ class Call {
                   "AllocationOptions::first_writer = this transfer's executor (its ready_after then covers the "
                   "block's previous use); this block was allocated for its owner alone",
                   where_);
-    QueuePtr next = detail::last_user(b);
-    detail::prepare_access(state_->exec, b, keep_contents, user_idle);
-    return next;
+  }
+
+  /// Whether access() with these arguments might enqueue work on the executor (see
+  /// detail::access_may_enqueue).
+  [[nodiscard]] bool access_may_enqueue(const detail::BlockState& b, bool keep_contents, bool user_idle) const {
+    return detail::access_may_enqueue(state_->exec, b, keep_contents, user_idle);
   }
 
   /// Run `op(executor queue)` with the executor's mutex held, after the caller's waits when

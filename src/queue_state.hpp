@@ -91,6 +91,10 @@ void submit_or_defer(QueueState& q, std::uint64_t bytes, std::uint32_t max_calls
 /// ago in the same call), saving a backend query that would almost always answer "not yet";
 /// the cost of a stale watermark is a wait for a point already reached, which is harmless.
 void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query = true);
+/// Whether enqueue_wait(q, point, /*query=*/false) might enqueue work on q: a wait for a
+/// point not of q's own timeline, not known reached and not already waited for, or an
+/// ownership acquire q owes. Never false where it would (caller holds q.mutex).
+bool wait_needed(const QueueState& q, const TimelinePoint& point);
 /// Signal the queue's own timeline if work was enqueued since the last mark (always, on an
 /// external queue); returns the point.
 TimelinePoint enqueue_mark(QueueState& q);

@@ -117,6 +117,13 @@ void enqueue_wait(QueueState& q, const TimelinePoint& point, bool query) {
   }
 }
 
+bool wait_needed(const QueueState& q, const TimelinePoint& point) {
+  if (!q.pending_acquires.empty()) return true;
+  if (point.empty()) return false;
+  const SemaphoreState& s = *detail::access::semaphore(point);
+  return &s != q.timeline.get() && !s.known_reached(point.value) && !already_waited(q, s.timeline_id, point.value);
+}
+
 void hold_semaphore(QueueState& q, const std::shared_ptr<SemaphoreState>& s) {
   // Passed entries go first, by the watermark; a long list asks the backend once per
   // kHeldBatch entries, so that a queue whose points nobody waits for still lets go of what

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdio>
 #include <optional>
 
 #include "call.hpp"
@@ -128,11 +129,54 @@ std::vector<detail::BlockState*> checked_blocks(std::span<const DeviceBuffer> bu
   return blocks;
 }
 
-/// `owner_waits` of a call into several destinations: each distinct owner waits once for `done`.
-void make_owners_wait(std::vector<QueuePtr> owners, const TimelinePoint& done) {
-  std::sort(owners.begin(), owners.end());
-  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
-  for (const QueuePtr& owner : owners) detail::make_owner_wait(owner, done);
+/// Each owner of a call into several destinations, with the point its `owner_waits` waits for.
+using OwnerPoints = std::vector<std::pair<QueuePtr, TimelinePoint>>;
+
+/// `owner_waits` of a call into several destinations: each distinct owner waits once.
+void make_owners_wait(const OwnerPoints& owners) {
+  for (const auto& [owner, point] : owners) detail::make_owner_wait(owner, point);
+}
+
+/// The copies of a call into several destinations, `copies[i]` into `blocks[i]`, in order:
+/// each after its own destination's previous use (Call::access), the copies between two
+/// accesses that enqueue work on the executor in one batch (paced_many), and each batch
+/// followed by a mark that becomes its destinations' last access. So a copy follows the
+/// destinations before it and never waits for one after it: a batch's destinations come free
+/// at different points (an engine's ranges released by different work), and one wait for all
+/// of them would hold every copy back to the latest. `keep[i]`: destination i keeps the bytes
+/// past its copy. Fills `owner_done`: each distinct owner of the destinations with the mark of
+/// the last run that filled one of its destinations (what `owner_waits` waits for). Returns
+/// the last mark.
+TimelinePoint upload_in_order(Call& call, std::span<detail::BlockState* const> blocks,
+                              std::span<const detail::HostDeviceCopy> copies, const std::vector<bool>& keep,
+                              bool user_idle, OwnerPoints& owner_done) {
+  for (const detail::BlockState* b : blocks) call.check_access(*b, user_idle);  // before any device work
+  std::vector<QueuePtr> owners(blocks.size());  // the queue each block goes back to
+  owner_done.clear();
+  TimelinePoint done;
+  std::size_t first = 0;  // the run: copies [first, end)
+  const auto end_run = [&](std::size_t end) {
+    done = call.with_executor([&](detail::QueueState& e) {
+      detail::paced_many(e, call.piece(), copies.subspan(first, end - first), /*to_device=*/true);
+      return detail::finish_access(call.exec(), blocks.subspan(first, end - first),
+                                   std::span<const QueuePtr>(owners).subspan(first, end - first));
+    });
+    for (std::size_t i = first; i < end; ++i) {
+      const auto it = std::find_if(owner_done.begin(), owner_done.end(), [&](const auto& o) { return o.first == owners[i]; });
+      if (it == owner_done.end()) {
+        owner_done.emplace_back(owners[i], done);
+      } else {
+        it->second = done;  // marks of one executor only grow
+      }
+    }
+    first = end;
+  };
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (i > first && call.access_may_enqueue(*blocks[i], keep[i], user_idle)) end_run(i);
+    owners[i] = call.access(*blocks[i], keep[i], user_idle);
+  }
+  end_run(blocks.size());
+  return done;
 }
 
 /// `overwrite_padding` concerns the gaps between the views of the batch upload_into; the
@@ -329,21 +373,17 @@ TimelinePoint Transfer::upload_into(const HostBuffer& source, std::span<const st
   call.order(options);
   call.lock();
   // Each destination is overwritten whole: no contents to hand over.
-  std::vector<QueuePtr> owners;
-  owners.reserve(blocks.size());
-  for (detail::BlockState* b : blocks) owners.push_back(call.access(*b, false, options.destination_unused));
-  const TimelinePoint done = call.with_executor([&](detail::QueueState& e) {
-    std::vector<detail::HostDeviceCopy> copies;
-    copies.reserve(blocks.size());
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      copies.push_back(
-          {detail::ref(*blocks[i]), detail::HostRef{host.memory.get(), source_offsets[i]}, blocks[i]->requested});
-    }
-    detail::paced_many(e, call.piece(), copies, /*to_device=*/true);
-    return detail::finish_access(call.exec(), blocks, owners);
-  });
+  std::vector<detail::HostDeviceCopy> copies;
+  copies.reserve(blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    copies.push_back(
+        {detail::ref(*blocks[i]), detail::HostRef{host.memory.get(), source_offsets[i]}, blocks[i]->requested});
+  }
+  OwnerPoints owner_done;
+  const TimelinePoint done = upload_in_order(call, blocks, copies, std::vector<bool>(blocks.size(), false),
+                                             options.destination_unused, owner_done);
   call.finish("copy h2d (buffers)", total, done, detail::access::state(source));
-  if (options.owner_waits) make_owners_wait(owners, done);
+  if (options.owner_waits) make_owners_wait(owner_done);
   return done;
 }
 
@@ -379,23 +419,18 @@ TimelinePoint Transfer::upload_into(std::span<const HostBuffer* const> sources, 
   call.lock();
   // A smaller source leaves the destination's tail as it was: that range changes hands with
   // its contents kept.
-  std::vector<QueuePtr> owners;
-  owners.reserve(blocks.size());
+  std::vector<detail::HostDeviceCopy> copies;
+  std::vector<bool> keep;
+  copies.reserve(blocks.size());
+  keep.reserve(blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    owners.push_back(call.access(*blocks[i], hosts[i]->memory->size < blocks[i]->requested,
-                                 options.destination_unused));
+    copies.push_back({detail::ref(*blocks[i]), detail::HostRef{hosts[i]->memory.get(), 0}, hosts[i]->memory->size});
+    keep.push_back(hosts[i]->memory->size < blocks[i]->requested);
   }
-  const TimelinePoint done = call.with_executor([&](detail::QueueState& e) {
-    std::vector<detail::HostDeviceCopy> copies;
-    copies.reserve(blocks.size());
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      copies.push_back({detail::ref(*blocks[i]), detail::HostRef{hosts[i]->memory.get(), 0}, hosts[i]->memory->size});
-    }
-    detail::paced_many(e, call.piece(), copies, /*to_device=*/true);
-    return detail::finish_access(call.exec(), blocks, owners);
-  });
+  OwnerPoints owner_done;
+  const TimelinePoint done = upload_in_order(call, blocks, copies, keep, options.destination_unused, owner_done);
   call.finish("copy h2d (sources)", total, done, hosts);
-  if (options.owner_waits) make_owners_wait(owners, done);
+  if (options.owner_waits) make_owners_wait(owner_done);
   return done;
 }
 

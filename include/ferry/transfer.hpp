@@ -447,22 +447,25 @@ class FERRY_API Transfer {
   /// @brief Upload ranges of one pinned HostBuffer into several caller-supplied destinations,
   /// each filled whole: `destinations[i].size()` bytes from
   /// `source_offsets[i]` of `source` (ranges of the source may overlap). One call does what
-  /// that many range `upload_into`s would, with one completion point and the copies back to
-  /// back (one driver call where the backend has a batched copy: CUDA's
-  /// `cudaMemcpyBatchAsync`). The options apply to the call; with `owner_waits` each
-  /// distinct owner waits once for the call's point. Destinations that share memory (two
-  /// adoptions of one range) are the caller's error, as with two `upload_into` calls.
+  /// that many range `upload_into`s would, in the spans' order (see the next overload), with
+  /// one completion point. The options apply to the call; with `owner_waits` each distinct
+  /// owner waits once for the call's point. Destinations that share memory (two adoptions of
+  /// one range) are the caller's error, as with two `upload_into` calls.
   TimelinePoint upload_into(const HostBuffer& source, std::span<const std::uint64_t> source_offsets,
                             std::span<const DeviceBuffer> destinations, UploadIntoOptions options = {},
                             std::source_location where = std::source_location::current());
   /// @brief Upload several pinned HostBuffers, each whole, into caller-supplied destinations:
   /// `*sources[i]` into the start of `destinations[i]`, whose bytes past it are kept. One call
   /// does what that many `upload_into(source, destination)` calls would, with one completion
-  /// point and the copies back to back (one driver call where the backend has a batched copy:
-  /// CUDA's `cudaMemcpyBatchAsync`). The copies start together: each waits for the previous
-  /// use of every destination, so destinations that come free at different times overlap
-  /// more with a call each. The options apply to the call; with `owner_waits` each distinct
-  /// owner waits once for the call's point. The call keeps every source alive until its copy
+  /// point. The copies run in the spans' order, each after its own destination's previous use
+  /// and the copies before it, never after a later destination's: destinations that come free
+  /// at different times (ranges released by different work) are filled as each comes free, as
+  /// with a call each. The copies between two destinations that make the executor wait go
+  /// back to back (one driver call where the backend has a batched copy: CUDA's
+  /// `cudaMemcpyBatchAsync`), and each such run's destinations are handed back at its end, so a
+  /// destination's later use waits only for its own run. Ordering the destinations by when they
+  /// come free makes the fewest runs. The options apply to the call; with `owner_waits` each
+  /// distinct owner waits once for the call's point. The call keeps every source alive until its copy
   /// completes. Destinations that share memory (two adoptions of one range) are the caller's
   /// error, as with two calls. Errors: spans of different lengths, empty or longer than
   /// `max_batch_views`; a null source; a source larger than its destination.

@@ -317,3 +317,68 @@ CONFORMANCE_CASE("many: bad input of uploads from several sources names the elem
   for (DeviceBuffer& b : dst) b.release();
   conformance::check_round_trip(dev, xfer);
 }
+
+CONFORMANCE_CASE("many: uploads into several destinations fill each as it comes free, not after a later one") {
+  // Destination 1's owner is held back by a gate; destination 0 is free. Both forms of the
+  // several-destination upload_into must copy into destination 0 at once, and make its owner
+  // wait for that copy alone (`owner_waits`): a download of it on that owner completes while
+  // the gate is closed. Destination 1 is filled once the gate opens.
+  Device dev = conformance::open_device();
+  Queue held = dev.queue(QueueRole::compute);
+  if (held == dev.queue(QueueRole::transfer)) {
+    MESSAGE("not run here: the compute queue is the transfer queue (a one-queue device)");
+    return;
+  }
+  Queue observer;
+  try {
+    observer = dev.create_queue(QueueRole::compute, "observer");
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::unsupported) throw;
+    MESSAGE("not run here: no queue left for the observer (" << e.message() << ")");
+    return;
+  }
+  Transfer xfer(dev);
+  Transfer look(dev, {.executor = observer});
+  constexpr std::uint64_t n = 48 * KiB;
+  for (const bool ranges : {false, true}) {
+    CAPTURE(ranges);
+    HostBuffer one = dev.host_pool().allocate(2 * n);
+    fill_pattern(one.span().first(n), 70);
+    fill_pattern(one.span().subspan(n), 71);
+    HostBuffer s0 = dev.host_pool().allocate(n);
+    HostBuffer s1 = dev.host_pool().allocate(n);
+    fill_pattern(s0.span(), 70);
+    fill_pattern(s1.span(), 71);
+    std::vector<DeviceBuffer> dst;
+    dst.push_back(dev.pool().allocate(n, observer));
+    dst.push_back(dev.pool().allocate(n, held));
+    TimelineSemaphore gate = dev.create_semaphore(0);
+    held.wait(gate.at(1));
+    const std::vector<const HostBuffer*> sources{&s0, &s1};
+    const std::vector<std::uint64_t> offsets{0, n};
+    const TimelinePoint up =
+        ranges ? xfer.upload_into(one, std::span<const std::uint64_t>(offsets), std::span<const DeviceBuffer>(dst))
+               : xfer.upload_into(std::span<const HostBuffer* const>(sources), std::span<const DeviceBuffer>(dst));
+    HostBuffer back0 = dev.host_pool().allocate(n);
+    const TimelinePoint seen = look.download(dst[0], back0);
+    bool early = false;
+    try {
+      seen.wait(std::chrono::seconds(10));
+      early = true;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::timeout) throw;
+    }
+    CHECK_MESSAGE(early, "the copy into destination 0 waited for destination 1's previous use");
+    CHECK_FALSE(up.reached());  // destination 1's copy still waits for the gate
+    gate.signal(1);
+    up.wait();
+    seen.wait();
+    CHECK(first_mismatch(back0.span(), 70) == -1);
+    HostBuffer back1 = dev.host_pool().allocate(n);
+    look.download(dst[1], back1).wait();
+    CHECK(first_mismatch(back1.span(), 71) == -1);
+    for (DeviceBuffer& b : dst) b.release();
+  }
+  xfer.synchronize();
+  look.synchronize();
+}
