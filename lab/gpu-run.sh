@@ -110,7 +110,7 @@ for s in "$@"; do
   contention-vk)
     step contention-vk 120 build-gpu/tools/ferry-bench --backend vulkan --contention-only --out "$out/contention-vk"
     grep -E '^\[(PASS|FAIL)\]' "$out/contention-vk.log" ;;
-  contention-vk-ab)  # the same, the urgent queue in the transfer family (the former default) then in the compute family
+  contention-vk-ab)  # the same, the urgent queue in the transfer family (the default), then in the compute family
     for fam in transfer compute; do
       step "contention-vk-$fam" 120 env FERRY_VULKAN_URGENT_FAMILY=$fam build-gpu/tools/ferry-bench --backend vulkan \
         --contention-only --out "$out/contention-vk-$fam"

@@ -355,9 +355,9 @@ void VulkanDevice::finish_setup(std::uint32_t compute_index, std::uint32_t trans
   vk_.vkGetPhysicalDeviceProperties2(physical_, &p2);
   host_import_alignment_ = host_props.minImportedHostPointerAlignment;
   concurrent_ = sharing_families_.size() > 1 && env_is("FERRY_VULKAN_SHARING", "concurrent");
-  // An experiment's override: FERRY_VULKAN_URGENT_FAMILY=transfer puts urgent copy queues in
-  // the transfer family, beside the bulk executor (see create_queue).
-  urgent_on_compute_ = !env_is("FERRY_VULKAN_URGENT_FAMILY", "transfer");
+  // An experiment's override: FERRY_VULKAN_URGENT_FAMILY=compute puts urgent copy queues in
+  // the compute family (see create_queue).
+  urgent_on_compute_ = env_is("FERRY_VULKAN_URGENT_FAMILY", "compute");
 
   queue_in_use_.assign(families_.size(), {});
   for (std::size_t f = 0; f < families_.size(); ++f) queue_in_use_[f].assign(queues_created_[f], false);

@@ -454,7 +454,7 @@ class VulkanDevice final : public BackendDevice {
   std::vector<std::uint32_t> queues_created_;     // per family: queues the VkDevice has
   std::vector<std::uint32_t> sharing_families_;   // families a CONCURRENT buffer is shared by
   bool concurrent_ = false;                       // segments use CONCURRENT sharing
-  bool urgent_on_compute_ = true;                 // create_queue: urgent copy queues in the compute family
+  bool urgent_on_compute_ = false;                // create_queue: urgent copy queues in the compute family
   bool host_import_ = false;
   bool fd_export_ = false;  // VK_KHR_external_{memory,semaphore}_fd enabled, timelines exportable
   VkDeviceSize host_import_alignment_ = 0;

@@ -469,12 +469,11 @@ BackendQueue& VulkanDevice::default_queue(QueueRole role) {
 }
 
 // Vulkan fixes queue priorities at device creation, so `priority` cannot be honoured as such.
-// A transfer queue asked for with priority > 0 (the urgent copies' queue: transfer.hpp,
-// "Priorities") is a free queue of the compute family where that family is not the transfer
-// family's, else of the transfer family: the bulk copies run on the transfer family's queue,
-// and a queue of another family reaches another copy engine, which serves the urgent copy
-// while the bulk one runs; and the destinations of urgent copies are mostly owned by compute
-// queues, so a copy made in their family needs no queue-family ownership transfer around it.
+// A transfer queue is a queue of the transfer family. Under FERRY_VULKAN_URGENT_FAMILY=compute
+// one asked for with priority > 0 (the urgent copies' queue: transfer.hpp, "Priorities") is
+// a free queue of the compute family where that family is not the transfer family's: a queue
+// of another family may reach another copy engine than the bulk copies', and a destination
+// owned by a compute queue then needs no queue-family ownership transfer around the copy.
 std::unique_ptr<BackendQueue> VulkanDevice::create_queue(QueueRole role, int priority) {
   if (!owns_objects_) {
     vk_fail(ErrorCode::unsupported, "create_queue on an adopted device: which queues the engine "

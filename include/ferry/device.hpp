@@ -382,10 +382,8 @@ class FERRY_API Device {
   [[nodiscard]] Queue queue(QueueRole role, std::source_location where = std::source_location::current()) const;
   /// @brief Create another queue of a role. `priority` > 0 asks for higher priority where the
   /// backend supports it (on CUDA such a queue also copies uploads of at most 1 MiB from
-  /// page-locked memory with the SMs: transfer.hpp, "Priorities"; on Vulkan, which fixes
-  /// priorities at device creation, a `transfer` queue of priority > 0 is a queue of the
-  /// compute family where the device has a separate transfer family and a compute queue
-  /// free). Throws `unsupported` when the device has no queue left to give (a
+  /// page-locked memory with the SMs: transfer.hpp, "Priorities"; Vulkan fixes priorities at
+  /// device creation). Throws `unsupported` when the device has no queue left to give (a
   /// Vulkan device whose families' queues are all in use; lavapipe has one queue in all), and
   /// the backend's error (`out_of_memory`, `backend_error`) when creating the native queue fails.
   Queue create_queue(QueueRole role, std::string name = {}, int priority = 0,

@@ -145,10 +145,6 @@
 ///    copy engine. Larger urgent uploads, downloads and memory without a device mapping go to
 ///    a copy engine. The same holds for any CUDA queue made with `Device::create_queue` at a
 ///    priority above 0, such as an `urgent_executor`.
-///  - Vulkan has no yield point, and the urgent queue is a queue of the compute family where
-///    the device has a transfer family of its own for the bulk copies (`Device::create_queue`):
-///    the driver serves two families' copies side by side, and a destination owned by a
-///    compute queue needs no queue-family ownership transfer around the urgent copy.
 ///
 /// ## Deferred submission
 /// On Vulkan a queue submission costs the host several microseconds, more than recording a
