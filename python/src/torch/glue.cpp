@@ -226,11 +226,40 @@ nb::object to(nb::handle transfer, std::span<const nb::handle> leaves, int devic
     if (cpu || !staged_leaves.empty()) nogil.emplace();
     std::exception_ptr failed;
     try {
-      // One call per pinned leaf, not one call for them all: a call's copies wait for every
-      // destination's previous use, and a batch's blocks come free at different points of the
-      // target's order (a batch's dense tensors after the forward that read them, its ids
-      // after the backward), so one call would hold every copy back to the latest of them.
-      for (std::size_t k = 0; k < pinned.size(); ++k) {
+      // Each pinned leaf fills a block of its own: one call for them all, which copies them in
+      // the leaves' order, each after its own block's release (a batch's blocks come free at
+      // different points of the target's order: its dense tensors after the forward that read
+      // them, its ids after the backward), the copies between two such waits in one batched
+      // driver copy, and one mark per run rather than per leaf. The blocks lend their buffers
+      // to the call's contiguous list and take them back.
+      const bool batched = per_leaf && pinned.size() > 1;
+      for (std::size_t at = 0; batched && at < pinned.size(); at += ferry::max_batch_views) {
+        const std::size_t end = std::min(pinned.size(), at + ferry::max_batch_views);
+        std::vector<const ferry::HostBuffer*> from;
+        std::vector<ferry::DeviceBuffer> into;
+        from.reserve(end - at);
+        into.reserve(end - at);
+        struct GiveBack {  // also when the call throws
+          std::vector<ferry::DeviceBuffer>& into;
+          const std::vector<std::pair<std::size_t, PinnedSources::Buffer>>& pinned;
+          const std::vector<std::shared_ptr<Block>>& blocks;
+          const std::vector<std::size_t>& block_of;
+          std::size_t at;
+          ~GiveBack() {
+            for (std::size_t k = 0; k < into.size(); ++k) blocks[block_of[pinned[at + k].first]]->buffer = std::move(into[k]);
+          }
+        } give_back{into, pinned, blocks, block_of, at};
+        for (std::size_t k = at; k < end; ++k) {
+          from.push_back(pinned[k].second.get());
+          into.push_back(std::move(blocks[block_of[pinned[k].first]]->buffer));
+        }
+        ferry::UploadIntoOptions o;
+        o.owner_waits = false;  // per leaf: the target does not wait (the waiting stream does, below)
+        o.destination_unused = true;
+        last = x.upload_into(std::span<const ferry::HostBuffer* const>(from), std::span<const ferry::DeviceBuffer>(into),
+                             std::move(o));
+      }
+      for (std::size_t k = 0; !batched && k < pinned.size(); ++k) {
         ferry::UploadIntoOptions o;
         o.owner_waits = target_waits && staged_leaves.empty() && k + 1 == pinned.size();
         o.destination_unused = true;
