@@ -382,3 +382,58 @@ CONFORMANCE_CASE("many: uploads into several destinations fill each as it comes 
   xfer.synchronize();
   look.synchronize();
 }
+
+CONFORMANCE_CASE("many: adopted destinations unused since their release are filled as each is ready") {
+  // The in-place pipeline's shape: engine memory adopted with the point of its release
+  // (`ready_after`), filled with `destination_unused` and no owner wait. Destination 1's point
+  // is a gate; destination 0's copy must not wait for it.
+  Device dev = conformance::open_device();
+  auto m0 = conformance::allocate_foreign(dev, 48 * KiB);
+  auto m1 = conformance::allocate_foreign(dev, 48 * KiB);
+  if (!m0 || !m1) return;
+  Queue observer;
+  try {
+    observer = dev.create_queue(QueueRole::transfer, "observer");
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::unsupported) throw;
+    MESSAGE("not run here: no queue left for the observer (" << e.message() << ")");
+    return;
+  }
+  Queue owner = dev.queue(QueueRole::compute);
+  Transfer xfer(dev);
+  Transfer look(dev, {.executor = observer});
+  constexpr std::uint64_t n = 48 * KiB;
+  HostBuffer s0 = dev.host_pool().allocate(n);
+  HostBuffer s1 = dev.host_pool().allocate(n);
+  fill_pattern(s0.span(), 80);
+  fill_pattern(s1.span(), 81);
+  TimelineSemaphore gate = dev.create_semaphore(0);
+  std::vector<DeviceBuffer> dst;
+  dst.push_back(dev.adopt_memory(m0->native, n, owner));
+  dst.push_back(dev.adopt_memory(m1->native, n, owner, {.ready_after = gate.at(1)}));
+  const std::vector<const HostBuffer*> sources{&s0, &s1};
+  const TimelinePoint up = xfer.upload_into(std::span<const HostBuffer* const>(sources),
+                                            std::span<const DeviceBuffer>(dst),
+                                            {.owner_waits = false, .destination_unused = true});
+  HostBuffer back0 = dev.host_pool().allocate(n);
+  const TimelinePoint seen = look.download(dst[0], back0);
+  bool early = false;
+  try {
+    seen.wait(std::chrono::seconds(10));
+    early = true;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::timeout) throw;
+  }
+  CHECK_MESSAGE(early, "the copy into destination 0 waited for destination 1's ready_after");
+  CHECK_FALSE(up.reached());
+  gate.signal(1);
+  up.wait();
+  seen.wait();
+  CHECK(first_mismatch(back0.span(), 80) == -1);
+  HostBuffer back1 = dev.host_pool().allocate(n);
+  look.download(dst[1], back1).wait();
+  CHECK(first_mismatch(back1.span(), 81) == -1);
+  for (DeviceBuffer& b : dst) b.release().wait();
+  xfer.synchronize();
+  look.synchronize();
+}
