@@ -58,6 +58,7 @@ enum class Op : unsigned {
   batch_upload,
   upload_into_fresh,
   upload_into_overwrite,
+  upload_into_many,
   copy,
   compute,
   download_host,
@@ -74,7 +75,7 @@ enum class Op : unsigned {
 constexpr std::size_t kOps = static_cast<std::size_t>(Op::count);
 constexpr std::array<const char*, kOps> kOpNames{
     "pinned upload", "pinned range upload", "pageable upload", "batch upload", "upload_into (fresh)",
-    "upload_into (overwrite)", "copy", "compute", "download (HostBuffer)", "download (span)",
+    "upload_into (overwrite)", "upload_into (several)", "copy", "compute", "download (HostBuffer)", "download (span)",
     "download (views)", "download (batch)", "release", "release_after", "drop",
     "Transfer::synchronize", "Queue::synchronize"};
 
@@ -269,7 +270,8 @@ class Worker {
             : k < 31 ? Op::pageable_upload
             : k < 37 ? Op::batch_upload
             : k < 41 ? Op::upload_into_fresh
-            : k < 44 ? Op::upload_into_overwrite
+            : k < 43 ? Op::upload_into_overwrite
+            : k < 44 ? Op::upload_into_many
             : k < 50 ? Op::copy
             : k < 59 ? Op::compute
             : k < 65 ? Op::download_host
@@ -318,6 +320,7 @@ class Worker {
       case Op::batch_upload: batch_upload(); break;
       case Op::upload_into_fresh: upload_into_fresh(); break;
       case Op::upload_into_overwrite: upload_into_overwrite(); break;
+      case Op::upload_into_many: upload_into_many(); break;
       case Op::copy: copy(); break;
       case Op::compute: compute(); break;
       case Op::download_host: verify(live_[pick_entry()], Form::host); break;
@@ -490,6 +493,73 @@ class Worker {
     e.writer = Queue{};
     e.verified = false;
     e.history = "upload_into " + std::to_string(n) + " B over (" + e.history.substr(0, 200) + ")";
+  }
+
+  /// One several-destination upload_into over 1 to 4 live buffers, each from its start: from
+  /// as many HostBuffers (each of a random length up to its buffer's), or whole from ranges of
+  /// one HostBuffer. The buffers lend themselves to the call's list and take themselves back.
+  void upload_into_many() {
+    std::vector<std::size_t> picks;
+    const std::size_t want = uniform(1, 4);
+    for (std::size_t tries = 0; tries < 8 && picks.size() < want; ++tries) {
+      const std::size_t i = pick_entry(false);
+      if (std::find(picks.begin(), picks.end(), i) == picks.end()) picks.push_back(i);
+    }
+    const bool ranges = chance(30);
+    std::vector<std::uint64_t> lengths, seeds, offsets;
+    std::uint64_t total = 0;
+    for (std::size_t i : picks) {
+      const std::uint64_t size = live_[i].buf().size();
+      lengths.push_back(ranges || chance(50) ? size : uniform(1, size));
+      seeds.push_back(next_seed());
+      offsets.push_back(total);
+      total += lengths.back();
+    }
+    UploadIntoOptions o;
+    o.owner_waits = chance(80);
+    std::vector<DeviceBuffer> into;
+    for (std::size_t i : picks) into.push_back(std::move(live_[i].buf()));
+    struct GiveBack {  // also when the call throws
+      std::vector<Entry>& live;
+      const std::vector<std::size_t>& picks;
+      std::vector<DeviceBuffer>& into;
+      ~GiveBack() {
+        for (std::size_t k = 0; k < picks.size(); ++k) live[picks[k]].buf() = std::move(into[k]);
+      }
+    } give_back{live_, picks, into};
+    TimelinePoint done;
+    {
+      std::vector<HostBuffer> hosts;
+      std::vector<const HostBuffer*> from;
+      if (ranges) {
+        hosts.push_back(s_.dev.host_pool().allocate(total));
+        for (std::size_t k = 0; k < picks.size(); ++k) {
+          fill_pattern(hosts[0].span().subspan(offsets[k], lengths[k]), seeds[k]);
+        }
+        done = xfer().upload_into(hosts[0], std::span<const std::uint64_t>(offsets), std::span<const DeviceBuffer>(into), o);
+      } else {
+        for (std::size_t k = 0; k < picks.size(); ++k) {
+          hosts.push_back(s_.dev.host_pool().allocate(lengths[k]));
+          fill_pattern(hosts.back().span(), seeds[k]);
+        }
+        for (const HostBuffer& h : hosts) from.push_back(&h);
+        done = xfer().upload_into(std::span<const HostBuffer* const>(from), std::span<const DeviceBuffer>(into), o);
+      }
+    }
+    last_executor_point_ = done;
+    for (std::size_t k = 0; k < picks.size(); ++k) {
+      Entry& e = live_[picks[k]];
+      const std::uint64_t size = into[k].size();
+      Queue owner = into[k].owner();
+      maybe_owner_wait(o.owner_waits, owner, done);
+      std::vector<Region> regions{{0, lengths[k], seeds[k], 0, 0}};
+      for (const Region& r : clip(e.regions, lengths[k], size)) regions.push_back(r);
+      e.regions = std::move(regions);
+      e.ready = done;
+      e.writer = Queue{};
+      e.verified = false;
+      e.history = "upload_into (several) " + std::to_string(lengths[k]) + " B over (" + e.history.substr(0, 200) + ")";
+    }
   }
 
   /// Release an input right after a call that reads it, once its bytes were checked: the
