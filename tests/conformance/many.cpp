@@ -5,6 +5,7 @@
 // and every bad input (named by index, nothing enqueued).
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -54,6 +55,42 @@ std::uint64_t scattered_offsets(const std::vector<DeviceBuffer>& buffers, std::m
     at += buffers[i].size();
   }
   return at + 1 + rng() % 300;
+}
+
+/// A queue of its own for a case's observer, or nothing after a visible skip.
+std::optional<Queue> observer_queue(Device& dev, QueueRole role) {
+  try {
+    return dev.create_queue(role, "observer");
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::unsupported) throw;
+    MESSAGE("not run here: no queue left for the observer (" << e.message() << ")");
+    return std::nullopt;
+  }
+}
+
+/// The end of a gated several-destination upload `up` into `dst` (sources patterned `seed`
+/// and `seed + 1`): `seen`, a download of destination 0 into `back0` on `look`, completes while
+/// the gate is closed, `up` does not; then the gate opens and both destinations hold their
+/// bytes.
+void check_first_before_gate(Transfer& look, TimelineSemaphore& gate, const TimelinePoint& up,
+                             const TimelinePoint& seen, const HostBuffer& back0, const std::vector<DeviceBuffer>& dst,
+                             std::uint64_t seed, Device& dev) {
+  bool early = false;
+  try {
+    seen.wait(std::chrono::seconds(10));
+    early = true;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::timeout) throw;
+  }
+  CHECK_MESSAGE(early, "the copy into destination 0 waited for destination 1's previous use");
+  CHECK_FALSE(up.reached());  // destination 1's copy still waits for the gate
+  gate.signal(1);
+  up.wait();
+  seen.wait();
+  CHECK(first_mismatch(back0.span(), seed) == -1);
+  HostBuffer back1 = dev.host_pool().allocate(dst[1].size());
+  look.download(dst[1], back1).wait();
+  CHECK(first_mismatch(back1.span(), seed + 1) == -1);
 }
 
 }  // namespace
@@ -329,16 +366,10 @@ CONFORMANCE_CASE("many: uploads into several destinations fill each as it comes 
     MESSAGE("not run here: the compute queue is the transfer queue (a one-queue device)");
     return;
   }
-  Queue observer;
-  try {
-    observer = dev.create_queue(QueueRole::compute, "observer");
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::unsupported) throw;
-    MESSAGE("not run here: no queue left for the observer (" << e.message() << ")");
-    return;
-  }
+  const std::optional<Queue> observer = observer_queue(dev, QueueRole::compute);
+  if (!observer) return;
   Transfer xfer(dev);
-  Transfer look(dev, {.executor = observer});
+  Transfer look(dev, {.executor = *observer});
   constexpr std::uint64_t n = 48 * KiB;
   for (const bool ranges : {false, true}) {
     CAPTURE(ranges);
@@ -350,7 +381,7 @@ CONFORMANCE_CASE("many: uploads into several destinations fill each as it comes 
     fill_pattern(s0.span(), 70);
     fill_pattern(s1.span(), 71);
     std::vector<DeviceBuffer> dst;
-    dst.push_back(dev.pool().allocate(n, observer));
+    dst.push_back(dev.pool().allocate(n, *observer));
     dst.push_back(dev.pool().allocate(n, held));
     TimelineSemaphore gate = dev.create_semaphore(0);
     held.wait(gate.at(1));
@@ -361,22 +392,7 @@ CONFORMANCE_CASE("many: uploads into several destinations fill each as it comes 
                : xfer.upload_into(std::span<const HostBuffer* const>(sources), std::span<const DeviceBuffer>(dst));
     HostBuffer back0 = dev.host_pool().allocate(n);
     const TimelinePoint seen = look.download(dst[0], back0);
-    bool early = false;
-    try {
-      seen.wait(std::chrono::seconds(10));
-      early = true;
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::timeout) throw;
-    }
-    CHECK_MESSAGE(early, "the copy into destination 0 waited for destination 1's previous use");
-    CHECK_FALSE(up.reached());  // destination 1's copy still waits for the gate
-    gate.signal(1);
-    up.wait();
-    seen.wait();
-    CHECK(first_mismatch(back0.span(), 70) == -1);
-    HostBuffer back1 = dev.host_pool().allocate(n);
-    look.download(dst[1], back1).wait();
-    CHECK(first_mismatch(back1.span(), 71) == -1);
+    check_first_before_gate(look, gate, up, seen, back0, dst, 70, dev);
     for (DeviceBuffer& b : dst) b.release();
   }
   xfer.synchronize();
@@ -391,17 +407,11 @@ CONFORMANCE_CASE("many: adopted destinations unused since their release are fill
   auto m0 = conformance::allocate_foreign(dev, 48 * KiB);
   auto m1 = conformance::allocate_foreign(dev, 48 * KiB);
   if (!m0 || !m1) return;
-  Queue observer;
-  try {
-    observer = dev.create_queue(QueueRole::transfer, "observer");
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::unsupported) throw;
-    MESSAGE("not run here: no queue left for the observer (" << e.message() << ")");
-    return;
-  }
+  const std::optional<Queue> observer = observer_queue(dev, QueueRole::transfer);
+  if (!observer) return;
   Queue owner = dev.queue(QueueRole::compute);
   Transfer xfer(dev);
-  Transfer look(dev, {.executor = observer});
+  Transfer look(dev, {.executor = *observer});
   constexpr std::uint64_t n = 48 * KiB;
   HostBuffer s0 = dev.host_pool().allocate(n);
   HostBuffer s1 = dev.host_pool().allocate(n);
@@ -417,22 +427,7 @@ CONFORMANCE_CASE("many: adopted destinations unused since their release are fill
                                             {.owner_waits = false, .destination_unused = true});
   HostBuffer back0 = dev.host_pool().allocate(n);
   const TimelinePoint seen = look.download(dst[0], back0);
-  bool early = false;
-  try {
-    seen.wait(std::chrono::seconds(10));
-    early = true;
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::timeout) throw;
-  }
-  CHECK_MESSAGE(early, "the copy into destination 0 waited for destination 1's ready_after");
-  CHECK_FALSE(up.reached());
-  gate.signal(1);
-  up.wait();
-  seen.wait();
-  CHECK(first_mismatch(back0.span(), 80) == -1);
-  HostBuffer back1 = dev.host_pool().allocate(n);
-  look.download(dst[1], back1).wait();
-  CHECK(first_mismatch(back1.span(), 81) == -1);
+  check_first_before_gate(look, gate, up, seen, back0, dst, 80, dev);
   for (DeviceBuffer& b : dst) b.release().wait();
   xfer.synchronize();
   look.synchronize();
