@@ -83,9 +83,10 @@ bool access_may_enqueue(const QueuePtr& exec, const BlockState& b, bool keep_con
     return true;  // a hand-back, or another queue's mark: not worth predicting
   } else if (user != exec) {
     // The user's mark: a new one where it has work since its last (always on an external
-    // queue), else its last, which the executor may have waited for already.
+    // queue) or first waits for the block's last access, else its last, which the executor
+    // may have waited for already.
     std::lock_guard lock(user->mutex);
-    if (user->dirty || user->external) return true;
+    if (user->dirty || user->external || wait_needed(*user, b.last_access)) return true;
     user_done = detail::access::point(user->timeline, user->last_mark);
   }
   std::lock_guard lock(exec->mutex);
