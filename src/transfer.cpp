@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <cstdio>
 #include <optional>
 
 #include "call.hpp"

@@ -445,8 +445,9 @@ class FERRY_API Transfer {
   /// `source_offsets[i]` of `source` (ranges of the source may overlap). One call does what
   /// that many range `upload_into`s would, in the spans' order (see the next overload), with
   /// one completion point. The options apply to the call; with `owner_waits` each distinct
-  /// owner waits once for the call's point. Destinations that share memory (two adoptions of
-  /// one range) are the caller's error, as with two `upload_into` calls.
+  /// owner waits once, for the last run that filled one of its destinations. Destinations that
+  /// share memory (two adoptions of one range) are the caller's error, as with two
+  /// `upload_into` calls.
   TimelinePoint upload_into(const HostBuffer& source, std::span<const std::uint64_t> source_offsets,
                             std::span<const DeviceBuffer> destinations, UploadIntoOptions options = {},
                             std::source_location where = std::source_location::current());
@@ -461,7 +462,8 @@ class FERRY_API Transfer {
   /// `cudaMemcpyBatchAsync`), and each such run's destinations are handed back at its end, so a
   /// destination's later use waits only for its own run. Ordering the destinations by when they
   /// come free makes the fewest runs. The options apply to the call; with `owner_waits` each
-  /// distinct owner waits once for the call's point. The call keeps every source alive until its copy
+  /// distinct owner waits once, for the last run that filled one of its destinations. The
+  /// call keeps every source alive until its copy
   /// completes. Destinations that share memory (two adoptions of one range) are the caller's
   /// error, as with two calls. Errors: spans of different lengths, empty or longer than
   /// `max_batch_views`; a null source; a source larger than its destination.
