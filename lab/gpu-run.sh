@@ -11,7 +11,8 @@
 #   sanitizer sanitizer-prio       compute-sanitizer memcheck over the CUDA upload / priority cases
 #   python wheel                   the Python suite on CUDA; the wheel's suite in a fresh venv
 #   contention contention-vk       ferry-bench's contention section and its bars
-#   contention-vk-ab               Vulkan's, the urgent queue in the transfer family, then in the compute family
+#   contention-vk-ab               Vulkan's: the urgent queue in the transfer family, the compute family, and
+#                                  the transfer family with concurrent sharing
 #   bench                          ferry-bench's other bars on CUDA at 64M
 #   pipes stash footprint          the pipeline and stash studies; the pipeline footprint test
 #   mut-views mut-owner mut-smcopy a test on a tree broken on purpose, which must fail
@@ -110,9 +111,12 @@ for s in "$@"; do
   contention-vk)
     step contention-vk 120 build-gpu/tools/ferry-bench --backend vulkan --contention-only --out "$out/contention-vk"
     grep -E '^\[(PASS|FAIL)\]' "$out/contention-vk.log" ;;
-  contention-vk-ab)  # the same, the urgent queue in the transfer family (the default), then in the compute family
-    for fam in transfer compute; do
-      step "contention-vk-$fam" 120 env FERRY_VULKAN_URGENT_FAMILY=$fam build-gpu/tools/ferry-bench --backend vulkan \
+  contention-vk-ab)  # the same, the urgent queue in the transfer family (the default), in the compute family,
+    # and in the transfer family with concurrent sharing (no queue-family ownership transfers)
+    for fam in transfer compute concurrent; do
+      sharing=exclusive; [ "$fam" = concurrent ] && sharing=concurrent
+      step "contention-vk-$fam" 120 env FERRY_VULKAN_URGENT_FAMILY=${fam/concurrent/transfer} \
+        FERRY_VULKAN_SHARING=$sharing build-gpu/tools/ferry-bench --backend vulkan \
         --contention-only --out "$out/contention-vk-$fam"
       grep -E "^\[(PASS|FAIL)\]|^  (ferry|vulkan) .*(alone|urgent) " "$out/contention-vk-$fam.log" | sed "s/^/$fam: /"
     done ;;
