@@ -12,7 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -73,43 +73,30 @@ double time_way(const Config& c, bool one_call) {
   return probe::median(per_leaf);
 }
 
+int run(int argc, char** argv) {
+  Config c;
+  probe::Args args(argc, argv);
+  while (args.next()) {
+    if (args.flag() == "--leaves") c.leaves = std::stoul(args.value());
+    else if (args.flag() == "--batches") c.batches = std::stoi(args.value());
+    else if (args.flag() == "--lag") c.lag = std::stoull(args.value());
+    else if (args.flag() == "--pending") c.pending = args.value() != "0";
+    else throw std::runtime_error("unknown argument " + args.flag());
+  }
+  if (c.leaves == 0 || c.batches <= 0) throw std::runtime_error("--leaves and --batches must be positive");
+  // In turns, so that drift on the machine shows in both ways alike.
+  std::vector<double> per_call, one_call;
+  for (int round = 0; round < 3; ++round) {
+    per_call.push_back(time_way(c, false));
+    one_call.push_back(time_way(c, true));
+  }
+  std::printf("null backend, %zu leaves of 4 KiB, %d batches per round, lag %llu, releases %s\n", c.leaves, c.batches,
+              static_cast<unsigned long long>(c.lag), c.pending ? "pending" : "reached");
+  std::printf("  a call per leaf:     %.3f us per leaf (median of 3 rounds' medians)\n", probe::median(per_call));
+  std::printf("  one call for them:   %.3f us per leaf\n", probe::median(one_call));
+  return 0;
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    Config c;
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      const auto next = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-        return argv[++i];
-      };
-      if (a == "--leaves") {
-        c.leaves = std::stoul(next());
-      } else if (a == "--batches") {
-        c.batches = std::stoi(next());
-      } else if (a == "--lag") {
-        c.lag = std::stoull(next());
-      } else if (a == "--pending") {
-        c.pending = next() != "0";
-      } else {
-        throw std::runtime_error("unknown argument " + a);
-      }
-    }
-    if (c.leaves == 0 || c.batches <= 0) throw std::runtime_error("--leaves and --batches must be positive");
-    // In turns, so that drift on the machine shows in both ways alike.
-    std::vector<double> per_call, one_call;
-    for (int round = 0; round < 3; ++round) {
-      per_call.push_back(time_way(c, false));
-      one_call.push_back(time_way(c, true));
-    }
-    std::printf("null backend, %zu leaves of 4 KiB, %d batches per round, lag %llu, releases %s\n", c.leaves,
-                c.batches, static_cast<unsigned long long>(c.lag), c.pending ? "pending" : "reached");
-    std::printf("  a call per leaf:     %.3f us per leaf (median of 3 rounds' medians)\n", probe::median(per_call));
-    std::printf("  one call for them:   %.3f us per leaf\n", probe::median(one_call));
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ferry-probe-many-upload: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return probe::guarded_main("ferry-probe-many-upload", run, argc, argv); }
