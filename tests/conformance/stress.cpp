@@ -486,13 +486,19 @@ class Worker {
     last_executor_point_ = done;
     Queue owner = e.buf().owner();
     maybe_owner_wait(o.owner_waits, owner, done);
+    overwritten(e, n, seed, done, "upload_into");
+  }
+
+  /// Record that `e`'s first `n` bytes were overwritten with pattern `seed` by a copy that
+  /// completes at `done`; the bytes past them keep what they held.
+  static void overwritten(Entry& e, std::uint64_t n, std::uint64_t seed, const TimelinePoint& done, const char* what) {
     std::vector<Region> regions{{0, n, seed, 0, 0}};
-    for (const Region& r : clip(e.regions, n, size)) regions.push_back(r);
+    for (const Region& r : clip(e.regions, n, e.buf().size())) regions.push_back(r);
     e.regions = std::move(regions);
     e.ready = done;
     e.writer = Queue{};
     e.verified = false;
-    e.history = "upload_into " + std::to_string(n) + " B over (" + e.history.substr(0, 200) + ")";
+    e.history = std::string(what) + " " + std::to_string(n) + " B over (" + e.history.substr(0, 200) + ")";
   }
 
   /// One several-destination upload_into over 1 to 4 live buffers, each from its start: from
@@ -517,18 +523,18 @@ class Worker {
     }
     UploadIntoOptions o;
     o.owner_waits = chance(80);
-    std::vector<DeviceBuffer> into;
-    for (std::size_t i : picks) into.push_back(std::move(live_[i].buf()));
-    struct GiveBack {  // also when the call throws
-      std::vector<Entry>& live;
-      const std::vector<std::size_t>& picks;
-      std::vector<DeviceBuffer>& into;
-      ~GiveBack() {
-        for (std::size_t k = 0; k < picks.size(); ++k) live[picks[k]].buf() = std::move(into[k]);
-      }
-    } give_back{live_, picks, into};
     TimelinePoint done;
     {
+      std::vector<DeviceBuffer> into;
+      for (std::size_t i : picks) into.push_back(std::move(live_[i].buf()));
+      struct GiveBack {  // also when the call throws
+        std::vector<Entry>& live;
+        const std::vector<std::size_t>& picks;
+        std::vector<DeviceBuffer>& into;
+        ~GiveBack() {
+          for (std::size_t k = 0; k < picks.size(); ++k) live[picks[k]].buf() = std::move(into[k]);
+        }
+      } give_back{live_, picks, into};
       std::vector<HostBuffer> hosts;
       std::vector<const HostBuffer*> from;
       if (ranges) {
@@ -549,16 +555,9 @@ class Worker {
     last_executor_point_ = done;
     for (std::size_t k = 0; k < picks.size(); ++k) {
       Entry& e = live_[picks[k]];
-      const std::uint64_t size = into[k].size();
-      Queue owner = into[k].owner();
+      Queue owner = e.buf().owner();
       maybe_owner_wait(o.owner_waits, owner, done);
-      std::vector<Region> regions{{0, lengths[k], seeds[k], 0, 0}};
-      for (const Region& r : clip(e.regions, lengths[k], size)) regions.push_back(r);
-      e.regions = std::move(regions);
-      e.ready = done;
-      e.writer = Queue{};
-      e.verified = false;
-      e.history = "upload_into (several) " + std::to_string(lengths[k]) + " B over (" + e.history.substr(0, 200) + ")";
+      overwritten(e, lengths[k], seeds[k], done, "upload_into (several)");
     }
   }
 
